@@ -1,0 +1,38 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both install what they need.
+CARGO ?= cargo
+WASM_TARGET := wasm32-wasip2
+WASM_DIR := target/$(WASM_TARGET)/wasm
+EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
+WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p hostile-hook -p wrong-version-hook
+DEMO_DIR := examples-hooks/demo
+
+.PHONY: demo test wasm wasm-target control-plane lint
+
+## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
+demo: wasm
+	$(CARGO) run --quiet -p rollout-ext --bin kubectl-rollout_ext -- nodes \
+	  --from-snapshot $(DEMO_DIR)/snapshot.json --policy $(DEMO_DIR)/policy.yaml \
+	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
+
+## test: every test, against real compiled hooks and a real control plane.
+test: wasm control-plane
+	$(CARGO) build --bins
+	$(CARGO) test --workspace
+
+## lint: formatting and clippy, as CI checks them.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+wasm-target:
+	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+
+## wasm: the example hooks and the test hooks, as components; the examples are copied beside the demo policy.
+wasm: wasm-target
+	$(CARGO) build --profile wasm --target $(WASM_TARGET) $(WASM_PACKAGES)
+	@mkdir -p $(DEMO_DIR)/hooks
+	@for h in $(EXAMPLE_HOOKS); do cp $(WASM_DIR)/$$h.wasm $(DEMO_DIR)/hooks/; done
+
+## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
+control-plane:
+	bash tests/cluster/install-control-plane.sh

@@ -1,0 +1,208 @@
+//! Maintenance window with slow start: outside the configured weekly windows nothing is
+//! updated (the batch is paused until the next window opens); inside a window batches grow
+//! 1, 2, 4, … doubling after each successful batch, up to `maxBatch`.
+//!
+//! Config:
+//! ```json
+//! {"windows": [{"days": ["sat", "sun"], "start": "22:00", "end": "06:00"}],
+//!  "utcOffsetMinutes": 0, "initialBatch": 1, "maxBatch": 8}
+//! ```
+//! A window whose end is not after its start runs past midnight into the next day.
+
+use rollout_ext_hooks::{
+    BatchSize, Context, HookPoint, Pause, Policy, Progress, WeekTime, config, parse_clock,
+    parse_weekday,
+};
+use serde::Deserialize;
+
+const WEEK_MINUTES: i64 = 7 * 1440;
+const DAY_NAMES: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Config {
+    windows: Vec<Window>,
+    #[serde(default)]
+    utc_offset_minutes: i32,
+    #[serde(default = "one")]
+    initial_batch: u32,
+    #[serde(default = "eight")]
+    max_batch: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Window {
+    days: Vec<String>,
+    start: String,
+    end: String,
+}
+
+fn one() -> u32 {
+    1
+}
+fn eight() -> u32 {
+    8
+}
+
+/// One opening of a window: start minute of the week and length in minutes.
+struct Opening {
+    start: i64,
+    length: i64,
+}
+
+fn openings(cfg: &Config) -> Result<Vec<Opening>, String> {
+    let mut out = Vec::new();
+    for w in &cfg.windows {
+        let start = i64::from(parse_clock(&w.start)?);
+        let end = i64::from(parse_clock(&w.end)?);
+        let length = if end > start { end - start } else { end + 1440 - start };
+        for day in &w.days {
+            out.push(Opening {
+                start: i64::from(parse_weekday(day)?) * 1440 + start,
+                length,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err("config has no window: nothing could ever be updated".into());
+    }
+    Ok(out)
+}
+
+/// `UTC`, `UTC+02:00`, `UTC-05:30`.
+fn utc_offset(minutes: i32) -> String {
+    if minutes == 0 {
+        return "UTC".into();
+    }
+    let sign = if minutes < 0 { '-' } else { '+' };
+    let m = minutes.unsigned_abs();
+    format!("UTC{sign}{:02}:{:02}", m / 60, m % 60)
+}
+
+pub struct MaintenanceWindow;
+
+impl Policy for MaintenanceWindow {
+    const NAME: &'static str = "maintenance-window";
+    const POINTS: &'static [HookPoint] = &[HookPoint::Batch];
+
+    fn next_batch(ctx: &Context, progress: &Progress) -> Result<BatchSize, String> {
+        let cfg: Config = config(ctx)?;
+        if cfg.initial_batch == 0 || cfg.max_batch == 0 {
+            return Err("initialBatch and maxBatch must be at least 1".into());
+        }
+        let now = WeekTime::at(ctx.now, cfg.utc_offset_minutes);
+        let minute = i64::from(now.minute_of_week());
+        let second = ctx.now.rem_euclid(60);
+        let openings = openings(&cfg)?;
+
+        if openings
+            .iter()
+            .any(|o| (minute - o.start).rem_euclid(WEEK_MINUTES) < o.length)
+        {
+            let growth = 1u32.checked_shl(progress.batches_done).unwrap_or(u32::MAX);
+            let size = cfg
+                .initial_batch
+                .saturating_mul(growth)
+                .min(cfg.max_batch)
+                .min(progress.max_batch)
+                .max(1);
+            return Ok(BatchSize::Size(size));
+        }
+
+        let next = openings
+            .iter()
+            .min_by_key(|o| (o.start - minute).rem_euclid(WEEK_MINUTES))
+            .expect("openings is not empty");
+        let wait_minutes = (next.start - minute).rem_euclid(WEEK_MINUTES);
+        let seconds = (wait_minutes * 60 - second).max(1);
+        Ok(BatchSize::Pause(Pause {
+            seconds: seconds as u32,
+            reason: format!(
+                "outside the maintenance window; the next opens {} {:02}:{:02} {}",
+                DAY_NAMES[(next.start / 1440) as usize],
+                (next.start % 1440) / 60,
+                next.start % 60,
+                utc_offset(cfg.utc_offset_minutes)
+            ),
+        }))
+    }
+}
+
+rollout_ext_hooks::export_policy!(MaintenanceWindow);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rollout_ext_hooks::testing::{context, group, node, progress};
+    use serde_json::json;
+
+    /// 2024-01-06T23:00:00Z, a Saturday.
+    const SATURDAY_23H: i64 = 1_704_582_000;
+    /// 2024-01-03T12:00:00Z, a Wednesday.
+    const WEDNESDAY_NOON: i64 = 1_704_283_200;
+
+    fn cfg() -> serde_json::Value {
+        json!({"windows": [{"days": ["sat"], "start": "22:00", "end": "06:00"}], "maxBatch": 4})
+    }
+
+    fn pending(n: usize) -> Progress {
+        let nodes: Vec<_> = (0..n).map(|i| node(&format!("n{i}"), "a")).collect();
+        progress(group(&nodes, 0, 10), nodes, 0, 0)
+    }
+
+    #[test]
+    fn doubles_inside_the_window_up_to_the_cap() {
+        let mut p = pending(10);
+        let sizes: Vec<_> = (0..5)
+            .map(|done| {
+                p.batches_done = done;
+                MaintenanceWindow::next_batch(&context(SATURDAY_23H, cfg()), &p).unwrap()
+            })
+            .collect();
+        let expected: Vec<_> = [1, 2, 4, 4, 4].into_iter().map(BatchSize::Size).collect();
+        assert_eq!(sizes, expected);
+    }
+
+    #[test]
+    fn never_exceeds_the_budget() {
+        let mut p = pending(10);
+        p.max_batch = 3;
+        p.batches_done = 3;
+        let size = MaintenanceWindow::next_batch(&context(SATURDAY_23H, cfg()), &p).unwrap();
+        assert_eq!(size, BatchSize::Size(3));
+    }
+
+    #[test]
+    fn window_runs_past_midnight() {
+        // Sunday 05:00 is inside Saturday's 22:00-06:00 window.
+        let sunday_5h = SATURDAY_23H + 6 * 3600;
+        let size = MaintenanceWindow::next_batch(&context(sunday_5h, cfg()), &pending(3)).unwrap();
+        assert_eq!(size, BatchSize::Size(1));
+    }
+
+    #[test]
+    fn pauses_until_the_next_opening() {
+        let answer = MaintenanceWindow::next_batch(&context(WEDNESDAY_NOON, cfg()), &pending(3));
+        match answer.unwrap() {
+            BatchSize::Pause(p) => {
+                // Wednesday 12:00 → Saturday 22:00 = 3 days 10 hours.
+                assert_eq!(p.seconds, (3 * 24 + 10) * 3600);
+                assert!(p.reason.contains("Sat 22:00 UTC"), "{}", p.reason);
+            }
+            other => panic!("expected a pause, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_the_offset() {
+        assert_eq!(utc_offset(120), "UTC+02:00");
+        assert_eq!(utc_offset(-330), "UTC-05:30");
+    }
+
+    #[test]
+    fn rejects_config_without_windows() {
+        let ctx = context(WEDNESDAY_NOON, json!({"windows": []}));
+        assert!(MaintenanceWindow::next_batch(&ctx, &pending(1)).is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! The command line: flags (defined once, with their docs, feeding `--help` and `completion`),
+//! the commands, output formats and exit codes.
+//!
+//! Exit codes: 0 done, 1 failed, 2 usage or policy error, 3 aborted by a gate, 4 blocked by a
+//! lock.
+
+mod hooks_cmd;
+mod nodes;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use crate::report;
+
+/// Rotate Kubernetes nodes (kops rolling-update semantics) with site policy as sandboxed
+/// WebAssembly hooks. Shows a plan unless --yes is given.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl rollout-ext",
+    bin_name = "kubectl rollout-ext",
+    version = version(),
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub kube: KubeFlags,
+
+    /// More detail on stderr (-v info, -vv debug).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const fn version() -> &'static str {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (hook contract rollout-ext:policy@0.1.0)"
+    )
+}
+
+/// kubectl's connection flags.
+#[derive(Debug, Clone, Default, Args)]
+pub struct KubeFlags {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true)]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Namespace for namespaced commands (default: the context's).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    /// Username to impersonate.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Group to impersonate (repeatable).
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_group: Vec<String>,
+    /// Timeout of a single API request (e.g. 30s; 0 = none).
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Plan (and with --yes, run) a rotation of the cluster's nodes.
+    Nodes(Box<nodes::NodesArgs>),
+    /// Work with policy hook modules.
+    #[command(subcommand)]
+    Hooks(hooks_cmd::HooksCommand),
+    /// Print a shell completion script.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+    pub fn failed(message: impl Into<String>) -> Self {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::policy::PolicyError> for Failure {
+    fn from(e: crate::policy::PolicyError) -> Self {
+        Failure::usage(e.to_string())
+    }
+}
+
+impl From<crate::plan::PlanError> for Failure {
+    fn from(e: crate::plan::PlanError) -> Self {
+        use crate::plan::PlanError;
+        match e {
+            PlanError::Hook(_) => Failure::failed(e.to_string()),
+            PlanError::Policy(_) | PlanError::UnknownGroup { .. } => Failure::usage(e.to_string()),
+        }
+    }
+}
+
+/// Parses the command line, runs the command, prints errors on stderr and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    report::set_verbosity(match cli.verbose {
+        0 => report::Level::Warn,
+        1 => report::Level::Info,
+        _ => report::Level::Debug,
+    });
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Nodes(args) => nodes::run(&cli.kube, &args),
+        Command::Hooks(cmd) => hooks_cmd::run(cmd),
+        Command::Completion { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "kubectl-rollout_ext", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+/// Prints `value` as JSON or YAML on stdout.
+pub fn print_structured<T: serde::Serialize>(value: &T, format: OutputFormat) -> Result<(), Failure> {
+    let text = match format {
+        OutputFormat::Yaml => serde_saphyr::to_string(value)
+            .map_err(|e| Failure::failed(format!("cannot render YAML: {e}")))?,
+        _ => {
+            let mut s = serde_json::to_string_pretty(value)
+                .map_err(|e| Failure::failed(format!("cannot render JSON: {e}")))?;
+            s.push('\n');
+            s
+        }
+    };
+    print!("{text}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,206 @@
+//! `nodes`: plan a rotation (and, later, run it with --yes).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{Failure, KubeFlags, OutputFormat, output};
+use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
+use crate::labels::LabelSelector;
+use crate::plan::drain::DrainOptions;
+use crate::plan::groups::Staleness;
+use crate::plan::{PlanOptions, Role};
+use crate::policy::{IntOrPercent, Policy};
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    /// Plan offline from a v1 List (`kubectl get nodes,pods,poddisruptionbudgets -A -o json`).
+    #[arg(long, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+
+    /// The RolloutPolicy file (budgets, groups, hooks).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// Perform the rotation. Without it only the plan is shown.
+    #[arg(long)]
+    pub yes: bool,
+
+    /// Rotate every instance of the chosen groups, outdated or not (kops' --force).
+    #[arg(long)]
+    pub force: bool,
+
+    /// Do not validate, cordon or drain: terminate instances without moving their pods first.
+    #[arg(long = "cloudonly")]
+    pub cloud_only: bool,
+
+    /// Only these instance groups (repeatable or comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "GROUP")]
+    pub instance_group: Vec<String>,
+
+    /// Only groups of these roles: bastion, control-plane (or master), node.
+    #[arg(long, value_delimiter = ',', value_name = "ROLE", value_parser = Role::parse)]
+    pub instance_group_roles: Vec<Role>,
+
+    /// The node label whose value names the group (default: the policy's, else the first of
+    /// kops.k8s.io/instancegroup, eks.amazonaws.com/nodegroup, cloud.google.com/gke-nodepool,
+    /// kubernetes.azure.com/agentpool, karpenter.sh/nodepool, else the role).
+    #[arg(long, value_name = "KEY")]
+    pub group_label: Option<String>,
+
+    /// Cluster-wide maxSurge, over the policy's (a number or a percentage like 25%).
+    #[arg(long, value_name = "N|P%")]
+    pub max_surge: Option<IntOrPercent>,
+
+    /// Cluster-wide maxUnavailable, over the policy's (a number or a percentage like 25%).
+    #[arg(long, value_name = "N|P%")]
+    pub max_unavailable: Option<IntOrPercent>,
+
+    /// Instances whose kubelet runs another version are out of date.
+    #[arg(long, value_name = "VERSION")]
+    pub kubelet_version: Option<String>,
+
+    /// Instances without this label value are out of date (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub expect_label: Vec<(String, String)>,
+
+    /// Instances older than this are out of date (e.g. 720h, 30d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    pub max_age: Option<i64>,
+
+    /// Update one instance at a time and ask before each batch.
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+
+    /// Delete pods using emptyDir volumes when draining (their data is lost).
+    #[arg(long)]
+    pub delete_emptydir_data: bool,
+
+    /// Delete pods that no controller manages when draining (kubectl drain's --force).
+    #[arg(long)]
+    pub drain_force: bool,
+
+    /// Only drain pods matching this label selector.
+    #[arg(long, value_name = "SELECTOR", value_parser = LabelSelector::parse)]
+    pub pod_selector: Option<LabelSelector>,
+
+    /// Delete pods instead of evicting them, bypassing PodDisruptionBudgets.
+    #[arg(long)]
+    pub disable_eviction: bool,
+
+    /// Evaluate time-based rules (--max-age, hook windows) at this RFC 3339 instant instead of now.
+    #[arg(long, value_name = "TIME", value_parser = parse_instant)]
+    pub now: Option<i64>,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+fn parse_age(text: &str) -> Result<i64, String> {
+    if let Some(days) = text.strip_suffix('d') {
+        return days
+            .parse::<i64>()
+            .map(|d| d * 86_400)
+            .map_err(|_| format!("invalid duration {text:?}: expected e.g. 30d or 720h"));
+    }
+    crate::policy::parse_duration(text).map(|d| d.as_secs() as i64)
+}
+
+fn parse_instant(text: &str) -> Result<i64, String> {
+    text.parse::<jiff::Timestamp>()
+        .map(|t| t.as_second())
+        .map_err(|e| format!("invalid time {text:?}: {e} (expected RFC 3339, e.g. 2026-01-03T22:00:00Z)"))
+}
+
+pub fn run(_kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
+    let Some(snapshot_path) = &args.from_snapshot else {
+        return Err(Failure::usage(
+            "planning against a live cluster is not available yet: pass --from-snapshot FILE \
+             (make one with `kubectl get nodes,pods,poddisruptionbudgets -A -o json > FILE`)",
+        ));
+    };
+    if args.yes {
+        return Err(Failure::usage(
+            "--yes is not implemented with --from-snapshot: a snapshot can only be planned; \
+             run without --from-snapshot against a cluster to rotate it",
+        ));
+    }
+    let policy = match &args.policy {
+        Some(p) => Policy::load(p)?,
+        None => Policy {
+            source: "<built-in>".into(),
+            ..Default::default()
+        },
+    };
+    let bytes = std::fs::read(snapshot_path).map_err(|e| {
+        Failure::usage(format!("cannot read snapshot {}: {e}", snapshot_path.display()))
+    })?;
+    let snapshot = Snapshot::from_json(&bytes)
+        .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
+    let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
+    let options = plan_options(args, &policy);
+    let plan = plan_with_hooks(&snapshot, &policy, &options, objects)?;
+    output::print_plan(&plan, args.output)
+}
+
+/// Loads the policy's hooks and plans.
+pub fn plan_with_hooks(
+    snapshot: &Snapshot,
+    policy: &Policy,
+    options: &PlanOptions,
+    objects: Arc<dyn ObjectSource>,
+) -> Result<crate::plan::Plan, Failure> {
+    let mut hooks = if policy.hooks.is_empty() {
+        Vec::new()
+    } else {
+        let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
+            .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
+        crate::hooks::load_all(&runtime, policy, objects)?
+    };
+    Ok(crate::plan::plan_nodes(snapshot, policy, options, &mut hooks)?)
+}
+
+fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
+    let now = args.now.unwrap_or_else(|| jiff::Timestamp::now().as_second());
+    let mut rolling_update = policy.rolling_update;
+    if args.max_surge.is_some() {
+        rolling_update.max_surge = args.max_surge;
+    }
+    if args.max_unavailable.is_some() {
+        rolling_update.max_unavailable = args.max_unavailable;
+    }
+    PlanOptions {
+        now,
+        run_id: "plan".into(),
+        dry_run: true,
+        group_label: args.group_label.clone(),
+        rolling_update,
+        instance_groups: args.instance_group.clone(),
+        roles: args.instance_group_roles.clone(),
+        staleness: Staleness {
+            kubelet_version: args.kubelet_version.clone(),
+            expect_labels: args.expect_label.clone(),
+            max_age: args.max_age,
+            now,
+        },
+        force: args.force,
+        interactive: args.interactive,
+        cloud_only: args.cloud_only,
+        drain: DrainOptions {
+            delete_emptydir_data: args.delete_emptydir_data,
+            force: args.drain_force,
+            pod_selector: args.pod_selector.clone(),
+            disable_eviction: args.disable_eviction,
+        },
+    }
+}

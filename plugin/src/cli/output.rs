@@ -1,0 +1,214 @@
+//! Renders a plan: an aligned table for people (`-o table|wide`), JSON or YAML for programs.
+
+use std::fmt::Write;
+
+use super::{Failure, OutputFormat, print_structured};
+use crate::plan::hook::DecidedBy;
+use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan, groups::human_duration};
+
+pub fn print_plan(plan: &Plan, format: OutputFormat) -> Result<(), Failure> {
+    match format {
+        OutputFormat::Json | OutputFormat::Yaml => print_structured(plan, format),
+        OutputFormat::Table | OutputFormat::Wide => {
+            print!("{}", render_table(plan, format == OutputFormat::Wide));
+            Ok(())
+        }
+    }
+}
+
+/// Aligns rows into columns separated by two spaces; the last column is not padded.
+pub fn align(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ", width = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn render_table(plan: &Plan, wide: bool) -> String {
+    let mut out = String::new();
+    let mut rows = vec![
+        ["GROUP", "ROLE", "SIZE", "UP-TO-DATE", "SELECTED", "MAX-SURGE", "MAX-UNAVAILABLE", "BATCHES"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for g in &plan.groups {
+        rows.push(vec![
+            g.name.clone(),
+            g.role.as_str().into(),
+            g.size.to_string(),
+            g.up_to_date.to_string(),
+            g.selected.to_string(),
+            g.max_surge.to_string(),
+            g.max_unavailable.to_string(),
+            batches_summary(g),
+        ]);
+    }
+    if plan.groups.is_empty() {
+        out.push_str("No instance groups matched.\n");
+    } else {
+        out.push_str(&align(&rows));
+    }
+
+    for g in plan.groups.iter().filter(|g| !g.batches.is_empty() || g.gate.is_some() || g.aborted.is_some()) {
+        let _ = writeln!(out, "\n{} ({}), concurrency {}:", g.name, g.role.as_str(), g.concurrency);
+        if let Some(gate) = &g.gate {
+            let _ = writeln!(out, "  before the group: {}", gate_text(gate));
+        }
+        // Batch rows are aligned; pauses and gates hang under their batch.
+        let rows: Vec<Vec<String>> = g
+            .batches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                vec![
+                    format!("  {}", i + 1),
+                    batch_kind(b),
+                    b.instances.join(", "),
+                    format!("[{}]", batch_credit(g, b)),
+                ]
+            })
+            .collect();
+        for (b, line) in g.batches.iter().zip(align(&rows).lines()) {
+            if let Some(p) = &b.pause {
+                let _ = writeln!(
+                    out,
+                    "     pause {}: {} [{}]",
+                    human_duration(p.seconds as i64),
+                    p.reason,
+                    p.decided_by
+                );
+            }
+            let _ = writeln!(out, "{line}");
+            if let Some(gate) = &b.gate {
+                let _ = writeln!(out, "     gate: {}", gate_text(gate));
+            }
+        }
+        if let Some(reason) = &g.aborted {
+            let _ = writeln!(out, "  stops here: {reason}");
+        }
+    }
+
+    if wide {
+        let mut rows = vec![
+            ["GROUP", "INSTANCE", "ZONE", "UPDATE", "PODS", "DECIDED-BY", "REASON"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for g in &plan.groups {
+            for i in &g.instances {
+                rows.push(vec![
+                    g.name.clone(),
+                    i.name.clone(),
+                    i.zone.clone().unwrap_or_else(|| "-".into()),
+                    if i.update { "yes".into() } else { "no".into() },
+                    i.pods.to_string(),
+                    i.decided_by.to_string(),
+                    i.reason.clone(),
+                ]);
+            }
+        }
+        out.push('\n');
+        out.push_str(&align(&rows));
+    }
+
+    if let Some(stopped) = &plan.stopped {
+        let _ = writeln!(out, "\nThe run would stop: {stopped}");
+    }
+    if !plan.warnings.is_empty() {
+        out.push_str("\nWarnings:\n");
+        for w in &plan.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    out
+}
+
+fn batches_summary(g: &GroupPlan) -> String {
+    if g.disabled {
+        return "disabled".into();
+    }
+    if g.batches.is_empty() {
+        return "0".into();
+    }
+    let sizes: Vec<String> = g
+        .batches
+        .iter()
+        .map(|b| {
+            let mark = match (b.surge, b.canary) {
+                (true, true) => "+c",
+                (true, false) => "+",
+                (false, true) => "c",
+                (false, false) => "",
+            };
+            format!("{}{mark}", b.instances.len())
+        })
+        .collect();
+    format!("{} ({})", g.batches.len(), sizes.join(","))
+}
+
+fn batch_kind(b: &BatchPlan) -> String {
+    match (b.surge, b.canary) {
+        (true, true) => "surge (canary)".into(),
+        (true, false) => "surge".into(),
+        (false, true) => "canary".into(),
+        (false, false) => "replace".into(),
+    }
+}
+
+/// Who sized the batch, and who ordered its instances when a hook did.
+fn batch_credit(g: &GroupPlan, b: &BatchPlan) -> String {
+    let mut order: Vec<&DecidedBy> = b
+        .instances
+        .iter()
+        .filter_map(|name| g.instances.iter().find(|i| &i.name == name))
+        .map(|i| &i.decided_by)
+        .filter(|by| **by != DecidedBy::BuiltIn)
+        .collect();
+    order.dedup();
+    let mut credit = format!("size: {}", b.decided_by);
+    if !order.is_empty() {
+        let names: Vec<String> = order.iter().map(ToString::to_string).collect();
+        let _ = write!(credit, ", order: {}", names.join(", "));
+    }
+    credit
+}
+
+fn gate_text(gate: &GateStep) -> String {
+    let mut text = gate.verdict.to_string();
+    if let Some(s) = gate.seconds {
+        let _ = write!(text, " {}", human_duration(i64::from(s)));
+    }
+    if let Some(r) = &gate.reason {
+        let _ = write!(text, ": {r}");
+    }
+    let _ = write!(text, " [{}]", gate.decided_by);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_columns() {
+        let rows = vec![
+            vec!["A".to_string(), "BB".into(), "C".into()],
+            vec!["long".to_string(), "x".into(), "last column free".into()],
+        ];
+        assert_eq!(align(&rows), "A     BB  C\nlong  x   last column free\n");
+    }
+}

@@ -1,0 +1,703 @@
+//! The WebAssembly host: runs policy hooks as sandboxed components.
+//!
+//! One [`HookRuntime`] per process holds the engine, the linker and the epoch ticker. Each module
+//! is compiled once (and cached on disk, keyed by its sha256 and the engine's compatibility hash)
+//! and pre-instantiated; every call gets a fresh store with a memory limit and an epoch deadline,
+//! and a WASI context that grants nothing: no files, no environment, no sockets, a clock frozen
+//! at the context's `now`. Guest stdout/stderr is captured into our log under the hook's name.
+//!
+//! This module turns calls into answers or [`HookFault`]s; it never judges an answer's meaning
+//! (that is `plan::decide`).
+
+mod convert;
+mod objects;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::plan::hook::{
+    BatchAnswer, BatchInfo, CallContext, Candidate, GateAnswer, GroupInfo, HealthSummary, Hook,
+    HookFault, Phase, Progress, SelectAnswer,
+};
+use crate::policy::{ContextResource, FailurePolicy, HookPoint, HookSpec};
+use crate::report;
+
+pub use objects::{ObjectSource, SnapshotObjects};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../hooks-sdk/wit",
+        world: "policy",
+    });
+}
+
+use bindings::rollout_ext::policy::host as wit_host;
+use bindings::rollout_ext::policy::types as wit;
+
+/// The WIT package version this host speaks.
+pub const WIT_VERSION: &str = "0.1.0";
+const WIT_PACKAGE: &str = "rollout-ext:policy";
+
+/// How often the epoch advances; deadlines are counted in these ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Captured guest stdout/stderr per call.
+const GUEST_OUTPUT_LIMIT: usize = 64 << 10;
+/// Log lines a guest may write per call.
+const GUEST_LOG_LINES: usize = 200;
+/// The largest answer a hook may give, in bytes of strings.
+pub const ANSWER_LIMIT: usize = 1 << 20;
+/// How long instantiating a module and describing itself may take.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a hook module could not be loaded. Nothing has run when this is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read module {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a WebAssembly file")]
+    NotWasm { path: PathBuf },
+    #[error("{path} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)")]
+    CoreModule { path: PathBuf },
+    #[error("sha256 mismatch for {path}: the policy pins {expected}, the file is {actual}")]
+    Sha256Mismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot compile {path}: {message}")]
+    Compile { path: PathBuf, message: String },
+    #[error("{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION}: rebuild it with a matching rollout-ext-hooks SDK")]
+    WrongVersion { path: PathBuf, found: String },
+    #[error("{path} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}")]
+    NotAPolicy { path: PathBuf },
+    #[error("cannot instantiate {path}: {message}")]
+    Instantiate { path: PathBuf, message: String },
+    #[error("the policy enables point {point} but module {module} implements only: {implemented}")]
+    PointNotImplemented {
+        point: HookPoint,
+        module: String,
+        implemented: String,
+    },
+}
+
+/// Engine, linker and epoch ticker, shared by every hook of the process.
+pub struct HookRuntime {
+    engine: Engine,
+    linker: Arc<Linker<CallState>>,
+    cache_dir: Option<PathBuf>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for HookRuntime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl HookRuntime {
+    /// Builds the runtime. `cache_dir` holds compiled modules; `None` disables the disk cache.
+    pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<HookRuntime> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.max_wasm_stack(1 << 20);
+        let engine = Engine::new(&config)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+
+        // The epoch ticks on its own thread so deadlines hold however busy the host is.
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let (ticker_engine, stop) = (engine.weak(), stop_ticker.clone());
+        std::thread::Builder::new()
+            .name("hook-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match ticker_engine.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(wasmtime::Error::from)?;
+
+        Ok(HookRuntime {
+            engine,
+            linker: Arc::new(linker),
+            cache_dir,
+            stop_ticker,
+        })
+    }
+
+    /// The default compile cache: `$XDG_CACHE_HOME/rollout-ext/hooks` or `~/.cache/...`.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        Some(base.join("rollout-ext").join("hooks"))
+    }
+
+    /// Compiles (or loads from the cache) a component, after checking its bytes.
+    pub fn compile(&self, path: &Path, pinned: Option<&str>) -> Result<(Component, String), LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if let Some(expected) = pinned
+            && expected != digest
+        {
+            return Err(LoadError::Sha256Mismatch {
+                path: path.to_path_buf(),
+                expected: expected.to_string(),
+                actual: digest,
+            });
+        }
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(LoadError::NotWasm {
+                path: path.to_path_buf(),
+            });
+        }
+        // Byte 6 is the layer: 0 for a core module, 1 for a component.
+        if bytes[6] == 0 {
+            return Err(LoadError::CoreModule {
+                path: path.to_path_buf(),
+            });
+        }
+        let cached = self.cache_path(&digest);
+        if let Some(file) = &cached
+            && file.exists()
+        {
+            // SAFETY: the file was written by `Component::serialize` of this engine
+            // configuration (its name carries the engine's compatibility hash); wasmtime still
+            // checks its header and refuses a mismatch, in which case we recompile.
+            if let Ok(component) = unsafe { Component::deserialize_file(&self.engine, file) } {
+                return Ok((component, digest));
+            }
+        }
+        let component = Component::new(&self.engine, &bytes).map_err(|e| LoadError::Compile {
+            path: path.to_path_buf(),
+            message: first_line(&format!("{e}")),
+        })?;
+        if let Some(file) = cached
+            && let Ok(serialized) = component.serialize()
+        {
+            store_atomically(&file, &serialized);
+        }
+        Ok((component, digest))
+    }
+
+    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
+        use std::hash::{Hash, Hasher};
+        let dir = self.cache_dir.as_ref()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        Some(dir.join(format!("{digest}-{:016x}.cwasm", h.finish())))
+    }
+
+    /// Loads the hook a policy entry describes: checks bytes, WIT version and declared points.
+    pub fn load(
+        &self,
+        spec: &HookSpec,
+        objects: Arc<dyn ObjectSource>,
+        allowed: Arc<Vec<ContextResource>>,
+    ) -> Result<WasmHook, LoadError> {
+        let (component, digest) = self.compile(&spec.module, spec.sha256.as_deref())?;
+        check_version(&self.engine, &component, &spec.module)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Instantiate {
+                path: spec.module.clone(),
+                message: first_line(&format!("{e}")),
+            })?;
+        let pre = bindings::PolicyPre::new(instance_pre).map_err(|_| LoadError::NotAPolicy {
+            path: spec.module.clone(),
+        })?;
+        let mut hook = WasmHook {
+            name: spec.name.clone(),
+            points: spec.points.clone(),
+            failure_policy: spec.failure_policy,
+            config: spec.config.clone(),
+            timeout: spec.timeout,
+            memory: spec.memory,
+            engine: self.engine.clone(),
+            pre,
+            objects,
+            allowed,
+            info: None,
+            digest,
+        };
+        let info = hook.describe().map_err(|fault| LoadError::Instantiate {
+            path: spec.module.clone(),
+            message: fault.to_string(),
+        })?;
+        if info.wit_version != WIT_VERSION {
+            return Err(LoadError::WrongVersion {
+                path: spec.module.clone(),
+                found: format!("{WIT_PACKAGE}@{}", info.wit_version),
+            });
+        }
+        for point in &spec.points {
+            if !info.points.contains(point) {
+                return Err(LoadError::PointNotImplemented {
+                    point: *point,
+                    module: info.name.clone(),
+                    implemented: join(&info.points),
+                });
+            }
+        }
+        hook.info = Some(info);
+        Ok(hook)
+    }
+}
+
+fn join(points: &[HookPoint]) -> String {
+    if points.is_empty() {
+        return "nothing".into();
+    }
+    points.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half a file.
+fn store_atomically(file: &Path, bytes: &[u8]) {
+    let Some(dir) = file.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = dir.join(format!(".{}.{}", std::process::id(), file.file_name().unwrap_or_default().to_string_lossy()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Refuses a component built against another version of our WIT package, by its export names,
+/// before anything of it runs.
+fn check_version(engine: &Engine, component: &Component, path: &Path) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let mut has_metadata = false;
+    let names = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .chain(ty.imports(engine).map(|(name, _)| name.to_string()));
+    for name in names {
+        let Some(rest) = name.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
+            continue;
+        };
+        let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("(unversioned)");
+        if version != WIT_VERSION {
+            return Err(LoadError::WrongVersion {
+                path: path.to_path_buf(),
+                found: format!("{WIT_PACKAGE}@{version}"),
+            });
+        }
+        has_metadata |= rest.starts_with("metadata@");
+    }
+    if !has_metadata {
+        return Err(LoadError::NotAPolicy {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// What a module says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleInfo {
+    pub name: String,
+    pub sdk_version: String,
+    pub wit_version: String,
+    pub points: Vec<HookPoint>,
+}
+
+/// A loaded hook: a pre-instantiated component plus its policy settings.
+pub struct WasmHook {
+    name: String,
+    points: Vec<HookPoint>,
+    failure_policy: FailurePolicy,
+    config: String,
+    timeout: Duration,
+    memory: u64,
+    engine: Engine,
+    pre: bindings::PolicyPre<CallState>,
+    objects: Arc<dyn ObjectSource>,
+    allowed: Arc<Vec<ContextResource>>,
+    info: Option<ModuleInfo>,
+    digest: String,
+}
+
+/// Per-call store data.
+struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    hook: String,
+    log_lines: usize,
+    objects: Arc<dyn ObjectSource>,
+    allowed: Arc<Vec<ContextResource>>,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit::Host for CallState {}
+
+impl wit_host::Host for CallState {
+    fn log(&mut self, level: wit_host::Level, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > GUEST_LOG_LINES {
+            return;
+        }
+        let level = match level {
+            wit_host::Level::Debug => report::Level::Debug,
+            wit_host::Level::Info => report::Level::Info,
+            wit_host::Level::Warn => report::Level::Warn,
+            wit_host::Level::Error => report::Level::Error,
+        };
+        report::log(level, &format!("[hook {}] {message}", self.hook));
+    }
+
+    fn list_objects(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<String, String> {
+        let allowed = self.allowed.iter().any(|r| {
+            r.api_version == api_version
+                && r.kind == kind
+                && (r.namespace.is_none() || r.namespace == namespace)
+        });
+        if !allowed {
+            return Err(format!(
+                "{api_version} {kind}{} is not in the policy's contextResources",
+                namespace.as_deref().map(|n| format!(" in namespace {n}")).unwrap_or_default()
+            ));
+        }
+        self.objects
+            .list(&api_version, &kind, namespace.as_deref(), selector.as_deref())
+    }
+}
+
+/// Denies memory growth past the limit and remembers that it did, to name the fault.
+struct MemoryLimiter {
+    limit: usize,
+    exceeded: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// A clock that always reads the context's `now`: hooks get no time of their own.
+struct FrozenClock(Duration);
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+impl WasmHook {
+    pub fn info(&self) -> Option<&ModuleInfo> {
+        self.info.as_ref()
+    }
+
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Runs `f` against a fresh instance with the hook's limits, mapping every failure to a fault.
+    fn call<T>(
+        &self,
+        now: i64,
+        timeout: Duration,
+        f: impl FnOnce(&bindings::Policy, &mut Store<CallState>) -> wasmtime::Result<T>,
+    ) -> Result<T, HookFault> {
+        let stdout = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
+        let stderr = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
+        let wall = Duration::from_secs(u64::try_from(now).unwrap_or(0));
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .wall_clock(FrozenClock(wall))
+            .monotonic_clock(FrozenClock(wall))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = CallState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                limit: usize::try_from(self.memory).unwrap_or(usize::MAX),
+                exceeded: false,
+            },
+            hook: self.name.clone(),
+            log_lines: 0,
+            objects: self.objects.clone(),
+            allowed: self.allowed.clone(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| f(&instance, &mut store));
+        let output = capture(&self.name, &stdout, &stderr);
+        result.map_err(|err| {
+            if store.data().limiter.exceeded {
+                return HookFault::OutOfMemory(self.memory);
+            }
+            match err.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => HookFault::Timeout(timeout),
+                Some(trap) => {
+                    let detail = output
+                        .map(|line| format!(" (guest said: {line})"))
+                        .unwrap_or_default();
+                    HookFault::Trap(format!("{trap}{detail}"))
+                }
+                None => HookFault::Trap(first_line(&format!("{err}"))),
+            }
+        })
+    }
+
+    fn describe(&mut self) -> Result<ModuleInfo, HookFault> {
+        let info = self.call(0, LOAD_TIMEOUT, |p, store| {
+            p.rollout_ext_policy_metadata().call_describe(store)
+        })?;
+        Ok(ModuleInfo {
+            name: info.name,
+            sdk_version: info.sdk_version,
+            wit_version: info.wit_version,
+            points: info.points.into_iter().map(convert::point_from_wit).collect(),
+        })
+    }
+
+    fn context(&self, ctx: &CallContext) -> wit::Context {
+        wit::Context {
+            now: ctx.now,
+            run_id: ctx.run_id.clone(),
+            dry_run: ctx.dry_run,
+            hook_name: self.name.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// Logs what the guest printed; returns its last stderr line, which usually says why it trapped.
+fn capture(hook: &str, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> Option<String> {
+    let out = stdout.contents();
+    for line in String::from_utf8_lossy(&out).lines().filter(|l| !l.trim().is_empty()) {
+        report::log(report::Level::Info, &format!("[hook {hook}] {line}"));
+    }
+    let err = stderr.contents();
+    let text = String::from_utf8_lossy(&err);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        report::log(report::Level::Warn, &format!("[hook {hook}] {line}"));
+    }
+    // The last line that is not Rust's backtrace hint is usually the panic message.
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .map(String::from)
+}
+
+/// The guest's own error string becomes a `Refused` fault.
+fn refused<T>(answer: Result<T, String>) -> Result<T, HookFault> {
+    answer.map_err(|e| HookFault::Refused(truncate(&e, 500)))
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn check_size(size: usize) -> Result<(), HookFault> {
+    if size > ANSWER_LIMIT {
+        return Err(HookFault::AnswerTooLarge {
+            size,
+            limit: ANSWER_LIMIT,
+        });
+    }
+    Ok(())
+}
+
+impl Hook for WasmHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn points(&self) -> &[HookPoint] {
+        &self.points
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.failure_policy
+    }
+
+    fn select(
+        &mut self,
+        ctx: &CallContext,
+        group: &GroupInfo,
+        candidates: &[Candidate],
+    ) -> Result<SelectAnswer, HookFault> {
+        let wctx = self.context(ctx);
+        let wgroup = convert::group(group);
+        let wcands: Vec<wit::Instance> = candidates.iter().map(convert::instance).collect();
+        let answer = self.call(ctx.now, self.timeout, |p, store| {
+            p.rollout_ext_policy_selection()
+                .call_select(store, &wctx, &wgroup, &wcands)
+        })?;
+        match refused(answer)? {
+            wit::Selection::Defer => Ok(SelectAnswer::Defer),
+            wit::Selection::Choose(choices) => {
+                check_size(choices.iter().map(|c| c.name.len() + c.reason.len()).sum())?;
+                Ok(SelectAnswer::Choose(
+                    choices
+                        .into_iter()
+                        .map(|c| crate::plan::hook::Choice {
+                            name: c.name,
+                            reason: c.reason,
+                        })
+                        .collect(),
+                ))
+            }
+        }
+    }
+
+    fn next_batch(&mut self, ctx: &CallContext, progress: &Progress) -> Result<BatchAnswer, HookFault> {
+        let wctx = self.context(ctx);
+        let wprogress = convert::progress(progress);
+        let answer = self.call(ctx.now, self.timeout, |p, store| {
+            p.rollout_ext_policy_batching()
+                .call_next_batch(store, &wctx, &wprogress)
+        })?;
+        Ok(match refused(answer)? {
+            wit::BatchSize::Defer => BatchAnswer::Defer,
+            wit::BatchSize::Size(n) => BatchAnswer::Size(n),
+            wit::BatchSize::Pause(p) => {
+                check_size(p.reason.len())?;
+                BatchAnswer::Pause {
+                    seconds: p.seconds,
+                    reason: p.reason,
+                }
+            }
+        })
+    }
+
+    fn gate(
+        &mut self,
+        ctx: &CallContext,
+        phase: Phase,
+        batch: &BatchInfo,
+        summary: &HealthSummary,
+    ) -> Result<GateAnswer, HookFault> {
+        let wctx = self.context(ctx);
+        let wbatch = convert::batch(batch);
+        let wsummary = convert::summary(summary);
+        let wphase = convert::phase(phase);
+        let answer = self.call(ctx.now, self.timeout, |p, store| {
+            p.rollout_ext_policy_gates()
+                .call_check(store, &wctx, wphase, &wbatch, &wsummary)
+        })?;
+        Ok(match refused(answer)? {
+            wit::Verdict::Defer => GateAnswer::Defer,
+            wit::Verdict::Proceed => GateAnswer::Proceed,
+            wit::Verdict::Wait(p) => {
+                check_size(p.reason.len())?;
+                GateAnswer::Wait {
+                    seconds: p.seconds,
+                    reason: p.reason,
+                }
+            }
+            wit::Verdict::Abort(reason) => {
+                check_size(reason.len())?;
+                GateAnswer::Abort(reason)
+            }
+        })
+    }
+}
+
+/// Loads every hook of a policy, in order. The error names the hook and its line.
+pub fn load_all(
+    runtime: &HookRuntime,
+    policy: &crate::policy::Policy,
+    objects: Arc<dyn ObjectSource>,
+) -> Result<Vec<Box<dyn Hook>>, crate::policy::PolicyError> {
+    let allowed = Arc::new(policy.context_resources.clone());
+    policy
+        .hooks
+        .iter()
+        .map(|spec| {
+            runtime
+                .load(spec, objects.clone(), allowed.clone())
+                .map(|h| Box::new(h) as Box<dyn Hook>)
+                .map_err(|e| crate::policy::PolicyError {
+                    file: policy.source.clone(),
+                    line: spec.line,
+                    column: 0,
+                    message: format!("hook {}: {e}", spec.name),
+                })
+        })
+        .collect()
+}

@@ -1,0 +1,71 @@
+//! Where `list-objects` reads from: the snapshot when planning offline, the cluster when live.
+
+use std::sync::OnceLock;
+
+use crate::labels::{LabelSelector, Labels};
+
+/// Read-only access to cluster objects for hooks. The allow-list is checked before this is asked.
+pub trait ObjectSource: Send + Sync {
+    /// Objects of `kind` as a JSON array.
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<String, String>;
+}
+
+/// Serves objects from the snapshot file; parsed in full only when a hook first asks.
+pub struct SnapshotObjects {
+    bytes: Vec<u8>,
+    items: OnceLock<Result<Vec<serde_json::Value>, String>>,
+}
+
+impl SnapshotObjects {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        SnapshotObjects {
+            bytes,
+            items: OnceLock::new(),
+        }
+    }
+}
+
+impl ObjectSource for SnapshotObjects {
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<String, String> {
+        let items = self
+            .items
+            .get_or_init(|| {
+                let mut list: serde_json::Value =
+                    serde_json::from_slice(&self.bytes).map_err(|e| e.to_string())?;
+                match list.get_mut("items").map(serde_json::Value::take) {
+                    Some(serde_json::Value::Array(items)) => Ok(items),
+                    _ => Ok(Vec::new()),
+                }
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let selector = selector
+            .map(LabelSelector::parse)
+            .transpose()?
+            .unwrap_or_default();
+        let matching: Vec<&serde_json::Value> = items
+            .iter()
+            .filter(|item| {
+                let meta = &item["metadata"];
+                let labels: Labels = serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
+                item["kind"] == kind
+                    && item["apiVersion"] == api_version
+                    && namespace.is_none_or(|ns| meta["namespace"] == ns)
+                    && selector.matches(&labels)
+            })
+            .collect();
+        serde_json::to_string(&matching).map_err(|e| e.to_string())
+    }
+}

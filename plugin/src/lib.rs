@@ -1,0 +1,11 @@
+//! kubectl rollout-ext: rotate nodes with kops semantics and roll controllers with the "simple
+//! rolling update" design, with site policy in sandboxed WebAssembly hooks.
+
+pub mod cli;
+pub mod hooks;
+pub mod keys;
+pub mod labels;
+pub mod plan;
+pub mod policy;
+pub mod report;
+pub mod snapshot;

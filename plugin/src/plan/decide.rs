@@ -1,0 +1,602 @@
+//! Asks the configured hooks and turns their answers into one decision, after checking every
+//! answer against what the host allows. An invalid answer is a hook fault, never an action.
+//!
+//! Composition when several hooks serve the same point:
+//! - selection chains: each hook sees the previous hook's order and may reorder or trim it;
+//! - batching takes the most careful answer: any pause wins (the longest), else the smallest size;
+//! - gates take the most careful verdict: abort, then the longest wait, then proceed.
+//!
+//! A fault is an error under `failurePolicy: Fail` and a warning plus the built-in behaviour
+//! under `Ignore`.
+
+use std::collections::HashSet;
+
+use crate::plan::hook::{
+    BatchAnswer, BatchInfo, CallContext, Candidate, DecidedBy, GateAnswer, GroupInfo,
+    HealthSummary, Hook, HookFault, Phase, Progress, SelectAnswer,
+};
+use crate::policy::{FailurePolicy, HookPoint};
+
+/// The longest pause or wait a hook may ask for at once: a week, the span of a weekly window.
+pub const MAX_WAIT_SECONDS: u32 = 7 * 24 * 3600;
+
+/// A hook failed under `failurePolicy: Fail`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hook {hook} failed at the {point} point: {fault} (failurePolicy: Fail stops the run; nothing was changed by this step)")]
+pub struct HookFailed {
+    pub hook: String,
+    pub point: HookPoint,
+    pub fault: HookFault,
+}
+
+/// An instance chosen for update, with the reason and who chose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// Index into the candidates.
+    pub index: usize,
+    pub reason: String,
+    pub by: DecidedBy,
+}
+
+/// The size of the next batch, or a pause before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchDecision {
+    Size { size: u32, by: DecidedBy },
+    Pause { seconds: u32, reason: String, by: DecidedBy },
+}
+
+/// Whether the rotation goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Proceed,
+    Wait { seconds: u32, reason: String },
+    Abort(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateDecision {
+    pub verdict: Verdict,
+    pub by: DecidedBy,
+}
+
+/// Applies the hook's failure policy to a fault.
+fn on_fault(
+    hook: &dyn Hook,
+    point: HookPoint,
+    fault: HookFault,
+    warnings: &mut Vec<String>,
+) -> Result<(), HookFailed> {
+    match hook.failure_policy() {
+        FailurePolicy::Fail => Err(HookFailed {
+            hook: hook.name().to_string(),
+            point,
+            fault,
+        }),
+        FailurePolicy::Ignore => {
+            warnings.push(format!(
+                "hook {} failed at the {point} point: {fault}; ignored (failurePolicy: Ignore), built-in behaviour used",
+                hook.name()
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn serves(hook: &dyn Hook, point: HookPoint) -> bool {
+    hook.points().contains(&point)
+}
+
+/// The built-in choice: candidates with a reason, in their order.
+pub fn built_in_choice(candidates: &[Candidate]) -> Vec<Chosen> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(index, c)| {
+            c.reason.as_ref().map(|r| Chosen {
+                index,
+                reason: r.clone(),
+                by: DecidedBy::BuiltIn,
+            })
+        })
+        .collect()
+}
+
+/// The outcome of selection: the chosen instances in update order, and who decided last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    pub chosen: Vec<Chosen>,
+    pub by: DecidedBy,
+}
+
+/// Runs the selection hooks in order over `candidates` (built-in reasons already set).
+pub fn select(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    group: &GroupInfo,
+    candidates: &[Candidate],
+    warnings: &mut Vec<String>,
+) -> Result<Selected, HookFailed> {
+    let mut chosen = built_in_choice(candidates);
+    let mut decided = DecidedBy::BuiltIn;
+    for hook in hooks.iter_mut() {
+        if !serves(hook.as_ref(), HookPoint::Select) {
+            continue;
+        }
+        // The hook sees the current choice first, with its reasons, then the rest.
+        let picked: HashSet<usize> = chosen.iter().map(|c| c.index).collect();
+        let mut view: Vec<Candidate> = chosen
+            .iter()
+            .map(|c| {
+                let mut cand = candidates[c.index].clone();
+                cand.reason = Some(c.reason.clone());
+                cand
+            })
+            .collect();
+        let mut view_index: Vec<usize> = chosen.iter().map(|c| c.index).collect();
+        for (i, c) in candidates.iter().enumerate() {
+            if !picked.contains(&i) {
+                let mut cand = c.clone();
+                cand.reason = None;
+                view.push(cand);
+                view_index.push(i);
+            }
+        }
+        let info = GroupInfo {
+            selected: chosen.len() as u32,
+            ..group.clone()
+        };
+        let answer = hook
+            .select(ctx, &info, &view)
+            .and_then(|a| check_selection(a, &view));
+        match answer {
+            Ok(None) => {}
+            Ok(Some(order)) => {
+                let by = DecidedBy::Hook(hook.name().to_string());
+                decided = by.clone();
+                chosen = order
+                    .into_iter()
+                    .map(|(i, reason)| Chosen {
+                        index: view_index[i],
+                        reason,
+                        by: by.clone(),
+                    })
+                    .collect();
+            }
+            Err(fault) => on_fault(hook.as_ref(), HookPoint::Select, fault, warnings)?,
+        }
+    }
+    Ok(Selected {
+        chosen,
+        by: decided,
+    })
+}
+
+/// Checks a selection: every name a candidate, none twice. Returns view indexes and reasons.
+fn check_selection(
+    answer: SelectAnswer,
+    view: &[Candidate],
+) -> Result<Option<Vec<(usize, String)>>, HookFault> {
+    let choices = match answer {
+        SelectAnswer::Defer => return Ok(None),
+        SelectAnswer::Choose(c) => c,
+    };
+    let position: std::collections::HashMap<&str, usize> = view
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut order = Vec::with_capacity(choices.len());
+    for choice in choices {
+        let Some(&i) = position.get(choice.name.as_str()) else {
+            return Err(HookFault::InvalidAnswer(format!(
+                "chose {:?}, which is not a candidate",
+                choice.name
+            )));
+        };
+        if !seen.insert(i) {
+            return Err(HookFault::InvalidAnswer(format!(
+                "chose {:?} twice",
+                choice.name
+            )));
+        }
+        let reason = if choice.reason.trim().is_empty() {
+            "chosen by hook".to_string()
+        } else {
+            choice.reason
+        };
+        order.push((i, reason));
+    }
+    Ok(Some(order))
+}
+
+/// Sizes the next batch. `progress.max_batch` is the built-in size and the upper bound.
+pub fn batch_size(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    progress: &Progress,
+    warnings: &mut Vec<String>,
+) -> Result<BatchDecision, HookFailed> {
+    let mut decision = BatchDecision::Size {
+        size: progress.max_batch,
+        by: DecidedBy::BuiltIn,
+    };
+    for hook in hooks.iter_mut() {
+        if !serves(hook.as_ref(), HookPoint::Batch) {
+            continue;
+        }
+        let answer = hook
+            .next_batch(ctx, progress)
+            .and_then(|a| check_batch(a, progress.max_batch));
+        let by = DecidedBy::Hook(hook.name().to_string());
+        match answer {
+            Ok(BatchAnswer::Defer) => {}
+            Ok(BatchAnswer::Pause { seconds, reason }) => {
+                let longer = match &decision {
+                    BatchDecision::Pause { seconds: s, .. } => seconds > *s,
+                    BatchDecision::Size { .. } => true,
+                };
+                if longer {
+                    decision = BatchDecision::Pause {
+                        seconds,
+                        reason,
+                        by,
+                    };
+                }
+            }
+            Ok(BatchAnswer::Size(size)) => {
+                // A hook's size never exceeds the built-in one, so it replaces it; among hooks
+                // the smallest wins.
+                if let BatchDecision::Size { size: current, by: current_by } = &decision
+                    && (size < *current || *current_by == DecidedBy::BuiltIn)
+                {
+                    decision = BatchDecision::Size { size, by };
+                }
+            }
+            Err(fault) => on_fault(hook.as_ref(), HookPoint::Batch, fault, warnings)?,
+        }
+    }
+    Ok(decision)
+}
+
+fn check_batch(answer: BatchAnswer, max_batch: u32) -> Result<BatchAnswer, HookFault> {
+    match &answer {
+        BatchAnswer::Size(n) if *n == 0 => Err(HookFault::InvalidAnswer(
+            "batch size 0 (answer pause to wait)".into(),
+        )),
+        BatchAnswer::Size(n) if *n > max_batch => Err(HookFault::InvalidAnswer(format!(
+            "batch size {n} exceeds the budget of {max_batch}"
+        ))),
+        BatchAnswer::Pause { seconds, .. } => check_wait(*seconds).map(|_| answer),
+        _ => Ok(answer),
+    }
+}
+
+fn check_wait(seconds: u32) -> Result<(), HookFault> {
+    if seconds == 0 || seconds > MAX_WAIT_SECONDS {
+        return Err(HookFault::InvalidAnswer(format!(
+            "wait of {seconds}s is outside 1s..{MAX_WAIT_SECONDS}s"
+        )));
+    }
+    Ok(())
+}
+
+/// Asks the gates whether to go on.
+pub fn gate(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    phase: Phase,
+    batch: &BatchInfo,
+    summary: &HealthSummary,
+    warnings: &mut Vec<String>,
+) -> Result<GateDecision, HookFailed> {
+    let mut decision = GateDecision {
+        verdict: Verdict::Proceed,
+        by: DecidedBy::BuiltIn,
+    };
+    for hook in hooks.iter_mut() {
+        if !serves(hook.as_ref(), HookPoint::Gate) {
+            continue;
+        }
+        let answer = hook
+            .gate(ctx, phase, batch, summary)
+            .and_then(|a| match &a {
+                GateAnswer::Wait { seconds, .. } => check_wait(*seconds).map(|_| a),
+                _ => Ok(a),
+            });
+        let verdict = match answer {
+            Ok(GateAnswer::Defer) => continue,
+            Ok(GateAnswer::Proceed) => Verdict::Proceed,
+            Ok(GateAnswer::Wait { seconds, reason }) => Verdict::Wait { seconds, reason },
+            Ok(GateAnswer::Abort(reason)) => Verdict::Abort(if reason.trim().is_empty() {
+                "no reason given".into()
+            } else {
+                reason
+            }),
+            Err(fault) => {
+                on_fault(hook.as_ref(), HookPoint::Gate, fault, warnings)?;
+                continue;
+            }
+        };
+        if severity(&verdict) > severity(&decision.verdict)
+            || decision.by == DecidedBy::BuiltIn
+        {
+            decision = GateDecision {
+                verdict,
+                by: DecidedBy::Hook(hook.name().to_string()),
+            };
+        }
+    }
+    Ok(decision)
+}
+
+/// Orders verdicts from the least to the most careful.
+fn severity(v: &Verdict) -> u64 {
+    match v {
+        Verdict::Proceed => 0,
+        Verdict::Wait { seconds, .. } => 1 + u64::from(*seconds),
+        Verdict::Abort(_) => u64::MAX,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::plan::Role;
+    use crate::plan::hook::{Choice, InstanceKind};
+
+    type SelectFn = dyn FnMut(&[Candidate]) -> Result<SelectAnswer, HookFault>;
+    type BatchFn = dyn FnMut(&Progress) -> Result<BatchAnswer, HookFault>;
+    type GateFn = dyn FnMut(&BatchInfo) -> Result<GateAnswer, HookFault>;
+
+    /// A hook made of closures, for planner tests.
+    pub struct FakeHook {
+        pub name: String,
+        pub points: Vec<HookPoint>,
+        pub policy: FailurePolicy,
+        pub select: Box<SelectFn>,
+        pub batch: Box<BatchFn>,
+        pub gate: Box<GateFn>,
+    }
+
+    impl FakeHook {
+        pub fn new(name: &str, points: &[HookPoint]) -> Self {
+            FakeHook {
+                name: name.into(),
+                points: points.to_vec(),
+                policy: FailurePolicy::Fail,
+                select: Box::new(|_| Ok(SelectAnswer::Defer)),
+                batch: Box::new(|_| Ok(BatchAnswer::Defer)),
+                gate: Box::new(|_| Ok(GateAnswer::Defer)),
+            }
+        }
+        pub fn boxed(self) -> Box<dyn Hook> {
+            Box::new(self)
+        }
+    }
+
+    impl Hook for FakeHook {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn points(&self) -> &[HookPoint] {
+            &self.points
+        }
+        fn failure_policy(&self) -> FailurePolicy {
+            self.policy
+        }
+        fn select(
+            &mut self,
+            _: &CallContext,
+            _: &GroupInfo,
+            c: &[Candidate],
+        ) -> Result<SelectAnswer, HookFault> {
+            (self.select)(c)
+        }
+        fn next_batch(&mut self, _: &CallContext, p: &Progress) -> Result<BatchAnswer, HookFault> {
+            (self.batch)(p)
+        }
+        fn gate(
+            &mut self,
+            _: &CallContext,
+            _: Phase,
+            b: &BatchInfo,
+            _: &HealthSummary,
+        ) -> Result<GateAnswer, HookFault> {
+            (self.gate)(b)
+        }
+    }
+
+    pub fn candidate(name: &str, reason: Option<&str>) -> Candidate {
+        Candidate {
+            kind: InstanceKind::Node,
+            name: name.into(),
+            group: "g".into(),
+            role: Role::Node,
+            zone: None,
+            labels: Default::default(),
+            annotations: Default::default(),
+            taints: vec![],
+            ready: true,
+            unschedulable: false,
+            created: None,
+            kubelet_version: None,
+            pods: 0,
+            pods_not_ready: 0,
+            reason: reason.map(String::from),
+        }
+    }
+
+    fn ctx() -> CallContext {
+        CallContext {
+            now: 0,
+            run_id: "r".into(),
+            dry_run: true,
+        }
+    }
+
+    fn group() -> GroupInfo {
+        GroupInfo {
+            name: "g".into(),
+            role: Role::Node,
+            size: 3,
+            up_to_date: 1,
+            selected: 2,
+            max_surge: 0,
+            max_unavailable: 1,
+        }
+    }
+
+    fn choose(names: &[&str]) -> SelectAnswer {
+        SelectAnswer::Choose(
+            names
+                .iter()
+                .map(|n| Choice {
+                    name: n.to_string(),
+                    reason: format!("picked {n}"),
+                })
+                .collect(),
+        )
+    }
+
+    fn cands() -> Vec<Candidate> {
+        vec![
+            candidate("a", Some("old")),
+            candidate("b", Some("old")),
+            candidate("c", None),
+        ]
+    }
+
+    fn names(chosen: &[Chosen], c: &[Candidate]) -> Vec<String> {
+        chosen.iter().map(|x| c[x.index].name.clone()).collect()
+    }
+
+    #[test]
+    fn selection_chains_and_credits_the_last_hook() {
+        let mut first = FakeHook::new("first", &[HookPoint::Select]);
+        first.select = Box::new(|view: &[Candidate]| {
+            // Sees the built-in choice first.
+            assert_eq!(view[0].name, "a");
+            assert!(view[2].reason.is_none());
+            Ok(choose(&["c", "b", "a"]))
+        });
+        let mut second = FakeHook::new("second", &[HookPoint::Select]);
+        second.select = Box::new(|view: &[Candidate]| {
+            assert_eq!(view[0].name, "c", "sees the previous hook's order");
+            Ok(choose(&["b", "c"]))
+        });
+        let mut hooks = vec![first.boxed(), second.boxed()];
+        let c = cands();
+        let selected = select(&mut hooks, &ctx(), &group(), &c, &mut vec![]).unwrap();
+        assert_eq!(selected.by, DecidedBy::Hook("second".into()));
+        let chosen = selected.chosen;
+        assert_eq!(names(&chosen, &c), ["b", "c"]);
+        assert_eq!(chosen[0].by, DecidedBy::Hook("second".into()));
+        assert_eq!(chosen[0].reason, "picked b");
+    }
+
+    #[test]
+    fn selection_rejects_unknown_and_duplicate_names() {
+        for bad in [&["a", "zz"][..], &["a", "a"][..]] {
+            let mut h = FakeHook::new("h", &[HookPoint::Select]);
+            let answer = choose(bad);
+            h.select = Box::new(move |_| Ok(answer.clone()));
+            let err = select(&mut [h.boxed()], &ctx(), &group(), &cands(), &mut vec![]).unwrap_err();
+            assert!(matches!(err.fault, HookFault::InvalidAnswer(_)), "{err}");
+            assert_eq!(err.hook, "h");
+        }
+    }
+
+    #[test]
+    fn ignore_policy_falls_back_to_built_in() {
+        let mut h = FakeHook::new("flaky", &[HookPoint::Select]);
+        h.policy = FailurePolicy::Ignore;
+        h.select = Box::new(|_| Err(HookFault::Trap("unreachable".into())));
+        let mut warnings = vec![];
+        let c = cands();
+        let chosen = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut warnings).unwrap().chosen;
+        assert_eq!(names(&chosen, &c), ["a", "b"]);
+        assert!(chosen.iter().all(|c| c.by == DecidedBy::BuiltIn));
+        assert!(warnings[0].contains("flaky") && warnings[0].contains("trapped"), "{warnings:?}");
+    }
+
+    fn progress_of<'a>(g: &'a GroupInfo, pending: &'a [Candidate], max: u32) -> Progress<'a> {
+        Progress {
+            group: g,
+            batches_done: 0,
+            updated: 0,
+            pending,
+            max_batch: max,
+        }
+    }
+
+    #[test]
+    fn batch_sizes_compose_to_the_most_careful() {
+        let g = group();
+        let c = cands();
+        let p = progress_of(&g, &c, 3);
+        let mut two = FakeHook::new("two", &[HookPoint::Batch]);
+        two.batch = Box::new(|_| Ok(BatchAnswer::Size(2)));
+        let mut one = FakeHook::new("one", &[HookPoint::Batch]);
+        one.batch = Box::new(|_| Ok(BatchAnswer::Size(1)));
+        let mut hooks = vec![two.boxed(), one.boxed()];
+        let d = batch_size(&mut hooks, &ctx(), &p, &mut vec![]).unwrap();
+        assert_eq!(d, BatchDecision::Size { size: 1, by: DecidedBy::Hook("one".into()) });
+
+        let mut pause = FakeHook::new("window", &[HookPoint::Batch]);
+        pause.batch = Box::new(|_| Ok(BatchAnswer::Pause { seconds: 60, reason: "closed".into() }));
+        hooks.push(pause.boxed());
+        let d = batch_size(&mut hooks, &ctx(), &p, &mut vec![]).unwrap();
+        assert!(matches!(d, BatchDecision::Pause { seconds: 60, .. }));
+
+        let d = batch_size(&mut [], &ctx(), &p, &mut vec![]).unwrap();
+        assert_eq!(d, BatchDecision::Size { size: 3, by: DecidedBy::BuiltIn });
+    }
+
+    #[test]
+    fn batch_answers_out_of_bounds_are_faults() {
+        let g = group();
+        let c = cands();
+        let p = progress_of(&g, &c, 2);
+        let answers = [
+            BatchAnswer::Size(0),
+            BatchAnswer::Size(3),
+            BatchAnswer::Size(u32::MAX),
+            BatchAnswer::Pause { seconds: 0, reason: String::new() },
+            BatchAnswer::Pause { seconds: MAX_WAIT_SECONDS + 1, reason: String::new() },
+        ];
+        for answer in answers {
+            let mut h = FakeHook::new("h", &[HookPoint::Batch]);
+            let a = answer.clone();
+            h.batch = Box::new(move |_| Ok(a.clone()));
+            let err = batch_size(&mut [h.boxed()], &ctx(), &p, &mut vec![]).unwrap_err();
+            assert!(matches!(err.fault, HookFault::InvalidAnswer(_)), "{answer:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn gates_take_the_most_careful_verdict() {
+        let batch = BatchInfo { index: 0, instances: vec!["a".into()], canary: false, attempt: 0 };
+        let mut ok = FakeHook::new("ok", &[HookPoint::Gate]);
+        ok.gate = Box::new(|_| Ok(GateAnswer::Proceed));
+        let mut wait = FakeHook::new("wait", &[HookPoint::Gate]);
+        wait.gate = Box::new(|_| Ok(GateAnswer::Wait { seconds: 30, reason: "busy".into() }));
+        let mut stop = FakeHook::new("stop", &[HookPoint::Gate]);
+        stop.gate = Box::new(|_| Ok(GateAnswer::Abort("broken".into())));
+
+        let mut hooks = vec![ok.boxed()];
+        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        assert_eq!(d, GateDecision { verdict: Verdict::Proceed, by: DecidedBy::Hook("ok".into()) });
+
+        hooks.push(wait.boxed());
+        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        assert_eq!(d.by, DecidedBy::Hook("wait".into()));
+
+        hooks.push(stop.boxed());
+        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        assert_eq!(d.verdict, Verdict::Abort("broken".into()));
+
+        let d = gate(&mut [], &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        assert_eq!(d, GateDecision { verdict: Verdict::Proceed, by: DecidedBy::BuiltIn });
+    }
+}

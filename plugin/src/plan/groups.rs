@@ -1,0 +1,205 @@
+//! Instance groups, roles and the built-in "out of date" rules.
+
+use std::collections::BTreeMap;
+
+use crate::keys;
+use crate::plan::Role;
+use crate::snapshot::Node;
+
+/// The nodes of one group, sorted by name.
+#[derive(Debug)]
+pub struct NodeGroup<'a> {
+    pub name: String,
+    pub role: Role,
+    pub nodes: Vec<&'a Node>,
+}
+
+pub fn role_of(node: &Node) -> Role {
+    if node.labels.contains_key(keys::ROLE_CONTROL_PLANE) || node.labels.contains_key(keys::ROLE_MASTER)
+    {
+        Role::ControlPlane
+    } else {
+        Role::Node
+    }
+}
+
+pub fn zone_of(node: &Node) -> Option<&str> {
+    node.labels
+        .get(keys::ZONE)
+        .or_else(|| node.labels.get(keys::ZONE_LEGACY))
+        .map(String::as_str)
+}
+
+/// The group a node belongs to: the value of `label` when given, else of the first known group
+/// label it has, else its role's name.
+pub fn group_of(node: &Node, label: Option<&str>) -> String {
+    let value = match label {
+        Some(l) => node.labels.get(l),
+        None => keys::GROUP_LABELS.iter().find_map(|l| node.labels.get(*l)),
+    };
+    match value {
+        Some(v) if !v.is_empty() => v.clone(),
+        _ => role_of(node).as_str().to_string(),
+    }
+}
+
+/// Groups nodes, ordered bastion → control-plane → node, then by name. A group's role is the
+/// most privileged role among its nodes.
+pub fn collect<'a>(nodes: &'a [Node], label: Option<&str>) -> Vec<NodeGroup<'a>> {
+    let mut by_name: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
+    for node in nodes {
+        by_name.entry(group_of(node, label)).or_default().push(node);
+    }
+    let mut groups: Vec<NodeGroup> = by_name
+        .into_iter()
+        .map(|(name, mut nodes)| {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            let role = nodes.iter().map(|n| role_of(n)).min().unwrap_or(Role::Node);
+            NodeGroup { name, role, nodes }
+        })
+        .collect();
+    groups.sort_by(|a, b| a.role.cmp(&b.role).then_with(|| a.name.cmp(&b.name)));
+    groups
+}
+
+/// The built-in rules that make an instance out of date.
+#[derive(Debug, Clone, Default)]
+pub struct Staleness {
+    pub kubelet_version: Option<String>,
+    pub expect_labels: Vec<(String, String)>,
+    /// Maximum age in seconds.
+    pub max_age: Option<i64>,
+    pub now: i64,
+}
+
+/// Why `node` is out of date, or none. Several reasons are joined.
+pub fn outdated_reason(node: &Node, rules: &Staleness) -> Option<String> {
+    let mut reasons = Vec::new();
+    for key in [keys::KOPS_NEEDS_UPDATE, keys::NEEDS_UPDATE] {
+        if node.annotations.contains_key(key) {
+            reasons.push(format!("needs-update annotation ({key})"));
+        }
+    }
+    if node.annotations.contains_key(keys::DETACHED) {
+        reasons.push("detached for surge by an earlier run".to_string());
+    }
+    if let Some(want) = &rules.kubelet_version {
+        let have = node.kubelet_version.as_deref().unwrap_or("unknown");
+        if have.trim_start_matches('v') != want.trim_start_matches('v') {
+            reasons.push(format!("kubelet {have}, want {want}"));
+        }
+    }
+    for (key, want) in &rules.expect_labels {
+        match node.labels.get(key) {
+            Some(have) if have == want => {}
+            Some(have) => reasons.push(format!("label {key}={have}, want {key}={want}")),
+            None => reasons.push(format!("label {key} missing, want {key}={want}")),
+        }
+    }
+    if let (Some(max), Some(created)) = (rules.max_age, node.created) {
+        let age = rules.now - created;
+        if age > max {
+            reasons.push(format!(
+                "age {} exceeds --max-age {}",
+                human_duration(age),
+                human_duration(max)
+            ));
+        }
+    }
+    (!reasons.is_empty()).then(|| reasons.join(", "))
+}
+
+/// `3d4h`, `15m`, `42s`: the two largest units.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (d, h, m, sec) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60, s % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{sec}s"),
+        (0, 0, _) if sec == 0 => format!("{m}m"),
+        (0, 0, _) => format!("{m}m{sec}s"),
+        (0, _, 0) => format!("{h}h"),
+        (0, _, _) => format!("{h}h{m}m"),
+        (_, 0, _) => format!("{d}d"),
+        _ => format!("{d}d{h}h"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+        Node {
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            annotations: Default::default(),
+            taints: vec![],
+            unschedulable: false,
+            ready: true,
+            created: Some(0),
+            kubelet_version: Some("v1.20.2".into()),
+            provider_id: None,
+        }
+    }
+
+    #[test]
+    fn groups_in_seed_order() {
+        let nodes = vec![
+            node("w2", &[("kops.k8s.io/instancegroup", "nodes-b")]),
+            node("w1", &[("eks.amazonaws.com/nodegroup", "nodes-a")]),
+            node("m1", &[("node-role.kubernetes.io/master", "")]),
+            node("m0", &[("node-role.kubernetes.io/control-plane", "")]),
+            node("x", &[]),
+        ];
+        let groups = collect(&nodes, None);
+        let summary: Vec<_> = groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.role, g.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("control-plane", Role::ControlPlane, vec!["m0", "m1"]),
+                ("node", Role::Node, vec!["x"]),
+                ("nodes-a", Role::Node, vec!["w1"]),
+                ("nodes-b", Role::Node, vec!["w2"]),
+            ]
+        );
+        let by_label = collect(&nodes, Some("eks.amazonaws.com/nodegroup"));
+        assert!(by_label.iter().any(|g| g.name == "nodes-a"));
+        assert!(!by_label.iter().any(|g| g.name == "nodes-b"));
+    }
+
+    #[test]
+    fn outdated_reasons() {
+        let rules = Staleness {
+            kubelet_version: Some("1.21.0".into()),
+            expect_labels: vec![("spec".into(), "v2".into())],
+            max_age: Some(86_400),
+            now: 3 * 86_400,
+        };
+        let mut n = node("n", &[("spec", "v1")]);
+        n.annotations.insert(keys::KOPS_NEEDS_UPDATE.into(), String::new());
+        let reason = outdated_reason(&n, &rules).unwrap();
+        assert_eq!(
+            reason,
+            "needs-update annotation (kops.k8s.io/needs-update), kubelet v1.20.2, want 1.21.0, \
+             label spec=v1, want spec=v2, age 3d exceeds --max-age 1d"
+        );
+        let fresh = Staleness {
+            kubelet_version: Some("v1.20.2".into()),
+            now: 10,
+            max_age: Some(86_400),
+            ..Default::default()
+        };
+        assert_eq!(outdated_reason(&node("n", &[]), &fresh), None);
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human_duration(42), "42s");
+        assert_eq!(human_duration(900), "15m");
+        assert_eq!(human_duration(5400), "1h30m");
+        assert_eq!(human_duration(3 * 86_400 + 7200), "3d2h");
+    }
+}

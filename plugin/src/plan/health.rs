@@ -1,0 +1,175 @@
+//! The cluster's health as the built-in validation judges it (kops' `validate cluster`: every
+//! node Ready, no unschedulable node outside the run, system pods Ready), and the
+//! PodDisruptionBudgets that cover a batch.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::keys;
+use crate::plan::drain::{DrainOptions, PodFate, classify};
+use crate::plan::hook::{BudgetCover, HealthSummary};
+use crate::snapshot::{Pdb, Pod, Snapshot};
+
+/// How many failures a summary spells out before it just counts.
+const LISTED_FAILURES: usize = 10;
+
+/// Lookups built once per snapshot.
+pub struct Index<'a> {
+    pub pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    pdbs_by_namespace: HashMap<&'a str, Vec<&'a Pdb>>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Self {
+        let mut pdbs_by_namespace: HashMap<&str, Vec<&Pdb>> = HashMap::new();
+        for pdb in &snapshot.pdbs {
+            pdbs_by_namespace
+                .entry(pdb.namespace.as_str())
+                .or_default()
+                .push(pdb);
+        }
+        Index {
+            pods_by_node: snapshot.pods_by_node(),
+            pdbs_by_namespace,
+        }
+    }
+
+    pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
+        self.pods_by_node.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// The budgets that select `pod`.
+    pub fn budgets_of<'p>(&'p self, pod: &'p Pod) -> impl Iterator<Item = &'a Pdb> + 'p {
+        let labels = &pod.labels;
+        self.pdbs_by_namespace
+            .get(pod.namespace.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(move |pdb| pdb.selector.matches(labels))
+    }
+}
+
+/// Whether a pod counts toward readiness: running or about to, not finished or leaving.
+fn counts(pod: &Pod) -> bool {
+    !pod.finished && !pod.terminating
+}
+
+/// Health of the whole cluster plus the budgets covering the pods a drain of `batch` would move.
+/// Nodes in `cordoned_by_run` are unschedulable on purpose and do not fail validation.
+pub fn summarize(
+    snapshot: &Snapshot,
+    index: &Index,
+    batch: &[&str],
+    cordoned_by_run: &HashSet<&str>,
+    drain: &DrainOptions,
+) -> HealthSummary {
+    let mut s = HealthSummary {
+        nodes_total: snapshot.nodes.len() as u32,
+        ..Default::default()
+    };
+    let mut failures = Vec::new();
+    for node in &snapshot.nodes {
+        if !node.ready {
+            s.nodes_not_ready += 1;
+            failures.push(format!("node {} is not Ready", node.name));
+        }
+        if node.unschedulable && !cordoned_by_run.contains(node.name.as_str()) {
+            s.nodes_unschedulable += 1;
+            failures.push(format!("node {} is unschedulable", node.name));
+        }
+    }
+    for pod in snapshot.pods.iter().filter(|p| counts(p)) {
+        s.pods_total += 1;
+        if !pod.ready {
+            s.pods_not_ready += 1;
+            if keys::SYSTEM_NAMESPACES.contains(&pod.namespace.as_str()) {
+                s.system_pods_not_ready += 1;
+                failures.push(format!(
+                    "system pod {}/{} is not Ready",
+                    pod.namespace, pod.name
+                ));
+            }
+        }
+    }
+    if failures.len() > LISTED_FAILURES {
+        let more = failures.len() - LISTED_FAILURES;
+        failures.truncate(LISTED_FAILURES);
+        failures.push(format!("and {more} more"));
+    }
+    s.failures = failures;
+    s.budgets = budgets_covering(index, batch, drain);
+    s
+}
+
+/// The budgets covering pods that draining `batch` would evict, with how many pods each covers.
+pub fn budgets_covering(index: &Index, batch: &[&str], drain: &DrainOptions) -> Vec<BudgetCover> {
+    let mut covers: BTreeMap<(&str, &str), BudgetCover> = BTreeMap::new();
+    for node in batch {
+        for pod in index.pods_on(node) {
+            if !classify(pod, drain).is_evicted() || !counts(pod) {
+                continue;
+            }
+            for pdb in index.budgets_of(pod) {
+                covers
+                    .entry((pdb.namespace.as_str(), pdb.name.as_str()))
+                    .or_insert_with(|| BudgetCover {
+                        namespace: pdb.namespace.clone(),
+                        name: pdb.name.clone(),
+                        disruptions_allowed: pdb.disruptions_allowed,
+                        pods_in_batch: 0,
+                    })
+                    .pods_in_batch += 1;
+            }
+        }
+    }
+    covers.into_values().collect()
+}
+
+/// Why a drain of `nodes` could not finish right now: refused pods and pods whose budget allows
+/// no disruption. One line per budget or refusal reason.
+pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Vec<String> {
+    let mut refused: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut blocked: BTreeMap<(&str, &str, i32), Vec<String>> = BTreeMap::new();
+    for node in nodes {
+        for pod in index.pods_on(node) {
+            match classify(pod, drain) {
+                PodFate::Refuse(reason) => refused
+                    .entry(reason)
+                    .or_default()
+                    .push(format!("{}/{} on {node}", pod.namespace, pod.name)),
+                PodFate::Evict { .. } if !drain.disable_eviction && counts(pod) => {
+                    for pdb in index.budgets_of(pod).filter(|p| p.disruptions_allowed <= 0) {
+                        blocked
+                            .entry((&pdb.namespace, &pdb.name, pdb.disruptions_allowed))
+                            .or_default()
+                            .push(format!("{}/{} on {node}", pod.namespace, pod.name));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let list = |pods: &[String]| {
+        let shown: Vec<&str> = pods.iter().take(5).map(String::as_str).collect();
+        let more = pods.len().saturating_sub(5);
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    let mut lines: Vec<String> = refused
+        .into_iter()
+        .map(|(reason, pods)| {
+            format!("drain would refuse {} pod(s) that {reason}: {}", pods.len(), list(&pods))
+        })
+        .collect();
+    lines.extend(blocked.into_iter().map(|((ns, name, allowed), pods)| {
+        format!(
+            "PodDisruptionBudget {ns}/{name} allows {allowed} disruptions now: eviction of {} pod(s) would be refused: {}",
+            pods.len(),
+            list(&pods)
+        )
+    }));
+    lines
+}

@@ -1,0 +1,204 @@
+//! What the planner asks a policy hook and what it may answer, independent of how the hook runs.
+//!
+//! The WebAssembly host (`crate::hooks`) implements [`Hook`]; unit tests implement it with plain
+//! closures. Answers are checked by [`crate::plan::decide`] before anything uses them.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::labels::Labels;
+use crate::plan::Role;
+use crate::policy::{FailurePolicy, HookPoint};
+use crate::snapshot::Taint;
+
+/// What an instance stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceKind {
+    Node,
+    Pod,
+}
+
+/// A candidate for replacement, as a hook sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub kind: InstanceKind,
+    pub name: String,
+    pub group: String,
+    pub role: Role,
+    pub zone: Option<String>,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub taints: Vec<Taint>,
+    pub ready: bool,
+    pub unschedulable: bool,
+    pub created: Option<i64>,
+    pub kubelet_version: Option<String>,
+    pub pods: u32,
+    pub pods_not_ready: u32,
+    /// Why the built-in rules would update it; none when up to date.
+    pub reason: Option<String>,
+}
+
+/// A group and its budget, as a hook sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupInfo {
+    pub name: String,
+    pub role: Role,
+    pub size: u32,
+    pub up_to_date: u32,
+    pub selected: u32,
+    pub max_surge: u32,
+    pub max_unavailable: u32,
+}
+
+/// What every call is told about the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallContext {
+    pub now: i64,
+    pub run_id: String,
+    pub dry_run: bool,
+}
+
+/// Where a group's update stands when the next batch is sized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress<'a> {
+    pub group: &'a GroupInfo,
+    pub batches_done: u32,
+    pub updated: u32,
+    pub pending: &'a [Candidate],
+    pub max_batch: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    BeforeGroup,
+    BeforeBatch,
+    AfterBatch,
+}
+
+/// The batch a gate is asked about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchInfo {
+    pub index: u32,
+    pub instances: Vec<String>,
+    pub canary: bool,
+    pub attempt: u32,
+}
+
+/// A PodDisruptionBudget covering pods of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetCover {
+    pub namespace: String,
+    pub name: String,
+    pub disruptions_allowed: i32,
+    pub pods_in_batch: u32,
+}
+
+/// The cluster's health as validation saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthSummary {
+    pub nodes_total: u32,
+    pub nodes_not_ready: u32,
+    pub nodes_unschedulable: u32,
+    pub pods_total: u32,
+    pub pods_not_ready: u32,
+    pub system_pods_not_ready: u32,
+    pub budgets: Vec<BudgetCover>,
+    pub failures: Vec<String>,
+}
+
+/// One chosen instance and the hook's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub name: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectAnswer {
+    Defer,
+    Choose(Vec<Choice>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchAnswer {
+    Defer,
+    Size(u32),
+    Pause { seconds: u32, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateAnswer {
+    Defer,
+    Proceed,
+    Wait { seconds: u32, reason: String },
+    Abort(String),
+}
+
+/// Why a hook gave no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFault {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("ran out of memory (limit {} MiB)", .0 >> 20)]
+    OutOfMemory(u64),
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("returned an error: {0}")]
+    Refused(String),
+    #[error("gave an invalid answer: {0}")]
+    InvalidAnswer(String),
+    #[error("answer of {size} bytes exceeds the {limit}-byte limit")]
+    AnswerTooLarge { size: usize, limit: usize },
+    #[error("does not implement the {0} point")]
+    NotImplemented(HookPoint),
+}
+
+/// One policy hook.
+pub trait Hook {
+    fn name(&self) -> &str;
+    fn points(&self) -> &[HookPoint];
+    fn failure_policy(&self) -> FailurePolicy;
+
+    fn select(
+        &mut self,
+        ctx: &CallContext,
+        group: &GroupInfo,
+        candidates: &[Candidate],
+    ) -> Result<SelectAnswer, HookFault>;
+
+    fn next_batch(&mut self, ctx: &CallContext, progress: &Progress)
+    -> Result<BatchAnswer, HookFault>;
+
+    fn gate(
+        &mut self,
+        ctx: &CallContext,
+        phase: Phase,
+        batch: &BatchInfo,
+        summary: &HealthSummary,
+    ) -> Result<GateAnswer, HookFault>;
+}
+
+/// `hook/<name>`, or `built-in`: who decided something.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecidedBy {
+    BuiltIn,
+    Hook(String),
+}
+
+impl fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecidedBy::BuiltIn => f.write_str("built-in"),
+            DecidedBy::Hook(name) => write!(f, "hook/{name}"),
+        }
+    }
+}
+
+impl serde::Serialize for DecidedBy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}

@@ -1,0 +1,637 @@
+//! The RolloutPolicy file: parsing, validation and defaults.
+//!
+//! Every error names the file, the line and column, and what was expected. Unknown fields are
+//! errors: a typo must never silently turn a safety setting off. Module paths are resolved
+//! relative to the policy file; nothing here reads a module.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+use serde_saphyr::Spanned;
+
+pub const API_VERSION: &str = "rollout-ext/v1alpha1";
+pub const KIND: &str = "RolloutPolicy";
+
+/// Default wall-clock limit of one hook call.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default memory limit of one hook instance.
+pub const DEFAULT_HOOK_MEMORY: u64 = 64 << 20;
+const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
+const MAX_HOOK_MEMORY: u64 = 4 << 30;
+
+/// A policy error with its place in the file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct PolicyError {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
+/// An absolute count or a percentage of the group's instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Int(u32),
+    Percent(u32),
+}
+
+impl fmt::Display for IntOrPercent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrPercent::Int(n) => write!(f, "{n}"),
+            IntOrPercent::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl std::str::FromStr for IntOrPercent {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected = "expected a whole number (like 2) or a percentage from 0% to 100% (like 25%)";
+        let text = text.trim();
+        if let Some(p) = text.strip_suffix('%') {
+            return match p.parse::<u32>() {
+                Ok(p) if p <= 100 => Ok(IntOrPercent::Percent(p)),
+                _ => Err(format!("invalid value {text:?}: {expected}")),
+            };
+        }
+        text.parse::<u32>()
+            .map(IntOrPercent::Int)
+            .map_err(|_| format!("invalid value {text:?}: {expected}"))
+    }
+}
+
+impl<'de> Deserialize<'de> for IntOrPercent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = IntOrPercent;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a whole number (like 2) or a percentage string (like \"25%\")")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrPercent, E> {
+                u32::try_from(v)
+                    .map(IntOrPercent::Int)
+                    .map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrPercent, E> {
+                if v < 0 {
+                    return Err(E::custom(format!("invalid value {v}: must not be negative")));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<IntOrPercent, E> {
+                Err(E::custom(format!(
+                    "invalid value {v}: expected a whole number or a percentage like \"25%\""
+                )))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrPercent, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// maxSurge / maxUnavailable; absent fields inherit from the cluster-wide setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollingUpdate {
+    pub max_surge: Option<IntOrPercent>,
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
+/// Per-group settings and where they were written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupOverride {
+    pub name: String,
+    pub rolling_update: RollingUpdate,
+    /// Line of the group's `maxSurge`, or of its entry when it has none.
+    pub max_surge_line: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookPoint {
+    Select,
+    Batch,
+    Gate,
+}
+
+impl fmt::Display for HookPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HookPoint::Select => "select",
+            HookPoint::Batch => "batch",
+            HookPoint::Gate => "gate",
+        })
+    }
+}
+
+/// What happens when a hook fails (the admission-webhook convention).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum FailurePolicy {
+    /// Stop safely with an error naming the hook and the cause.
+    #[default]
+    Fail,
+    /// Log the failure and use the built-in behaviour.
+    Ignore,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookSpec {
+    pub name: String,
+    pub module: PathBuf,
+    /// Expected sha256 of the module, lowercase hex.
+    pub sha256: Option<String>,
+    pub points: Vec<HookPoint>,
+    /// The hook's config as JSON.
+    pub config: String,
+    pub timeout: Duration,
+    pub memory: u64,
+    pub failure_policy: FailurePolicy,
+    /// Line of the hook's entry, for errors found when loading it.
+    pub line: u32,
+}
+
+/// A kind that `list-objects` may read.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextResource {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+}
+
+/// A validated policy. `Policy::default()` is the built-in behaviour with no hooks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    /// The file it came from, for error messages ("<built-in>" when none).
+    pub source: String,
+    pub group_label: Option<String>,
+    pub rolling_update: RollingUpdate,
+    pub groups: Vec<GroupOverride>,
+    pub hooks: Vec<HookSpec>,
+    pub context_resources: Vec<ContextResource>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    api_version: Spanned<String>,
+    kind: Spanned<String>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+    #[serde(default)]
+    spec: Option<Spec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    #[allow(dead_code)]
+    name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Spec {
+    group_label: Option<String>,
+    #[serde(default)]
+    rolling_update: Option<RollingUpdate>,
+    #[serde(default)]
+    groups: Vec<Spanned<RawGroup>>,
+    #[serde(default)]
+    hooks: Vec<Spanned<RawHook>>,
+    #[serde(default)]
+    context_resources: Vec<ContextResource>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawGroup {
+    name: String,
+    #[serde(default)]
+    rolling_update: Option<RawGroupRollingUpdate>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawGroupRollingUpdate {
+    max_surge: Option<Spanned<IntOrPercent>>,
+    max_unavailable: Option<IntOrPercent>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawHook {
+    name: String,
+    module: String,
+    sha256: Option<Spanned<String>>,
+    points: Spanned<Vec<HookPoint>>,
+    #[serde(default)]
+    config: Option<serde_json::Value>,
+    timeout: Option<Spanned<String>>,
+    memory: Option<Spanned<String>>,
+    #[serde(default)]
+    failure_policy: FailurePolicy,
+}
+
+impl Policy {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+            file: path.display().to_string(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the policy file: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Policy::parse(&text, &path.display().to_string(), base)
+    }
+
+    /// Parses policy text; `file` names it in errors and `base` resolves module paths.
+    pub fn parse(text: &str, file: &str, base: &Path) -> Result<Policy, PolicyError> {
+        let error = |line: u32, column: u32, message: String| PolicyError {
+            file: file.to_string(),
+            line,
+            column,
+            message,
+        };
+        let doc: Document = serde_saphyr::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .location()
+                .map_or((0, 0), |l| (l.line() as u32, l.column() as u32));
+            error(line, column, first_line(&e.to_string()))
+        })?;
+        if doc.api_version.value != API_VERSION {
+            let l = doc.api_version.referenced;
+            return Err(error(
+                l.line() as u32,
+                l.column() as u32,
+                format!(
+                    "apiVersion {:?} is not supported: expected {API_VERSION}",
+                    doc.api_version.value
+                ),
+            ));
+        }
+        if doc.kind.value != KIND {
+            let l = doc.kind.referenced;
+            return Err(error(
+                l.line() as u32,
+                l.column() as u32,
+                format!("kind {:?}: expected {KIND}", doc.kind.value),
+            ));
+        }
+        let _ = doc.metadata;
+        let spec = doc.spec.unwrap_or_default();
+
+        let mut groups: Vec<GroupOverride> = Vec::new();
+        for g in spec.groups {
+            let line = g.referenced.line() as u32;
+            if groups.iter().any(|o| o.name == g.value.name) {
+                return Err(error(
+                    line,
+                    g.referenced.column() as u32,
+                    format!("group {:?} is listed twice", g.value.name),
+                ));
+            }
+            let ru = g.value.rolling_update;
+            let max_surge = ru.as_ref().and_then(|r| r.max_surge.as_ref());
+            groups.push(GroupOverride {
+                name: g.value.name,
+                max_surge_line: max_surge.map_or(line, |s| s.referenced.line() as u32),
+                rolling_update: RollingUpdate {
+                    max_surge: max_surge.map(|s| s.value),
+                    max_unavailable: ru.and_then(|r| r.max_unavailable),
+                },
+            });
+        }
+
+        let mut hooks: Vec<HookSpec> = Vec::new();
+        for h in spec.hooks {
+            let line = h.referenced.line() as u32;
+            let column = h.referenced.column() as u32;
+            let raw = h.value;
+            if hooks.iter().any(|o| o.name == raw.name) {
+                return Err(error(line, column, format!("hook {:?} is listed twice", raw.name)));
+            }
+            if !valid_hook_name(&raw.name) {
+                return Err(error(
+                    line,
+                    column,
+                    format!(
+                        "hook name {:?}: expected lowercase letters, digits and '-'",
+                        raw.name
+                    ),
+                ));
+            }
+            if raw.points.value.is_empty() {
+                let l = raw.points.referenced;
+                return Err(error(
+                    l.line() as u32,
+                    l.column() as u32,
+                    format!(
+                        "hook {:?} has no points: expected one or more of select, batch, gate",
+                        raw.name
+                    ),
+                ));
+            }
+            let sha256 = match raw.sha256 {
+                Some(s) => {
+                    let v = s.value.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+                    if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                        return Err(error(
+                            s.referenced.line() as u32,
+                            s.referenced.column() as u32,
+                            format!("sha256 {:?}: expected 64 hexadecimal digits", s.value),
+                        ));
+                    }
+                    Some(v)
+                }
+                None => None,
+            };
+            let timeout = match raw.timeout {
+                Some(t) => parse_duration(&t.value)
+                    .and_then(|d| {
+                        if d.is_zero() || d > MAX_HOOK_TIMEOUT {
+                            Err(format!(
+                                "timeout {:?}: expected more than 0 and at most 5m",
+                                t.value
+                            ))
+                        } else {
+                            Ok(d)
+                        }
+                    })
+                    .map_err(|m| {
+                        error(t.referenced.line() as u32, t.referenced.column() as u32, m)
+                    })?,
+                None => DEFAULT_HOOK_TIMEOUT,
+            };
+            let memory = match raw.memory {
+                Some(m) => parse_quantity(&m.value)
+                    .and_then(|b| {
+                        if !(1 << 20..=MAX_HOOK_MEMORY).contains(&b) {
+                            Err(format!(
+                                "memory {:?}: expected between 1Mi and 4Gi",
+                                m.value
+                            ))
+                        } else {
+                            Ok(b)
+                        }
+                    })
+                    .map_err(|msg| {
+                        error(m.referenced.line() as u32, m.referenced.column() as u32, msg)
+                    })?,
+                None => DEFAULT_HOOK_MEMORY,
+            };
+            let config = raw
+                .config
+                .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
+                .to_string();
+            hooks.push(HookSpec {
+                name: raw.name,
+                module: base.join(&raw.module),
+                sha256,
+                points: raw.points.value,
+                config,
+                timeout,
+                memory,
+                failure_policy: raw.failure_policy,
+                line,
+            });
+        }
+
+        Ok(Policy {
+            source: file.to_string(),
+            group_label: spec.group_label,
+            rolling_update: spec.rolling_update.unwrap_or_default(),
+            groups,
+            hooks,
+            context_resources: spec.context_resources,
+        })
+    }
+
+    /// The per-group override for `group`, if the policy has one.
+    pub fn group(&self, group: &str) -> Option<&GroupOverride> {
+        self.groups.iter().find(|g| g.name == group)
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or(text).to_string()
+}
+
+fn valid_hook_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Parses a Go-style duration: `500ms`, `2s`, `1m30s`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {text:?}: expected e.g. 500ms, 2s, 1m30s");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+        if digits == 0 {
+            return Err(invalid());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(invalid()),
+        };
+        total = total.saturating_add(part);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// Parses a Kubernetes memory quantity: `64Mi`, `1Gi`, `500M`, `1048576`.
+pub fn parse_quantity(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, suffix) = t.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid quantity {text:?}: expected e.g. 64Mi"))?;
+    let factor: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return Err(format!("invalid quantity {text:?}: expected e.g. 64Mi")),
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("quantity {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        Policy::parse(text, "policy.yaml", Path::new("/p"))
+    }
+
+    const FULL: &str = "\
+apiVersion: rollout-ext/v1alpha1
+kind: RolloutPolicy
+spec:
+  groupLabel: pool
+  rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
+  groups:
+    - name: nodes-a
+      rollingUpdate:
+        maxSurge: 25%
+  hooks:
+    - name: zone-spread
+      module: hooks/zone_spread.wasm
+      sha256: \"sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789\"
+      points: [select, batch]
+      config: {maxPerZone: 1}
+      timeout: 500ms
+      memory: 32Mi
+      failurePolicy: Ignore
+  contextResources:
+    - {apiVersion: v1, kind: ConfigMap, namespace: ops}
+";
+
+    #[test]
+    fn reads_a_full_policy() {
+        let p = parse(FULL).unwrap();
+        assert_eq!(p.group_label.as_deref(), Some("pool"));
+        assert_eq!(p.rolling_update.max_surge, Some(IntOrPercent::Int(0)));
+        let g = p.group("nodes-a").unwrap();
+        assert_eq!(g.rolling_update.max_surge, Some(IntOrPercent::Percent(25)));
+        assert_eq!(g.rolling_update.max_unavailable, None);
+        assert_eq!(g.max_surge_line, 9);
+        let h = &p.hooks[0];
+        assert_eq!(h.module, Path::new("/p/hooks/zone_spread.wasm"));
+        assert_eq!(
+            h.sha256.as_deref(),
+            Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+        );
+        assert_eq!(h.points, [HookPoint::Select, HookPoint::Batch]);
+        assert_eq!(h.config, r#"{"maxPerZone":1}"#);
+        assert_eq!(h.timeout, Duration::from_millis(500));
+        assert_eq!(h.memory, 32 << 20);
+        assert_eq!(h.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(h.line, 11);
+        assert_eq!(p.context_resources[0].kind, "ConfigMap");
+    }
+
+    #[test]
+    fn defaults_for_a_hook() {
+        let p = parse(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: g, module: g.wasm, points: [gate]}\n",
+        )
+        .unwrap();
+        let h = &p.hooks[0];
+        assert_eq!(h.timeout, DEFAULT_HOOK_TIMEOUT);
+        assert_eq!(h.memory, DEFAULT_HOOK_MEMORY);
+        assert_eq!(h.failure_policy, FailurePolicy::Fail);
+        assert_eq!(h.config, "{}");
+    }
+
+    /// Each bad input, the line the error must name, and a fragment of its message.
+    #[test]
+    fn bad_policies_name_the_line() {
+        let head = "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n";
+        let cases: &[(&str, u32, &str)] = &[
+            ("  rollingUpdate: {maxSurge: 150%}\n", 4, "percentage"),
+            ("  rollingUpdate: {maxSurge: -1}\n", 4, "negative"),
+            ("  rollingUpdate: {maxUnavailable: 1.5}\n", 4, "whole number"),
+            ("  rollingUpdate: {maxUnavailable: \"3\"}\n", 4, ""),
+            ("  rollingUpdate: {maxSurge: 1, surge: 2}\n", 4, "surge"),
+            ("  groupLable: x\n", 4, "groupLable"),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [pick]}\n",
+                5,
+                "pick",
+            ),
+            ("  hooks:\n  - {name: a, module: a.wasm, points: []}\n", 5, "no points"),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], timeout: 2 s}\n",
+                5,
+                "duration",
+            ),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], memory: 1Ti}\n",
+                5,
+                "quantity",
+            ),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], sha256: abc}\n",
+                5,
+                "64 hexadecimal",
+            ),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], failurePolicy: Maybe}\n",
+                5,
+                "Maybe",
+            ),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: [gate]}\n  - {name: a, module: b.wasm, points: [gate]}\n",
+                6,
+                "twice",
+            ),
+            ("  hooks:\n  - {name: A_1, module: a.wasm, points: [gate]}\n", 5, "lowercase"),
+            ("  groups:\n  - {name: g}\n  - {name: g}\n", 6, "twice"),
+        ];
+        for (body, line, fragment) in cases {
+            let err = parse(&format!("{head}{body}")).expect_err(body);
+            assert_eq!(err.line, *line, "{body}: {err}");
+            assert!(err.message.contains(fragment), "{body}: {err}");
+            assert!(err.to_string().starts_with("policy.yaml:"), "{err}");
+        }
+    }
+
+    #[test]
+    fn wrong_header() {
+        let err = parse("apiVersion: v1\nkind: RolloutPolicy\n").unwrap_err();
+        assert_eq!(err.line, 1);
+        assert!(err.message.contains(API_VERSION), "{err}");
+        let err = parse("apiVersion: rollout-ext/v1alpha1\nkind: Policy\n").unwrap_err();
+        assert_eq!(err.line, 2);
+        let err = parse("apiVersion: [").unwrap_err();
+        assert!(err.line >= 1, "{err}");
+    }
+
+    #[test]
+    fn durations_and_quantities() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("1.5s").is_err());
+        assert!(parse_duration("s").is_err());
+        assert_eq!(parse_quantity("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
+        assert!(parse_quantity("Mi").is_err());
+    }
+}

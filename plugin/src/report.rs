@@ -1,0 +1,35 @@
+//! Messages for the operator on stderr: warnings always, info with `-v`, debug with `-vv`.
+//! Data goes to stdout elsewhere; this never writes there.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error = 0,
+    Warn = 1,
+    Info = 2,
+    Debug = 3,
+}
+
+static VERBOSITY: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+
+/// Sets the most detailed level printed.
+pub fn set_verbosity(level: Level) {
+    VERBOSITY.store(level as u8, Ordering::Relaxed);
+}
+
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= VERBOSITY.load(Ordering::Relaxed)
+}
+
+pub fn log(level: Level, message: &str) {
+    if enabled(level) {
+        let tag = match level {
+            Level::Error => "error",
+            Level::Warn => "warning",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        };
+        eprintln!("{tag}: {message}");
+    }
+}

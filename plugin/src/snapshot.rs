@@ -1,0 +1,449 @@
+//! The cluster as the planner sees it: nodes, pods and PodDisruptionBudgets, read from a standard
+//! `v1` `List` (what `kubectl get nodes,pods,poddisruptionbudgets -A -o json` prints).
+//!
+//! Only the fields planning reads are kept, and each item's body is parsed only when its kind is
+//! one we plan with, so a 150,000-pod snapshot costs little more than reading it. This module does
+//! no I/O: it turns bytes into a [`Snapshot`].
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::labels::{LabelSelector, Labels};
+
+/// Why a snapshot could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("not valid JSON: {0} (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)")]
+    Json(#[source] serde_json::Error),
+    #[error("is a {kind}, not a v1 List (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)")]
+    NotAList { kind: String },
+    #[error("item {index} ({kind} {name}): {source}")]
+    Item {
+        index: usize,
+        kind: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Nodes, pods and PodDisruptionBudgets at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<Node>,
+    pub pods: Vec<Pod>,
+    pub pdbs: Vec<Pdb>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub labels: Labels,
+    pub annotations: Labels,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub ready: bool,
+    /// Creation time, Unix seconds.
+    pub created: Option<i64>,
+    pub kubelet_version: Option<String>,
+    pub provider_id: Option<String>,
+}
+
+/// The controller that owns a pod, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub node_name: Option<String>,
+    pub labels: Labels,
+    pub controller: Option<Owner>,
+    /// A static pod's API mirror (annotation `kubernetes.io/config.mirror`).
+    pub mirror: bool,
+    pub ready: bool,
+    /// Succeeded or Failed: nothing left to disrupt.
+    pub finished: bool,
+    pub uses_empty_dir: bool,
+    pub terminating: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pdb {
+    pub namespace: String,
+    pub name: String,
+    pub selector: LabelSelector,
+    pub disruptions_allowed: i32,
+}
+
+impl Snapshot {
+    /// Parses a `v1` `List` (or any `*List`). Items of other kinds are ignored.
+    pub fn from_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+        let list: RawList = serde_json::from_slice(bytes).map_err(SnapshotError::Json)?;
+        if !list.kind.ends_with("List") {
+            return Err(SnapshotError::NotAList { kind: list.kind });
+        }
+        let mut snapshot = Snapshot::default();
+        for (index, item) in list.items.iter().enumerate() {
+            let result = match item.kind {
+                "Node" => item.parse::<Node>().map(|n| snapshot.nodes.push(n)),
+                "Pod" => item.parse::<Pod>().map(|p| snapshot.pods.push(p)),
+                "PodDisruptionBudget" => {
+                    let v1beta1 = item.api_version.ends_with("v1beta1");
+                    item.parse::<PdbBody>()
+                        .map(|b| snapshot.pdbs.push(b.into_pdb(v1beta1)))
+                }
+                _ => Ok(()),
+            };
+            result.map_err(|source| SnapshotError::Item {
+                index,
+                kind: item.kind.to_string(),
+                name: item.name(),
+                source,
+            })?;
+        }
+        Ok(snapshot)
+    }
+
+    /// The pods bound to each node, by node name.
+    pub fn pods_by_node(&self) -> BTreeMap<&str, Vec<&Pod>> {
+        let mut map: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        for pod in &self.pods {
+            if let Some(node) = pod.node_name.as_deref() {
+                map.entry(node).or_default().push(pod);
+            }
+        }
+        map
+    }
+}
+
+#[derive(Deserialize)]
+struct RawList<'a> {
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow, default)]
+    items: Vec<RawItem<'a>>,
+}
+
+/// An item whose body stays unparsed until its kind says whether we need it.
+#[derive(Deserialize)]
+struct RawItem<'a> {
+    #[serde(default)]
+    kind: &'a str,
+    #[serde(rename = "apiVersion", default)]
+    api_version: &'a str,
+    #[serde(borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(borrow)]
+    spec: Option<&'a RawValue>,
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
+}
+
+impl RawItem<'_> {
+    fn parse<T: FromParts>(&self) -> serde_json::Result<T> {
+        fn part<P: for<'de> Deserialize<'de> + Default>(
+            raw: Option<&RawValue>,
+        ) -> serde_json::Result<P> {
+            raw.map_or_else(|| Ok(P::default()), |r| serde_json::from_str(r.get()))
+        }
+        Ok(T::from_parts(
+            part(self.metadata)?,
+            part(self.spec)?,
+            part(self.status)?,
+        ))
+    }
+
+    fn name(&self) -> String {
+        self.metadata
+            .and_then(|m| serde_json::from_str::<Meta>(m.get()).ok())
+            .map(|m| m.name)
+            .unwrap_or_default()
+    }
+}
+
+trait FromParts {
+    type Spec: for<'de> Deserialize<'de> + Default;
+    type Status: for<'de> Deserialize<'de> + Default;
+    fn from_parts(meta: Meta, spec: Self::Spec, status: Self::Status) -> Self;
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    labels: Labels,
+    #[serde(default)]
+    annotations: Labels,
+    creation_timestamp: Option<String>,
+    deletion_timestamp: Option<String>,
+    #[serde(default)]
+    owner_references: Vec<OwnerRef>,
+}
+
+#[derive(Deserialize)]
+struct OwnerRef {
+    kind: String,
+    name: String,
+    #[serde(default)]
+    controller: bool,
+}
+
+#[derive(Deserialize)]
+struct Condition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+fn condition_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Parses an RFC 3339 timestamp into Unix seconds.
+pub fn parse_timestamp(text: &str) -> Option<i64> {
+    text.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NodeSpec {
+    #[serde(default)]
+    unschedulable: bool,
+    #[serde(default)]
+    taints: Vec<RawTaint>,
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawTaint {
+    key: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    effect: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NodeStatus {
+    #[serde(default)]
+    conditions: Vec<Condition>,
+    node_info: Option<NodeInfo>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeInfo {
+    kubelet_version: Option<String>,
+}
+
+impl FromParts for Node {
+    type Spec = NodeSpec;
+    type Status = NodeStatus;
+    fn from_parts(meta: Meta, spec: NodeSpec, status: NodeStatus) -> Self {
+        Node {
+            created: meta.creation_timestamp.as_deref().and_then(parse_timestamp),
+            name: meta.name,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            taints: spec
+                .taints
+                .into_iter()
+                .map(|t| Taint {
+                    key: t.key,
+                    value: t.value,
+                    effect: t.effect,
+                })
+                .collect(),
+            unschedulable: spec.unschedulable,
+            ready: condition_true(&status.conditions, "Ready"),
+            kubelet_version: status.node_info.and_then(|i| i.kubelet_version),
+            provider_id: spec.provider_id,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PodSpec {
+    node_name: Option<String>,
+    #[serde(default)]
+    volumes: Vec<Volume>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Volume {
+    empty_dir: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize, Default)]
+struct PodStatus {
+    #[serde(default)]
+    phase: String,
+    #[serde(default)]
+    conditions: Vec<Condition>,
+}
+
+impl FromParts for Pod {
+    type Spec = PodSpec;
+    type Status = PodStatus;
+    fn from_parts(meta: Meta, spec: PodSpec, status: PodStatus) -> Self {
+        let controller = meta
+            .owner_references
+            .into_iter()
+            .find(|o| o.controller)
+            .map(|o| Owner {
+                kind: o.kind,
+                name: o.name,
+            });
+        Pod {
+            mirror: meta.annotations.contains_key("kubernetes.io/config.mirror"),
+            namespace: meta.namespace,
+            name: meta.name,
+            node_name: spec.node_name.filter(|n| !n.is_empty()),
+            labels: meta.labels,
+            controller,
+            ready: condition_true(&status.conditions, "Ready"),
+            finished: matches!(status.phase.as_str(), "Succeeded" | "Failed"),
+            uses_empty_dir: spec.volumes.iter().any(|v| v.empty_dir.is_some()),
+            terminating: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+struct PdbBody {
+    meta: Meta,
+    selector: Option<LabelSelector>,
+    disruptions_allowed: i32,
+}
+
+#[derive(Deserialize, Default)]
+struct PdbSpec {
+    selector: Option<LabelSelector>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PdbStatus {
+    #[serde(default)]
+    disruptions_allowed: i32,
+}
+
+impl FromParts for PdbBody {
+    type Spec = PdbSpec;
+    type Status = PdbStatus;
+    fn from_parts(meta: Meta, spec: PdbSpec, status: PdbStatus) -> Self {
+        PdbBody {
+            meta,
+            selector: spec.selector,
+            disruptions_allowed: status.disruptions_allowed,
+        }
+    }
+}
+
+impl PdbBody {
+    /// policy/v1beta1 treats an empty selector as matching no pod; policy/v1 as matching every
+    /// pod of the namespace.
+    fn into_pdb(self, v1beta1: bool) -> Pdb {
+        let selector = match (self.selector, v1beta1) {
+            (Some(s), true) if s.is_empty() => LabelSelector::nothing(),
+            (None, true) => LabelSelector::nothing(),
+            (Some(s), _) => s,
+            (None, false) => LabelSelector::default(),
+        };
+        Pdb {
+            namespace: self.meta.namespace,
+            name: self.meta.name,
+            selector,
+            disruptions_allowed: self.disruptions_allowed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = r#"{
+      "apiVersion": "v1", "kind": "List",
+      "items": [
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": "n1", "labels": {"kops.k8s.io/instancegroup": "nodes-a"},
+                      "creationTimestamp": "2024-01-01T00:00:00Z"},
+         "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                    "nodeInfo": {"kubeletVersion": "v1.20.2"}, "images": [{"names": ["x"]}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+         "spec": {"selector": {"app": "web"}}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "web-1", "namespace": "shop", "labels": {"app": "web"},
+                      "ownerReferences": [{"kind": "ReplicaSet", "name": "web-x", "controller": true}]},
+         "spec": {"nodeName": "n1", "volumes": [{"name": "tmp", "emptyDir": {}}]},
+         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}},
+        {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+         "metadata": {"name": "web", "namespace": "shop"},
+         "spec": {"selector": {"matchLabels": {"app": "web"}}},
+         "status": {"disruptionsAllowed": 0}},
+        {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+         "metadata": {"name": "empty", "namespace": "shop"}, "spec": {"selector": {}}}
+      ]}"#;
+
+    #[test]
+    fn reads_the_planned_kinds_and_ignores_the_rest() {
+        let s = Snapshot::from_json(LIST.as_bytes()).unwrap();
+        assert_eq!(s.nodes.len(), 1);
+        let n = &s.nodes[0];
+        assert_eq!(n.name, "n1");
+        assert!(n.unschedulable && n.ready);
+        assert_eq!(n.created, Some(1_704_067_200));
+        assert_eq!(n.kubelet_version.as_deref(), Some("v1.20.2"));
+        assert_eq!(n.taints[0].effect, "NoSchedule");
+
+        let p = &s.pods[0];
+        assert_eq!(p.node_name.as_deref(), Some("n1"));
+        assert!(p.uses_empty_dir && !p.ready && !p.finished && !p.mirror);
+        assert_eq!(p.controller.as_ref().unwrap().kind, "ReplicaSet");
+
+        assert_eq!(s.pdbs.len(), 2);
+        assert!(s.pdbs[0].selector.matches(&p.labels));
+        assert!(!s.pdbs[1].selector.matches(&p.labels), "empty v1beta1 selector matches nothing");
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_list() {
+        let err = Snapshot::from_json(br#"{"kind": "Pod", "metadata": {"name": "x"}}"#).unwrap_err();
+        assert!(err.to_string().contains("is a Pod, not a v1 List"), "{err}");
+        let err = Snapshot::from_json(b"nodes:\n - a").unwrap_err();
+        assert!(err.to_string().contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn names_the_malformed_item() {
+        let bad = r#"{"kind": "List", "items": [
+            {"kind": "Node", "metadata": {"name": "n1"}, "spec": {"unschedulable": "yes"}}]}"#;
+        let err = Snapshot::from_json(bad.as_bytes()).unwrap_err();
+        assert!(err.to_string().starts_with("item 0 (Node n1)"), "{err}");
+    }
+}

@@ -1,0 +1,123 @@
+//! A hook that misbehaves as its config asks, one mode per point:
+//! `{"select": MODE, "batch": MODE, "gate": MODE}`. Used by the tests to prove that the host
+//! stops, names and survives every kind of misbehaviour.
+
+use rollout_ext_hooks::{
+    Batch, BatchSize, Choice, Context, Group, HookPoint, Instance, Pause, Phase, Policy, Progress,
+    Selection, ValidationSummary, Verdict, config, export_policy,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Modes {
+    select: String,
+    batch: String,
+    gate: String,
+}
+
+fn modes(ctx: &Context) -> Modes {
+    config(ctx).unwrap_or_default()
+}
+
+/// Spins until the host's deadline stops it.
+fn spin() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates until the memory limit stops it.
+fn hog() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        chunks.push(vec![1u8; 1 << 20]);
+        std::hint::black_box(&chunks);
+    }
+}
+
+#[inline(never)]
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let buffer = std::hint::black_box([depth; 64]);
+    recurse(depth + 1).wrapping_add(buffer[3])
+}
+
+/// What the sandbox let the module see: files, environment, clock, network.
+fn probe(ctx: &Context) -> String {
+    let file = match std::fs::read_to_string("/etc/hostname") {
+        Ok(_) => "file:readable".to_string(),
+        Err(_) => "file:denied".to_string(),
+    };
+    let env = if std::env::vars().next().is_none() { "env:empty" } else { "env:visible" };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(-1);
+    let clock = if now == ctx.now { "clock:frozen" } else { "clock:live" };
+    let socket = match std::net::TcpStream::connect("127.0.0.1:1") {
+        Ok(_) => "socket:open",
+        Err(_) => "socket:denied",
+    };
+    format!("{file} {env} {clock} {socket}")
+}
+
+pub struct Hostile;
+
+impl Policy for Hostile {
+    const NAME: &'static str = "hostile";
+    const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch, HookPoint::Gate];
+
+    fn select(ctx: &Context, _group: &Group, candidates: &[Instance]) -> Result<Selection, String> {
+        let first = candidates.first().map(|c| c.name.clone()).unwrap_or_default();
+        let choose = |names: Vec<String>, reason: String| {
+            Ok(Selection::Choose(
+                names.into_iter().map(|name| Choice { name, reason: reason.clone() }).collect(),
+            ))
+        };
+        match modes(ctx).select.as_str() {
+            "loop" => spin(),
+            "oom" => hog(),
+            "recursion" => Ok(Selection::Choose(vec![Choice {
+                name: first,
+                reason: recurse(0).to_string(),
+            }])),
+            "trap" => panic!("hostile hook panics on purpose"),
+            "refuse" => Err("refusing on purpose".into()),
+            "huge" => choose(vec![first], "x".repeat(2 << 20)),
+            "unknown" => choose(vec!["no-such-node".into()], "made up".into()),
+            "duplicate" => choose(vec![first.clone(), first], "twice".into()),
+            "probe" => choose(vec![first], probe(ctx)),
+            "print" => {
+                println!("hello from the hook's stdout");
+                eprintln!("and from its stderr");
+                Ok(Selection::Defer)
+            }
+            _ => Ok(Selection::Defer),
+        }
+    }
+
+    fn next_batch(ctx: &Context, progress: &Progress) -> Result<BatchSize, String> {
+        match modes(ctx).batch.as_str() {
+            "loop" => spin(),
+            "zero" => Ok(BatchSize::Size(0)),
+            "over-budget" => Ok(BatchSize::Size(progress.max_batch + 1)),
+            "huge" => Ok(BatchSize::Size(u32::MAX)),
+            "pause-forever" => Ok(BatchSize::Pause(Pause { seconds: u32::MAX, reason: "forever".into() })),
+            "one" => Ok(BatchSize::Size(1)),
+            _ => Ok(BatchSize::Defer),
+        }
+    }
+
+    fn check(ctx: &Context, _phase: Phase, _batch: &Batch, _summary: &ValidationSummary) -> Result<Verdict, String> {
+        match modes(ctx).gate.as_str() {
+            "loop" => spin(),
+            "wait-forever" => Ok(Verdict::Wait(Pause { seconds: u32::MAX, reason: "forever".into() })),
+            "abort" => Ok(Verdict::Abort("hostile gate says stop".into())),
+            _ => Ok(Verdict::Defer),
+        }
+    }
+}
+
+export_policy!(Hostile);

@@ -1,0 +1,47 @@
+//! Test support for rollout-ext: where the built artifacts are, and (in [`cluster`]) a real
+//! Kubernetes control plane on loopback with simulated nodes and a simulated cloud.
+
+use std::path::PathBuf;
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A hook component built by `make wasm` (the test command builds them first).
+pub fn wasm_module(crate_name: &str) -> PathBuf {
+    let file = target_dir()
+        .join("wasm32-wasip2/wasm")
+        .join(format!("{}.wasm", crate_name.replace('-', "_")));
+    assert!(
+        file.exists(),
+        "{} is missing: run `make wasm` (or the README's test command) first",
+        file.display()
+    );
+    file
+}
+
+/// The plugin binary built by `cargo build --bins` (the test command builds it first).
+pub fn plugin_binary() -> PathBuf {
+    let file = target_dir().join("debug/kubectl-rollout_ext");
+    assert!(
+        file.exists(),
+        "{} is missing: run `cargo build --bins` (or the README's test command) first",
+        file.display()
+    );
+    file
+}
+
+/// The demo's snapshot and policy.
+pub fn demo_file(name: &str) -> PathBuf {
+    workspace_root().join("examples-hooks/demo").join(name)
+}
