@@ -76,7 +76,9 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
         digits.clear();
     }
     if !digits.is_empty() {
-        return Err(format!("invalid duration {text:?}: missing unit after {digits}"));
+        return Err(format!(
+            "invalid duration {text:?}: missing unit after {digits}"
+        ));
     }
     Ok(total)
 }
@@ -121,7 +123,9 @@ pub fn parse_clock(text: &str) -> Result<u32, String> {
         .split_once(':')
         .ok_or_else(|| format!("invalid time {text:?}: expected HH:MM"))?;
     let h: u32 = h.parse().map_err(|_| format!("invalid hour in {text:?}"))?;
-    let m: u32 = m.parse().map_err(|_| format!("invalid minute in {text:?}"))?;
+    let m: u32 = m
+        .parse()
+        .map_err(|_| format!("invalid minute in {text:?}"))?;
     if h > 24 || m > 59 || (h == 24 && m != 0) {
         return Err(format!("invalid time {text:?}"));
     }
@@ -154,11 +158,29 @@ mod tests {
     #[test]
     fn week_time_of_known_instants() {
         // 2024-01-01T00:00:00Z was a Monday.
-        assert_eq!(WeekTime::at(1_704_067_200, 0), WeekTime { weekday: 0, minute: 0 });
+        assert_eq!(
+            WeekTime::at(1_704_067_200, 0),
+            WeekTime {
+                weekday: 0,
+                minute: 0
+            }
+        );
         // Two hours earlier in UTC-2 is still Monday midnight locally.
-        assert_eq!(WeekTime::at(1_704_067_200 + 7200, -120), WeekTime { weekday: 0, minute: 0 });
+        assert_eq!(
+            WeekTime::at(1_704_067_200 + 7200, -120),
+            WeekTime {
+                weekday: 0,
+                minute: 0
+            }
+        );
         // Sunday 23:59.
-        assert_eq!(WeekTime::at(1_704_067_200 - 60, 0), WeekTime { weekday: 6, minute: 1439 });
+        assert_eq!(
+            WeekTime::at(1_704_067_200 - 60, 0),
+            WeekTime {
+                weekday: 6,
+                minute: 1439
+            }
+        );
     }
 
     #[test]

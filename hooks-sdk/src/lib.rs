@@ -104,11 +104,7 @@ impl<P: Policy> metadata::Guest for Exported<P> {
 }
 
 impl<P: Policy> selection::Guest for Exported<P> {
-    fn select(
-        ctx: Context,
-        group: Group,
-        candidates: Vec<Instance>,
-    ) -> Result<Selection, String> {
+    fn select(ctx: Context, group: Group, candidates: Vec<Instance>) -> Result<Selection, String> {
         P::select(&ctx, &group, &candidates)
     }
 }

@@ -52,7 +52,8 @@ impl std::str::FromStr for IntOrPercent {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let expected = "expected a whole number (like 2) or a percentage from 0% to 100% (like 25%)";
+        let expected =
+            "expected a whole number (like 2) or a percentage from 0% to 100% (like 25%)";
         let text = text.trim();
         if let Some(p) = text.strip_suffix('%') {
             return match p.parse::<u32>() {
@@ -81,7 +82,9 @@ impl<'de> Deserialize<'de> for IntOrPercent {
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrPercent, E> {
                 if v < 0 {
-                    return Err(E::custom(format!("invalid value {v}: must not be negative")));
+                    return Err(E::custom(format!(
+                        "invalid value {v}: must not be negative"
+                    )));
                 }
                 self.visit_u64(v as u64)
             }
@@ -91,6 +94,12 @@ impl<'de> Deserialize<'de> for IntOrPercent {
                 )))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrPercent, E> {
+                // As Kubernetes' IntOrString: a string must be a percentage.
+                if !v.trim().ends_with('%') {
+                    return Err(E::custom(format!(
+                        "invalid value {v:?}: a string must be a percentage like \"25%\"; write a count without quotes"
+                    )));
+                }
                 v.parse().map_err(E::custom)
             }
         }
@@ -319,7 +328,11 @@ impl Policy {
             let column = h.referenced.column() as u32;
             let raw = h.value;
             if hooks.iter().any(|o| o.name == raw.name) {
-                return Err(error(line, column, format!("hook {:?} is listed twice", raw.name)));
+                return Err(error(
+                    line,
+                    column,
+                    format!("hook {:?} is listed twice", raw.name),
+                ));
             }
             if !valid_hook_name(&raw.name) {
                 return Err(error(
@@ -344,7 +357,11 @@ impl Policy {
             }
             let sha256 = match raw.sha256 {
                 Some(s) => {
-                    let v = s.value.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+                    let v = s
+                        .value
+                        .trim()
+                        .trim_start_matches("sha256:")
+                        .to_ascii_lowercase();
                     if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
                         return Err(error(
                             s.referenced.line() as u32,
@@ -386,7 +403,11 @@ impl Policy {
                         }
                     })
                     .map_err(|msg| {
-                        error(m.referenced.line() as u32, m.referenced.column() as u32, msg)
+                        error(
+                            m.referenced.line() as u32,
+                            m.referenced.column() as u32,
+                            msg,
+                        )
                     })?,
                 None => DEFAULT_HOOK_MEMORY,
             };
@@ -447,7 +468,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(invalid)?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(invalid)?;
         if digits == 0 {
             return Err(invalid());
         }
@@ -566,8 +589,16 @@ spec:
         let cases: &[(&str, u32, &str)] = &[
             ("  rollingUpdate: {maxSurge: 150%}\n", 4, "percentage"),
             ("  rollingUpdate: {maxSurge: -1}\n", 4, "negative"),
-            ("  rollingUpdate: {maxUnavailable: 1.5}\n", 4, "whole number"),
-            ("  rollingUpdate: {maxUnavailable: \"3\"}\n", 4, ""),
+            (
+                "  rollingUpdate: {maxUnavailable: 1.5}\n",
+                4,
+                "whole number",
+            ),
+            (
+                "  rollingUpdate: {maxUnavailable: \"3\"}\n",
+                4,
+                "without quotes",
+            ),
             ("  rollingUpdate: {maxSurge: 1, surge: 2}\n", 4, "surge"),
             ("  groupLable: x\n", 4, "groupLable"),
             (
@@ -575,7 +606,11 @@ spec:
                 5,
                 "pick",
             ),
-            ("  hooks:\n  - {name: a, module: a.wasm, points: []}\n", 5, "no points"),
+            (
+                "  hooks:\n  - {name: a, module: a.wasm, points: []}\n",
+                5,
+                "no points",
+            ),
             (
                 "  hooks:\n  - {name: a, module: a.wasm, points: [gate], timeout: 2 s}\n",
                 5,
@@ -601,7 +636,11 @@ spec:
                 6,
                 "twice",
             ),
-            ("  hooks:\n  - {name: A_1, module: a.wasm, points: [gate]}\n", 5, "lowercase"),
+            (
+                "  hooks:\n  - {name: A_1, module: a.wasm, points: [gate]}\n",
+                5,
+                "lowercase",
+            ),
             ("  groups:\n  - {name: g}\n  - {name: g}\n", 6, "twice"),
         ];
         for (body, line, fragment) in cases {

@@ -15,9 +15,13 @@ use crate::labels::{LabelSelector, Labels};
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("not valid JSON: {0} (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)")]
+    #[error(
+        "not valid JSON: {0} (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)"
+    )]
     Json(#[source] serde_json::Error),
-    #[error("is a {kind}, not a v1 List (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)")]
+    #[error(
+        "is a {kind}, not a v1 List (expected the output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json`)"
+    )]
     NotAList { kind: String },
     #[error("item {index} ({kind} {name}): {source}")]
     Item {
@@ -428,12 +432,16 @@ mod tests {
 
         assert_eq!(s.pdbs.len(), 2);
         assert!(s.pdbs[0].selector.matches(&p.labels));
-        assert!(!s.pdbs[1].selector.matches(&p.labels), "empty v1beta1 selector matches nothing");
+        assert!(
+            !s.pdbs[1].selector.matches(&p.labels),
+            "empty v1beta1 selector matches nothing"
+        );
     }
 
     #[test]
     fn rejects_what_is_not_a_list() {
-        let err = Snapshot::from_json(br#"{"kind": "Pod", "metadata": {"name": "x"}}"#).unwrap_err();
+        let err =
+            Snapshot::from_json(br#"{"kind": "Pod", "metadata": {"name": "x"}}"#).unwrap_err();
         assert!(err.to_string().contains("is a Pod, not a v1 List"), "{err}");
         let err = Snapshot::from_json(b"nodes:\n - a").unwrap_err();
         assert!(err.to_string().contains("not valid JSON"), "{err}");

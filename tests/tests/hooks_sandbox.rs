@@ -23,7 +23,8 @@ const SNAPSHOT: &str = r#"{"kind": "List", "apiVersion": "v1", "items": [
 fn runtime() -> &'static HookRuntime {
     static RUNTIME: OnceLock<HookRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        let cache = std::env::temp_dir().join(format!("rollout-ext-test-cache-{}", std::process::id()));
+        let cache =
+            std::env::temp_dir().join(format!("rollout-ext-test-cache-{}", std::process::id()));
         HookRuntime::new(Some(cache)).expect("the runtime starts")
     })
 }
@@ -66,7 +67,11 @@ fn plan_with(spec: HookSpec) -> Result<Plan, PlanError> {
 }
 
 fn hostile(point: HookPoint, key: &str, mode: &str) -> HookSpec {
-    spec(wasm_module("hostile-hook"), &[point], serde_json::json!({ key: mode }))
+    spec(
+        wasm_module("hostile-hook"),
+        &[point],
+        serde_json::json!({ key: mode }),
+    )
 }
 
 /// Runs the hostile module in `mode` and returns the fault it must end in.
@@ -148,7 +153,12 @@ fn invalid_answers_are_faults_not_actions() {
         (HookPoint::Select, "select", "unknown", "not a candidate"),
         (HookPoint::Select, "select", "duplicate", "twice"),
         (HookPoint::Batch, "batch", "zero", "batch size 0"),
-        (HookPoint::Batch, "batch", "over-budget", "exceeds the budget"),
+        (
+            HookPoint::Batch,
+            "batch",
+            "over-budget",
+            "exceeds the budget",
+        ),
         (HookPoint::Batch, "batch", "huge", "exceeds the budget"),
         (HookPoint::Batch, "batch", "pause-forever", "outside"),
         (HookPoint::Gate, "gate", "wait-forever", "outside"),
@@ -176,9 +186,16 @@ fn ignore_falls_back_to_the_built_in_with_a_warning() {
     let group = &plan.groups[0];
     let order: Vec<&str> = group.instances.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(order, ["n1", "n2", "n3"]);
-    assert!(group.instances.iter().all(|i| i.decided_by == DecidedBy::BuiltIn));
     assert!(
-        plan.warnings.iter().any(|w| w.contains("hostile") && w.contains("timed out") && w.contains("Ignore")),
+        group
+            .instances
+            .iter()
+            .all(|i| i.decided_by == DecidedBy::BuiltIn)
+    );
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.contains("hostile") && w.contains("timed out") && w.contains("Ignore")),
         "{:?}",
         plan.warnings
     );
@@ -200,7 +217,11 @@ fn the_sandbox_grants_no_files_environment_clock_or_network() {
 }
 
 fn load_error(module: &Path, sha: Option<&str>) -> LoadError {
-    let mut s = spec(module.to_path_buf(), &[HookPoint::Select], serde_json::json!({}));
+    let mut s = spec(
+        module.to_path_buf(),
+        &[HookPoint::Select],
+        serde_json::json!({}),
+    );
     s.sha256 = sha.map(String::from);
     match load(&s) {
         Err(e) => e,
@@ -217,32 +238,50 @@ fn modules_that_must_not_run_are_refused_by_name() {
 
     let core = dir.path().join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
-    assert!(matches!(load_error(&core, None), LoadError::CoreModule { .. }));
+    assert!(matches!(
+        load_error(&core, None),
+        LoadError::CoreModule { .. }
+    ));
 
     let good = std::fs::read(wasm_module("hostile-hook")).unwrap();
     let truncated = dir.path().join("truncated.wasm");
     std::fs::write(&truncated, &good[..good.len() / 2]).unwrap();
-    assert!(matches!(load_error(&truncated, None), LoadError::Compile { .. }));
+    assert!(matches!(
+        load_error(&truncated, None),
+        LoadError::Compile { .. }
+    ));
 
     let missing = dir.path().join("missing.wasm");
     assert!(matches!(load_error(&missing, None), LoadError::Read { .. }));
 
     let pinned = load_error(&wasm_module("hostile-hook"), Some(&"0".repeat(64)));
-    assert!(matches!(pinned, LoadError::Sha256Mismatch { .. }), "{pinned}");
+    assert!(
+        matches!(pinned, LoadError::Sha256Mismatch { .. }),
+        "{pinned}"
+    );
 
     let future = load_error(&wasm_module("wrong-version-hook"), None);
     match &future {
         LoadError::WrongVersion { found, .. } => assert_eq!(found, "rollout-ext:policy@0.2.0"),
         other => panic!("expected a version error, got {other}"),
     }
-    assert!(future.to_string().contains("rollout-ext:policy@0.1.0"), "{future}");
+    assert!(
+        future.to_string().contains("rollout-ext:policy@0.1.0"),
+        "{future}"
+    );
 }
 
 #[test]
 fn a_point_the_module_lacks_is_refused_at_load() {
-    let s = spec(wasm_module("error-budget"), &[HookPoint::Select], serde_json::json!({}));
+    let s = spec(
+        wasm_module("error-budget"),
+        &[HookPoint::Select],
+        serde_json::json!({}),
+    );
     match load(&s) {
-        Err(LoadError::PointNotImplemented { point, implemented, .. }) => {
+        Err(LoadError::PointNotImplemented {
+            point, implemented, ..
+        }) => {
             assert_eq!(point, HookPoint::Select);
             assert_eq!(implemented, "gate");
         }
@@ -257,17 +296,30 @@ fn a_correct_pin_loads_and_compiled_modules_are_cached() {
     let digest = {
         use std::process::Command;
         let out = Command::new("sha256sum").arg(&module).output().unwrap();
-        String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_string()
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
     };
     let cache = tempfile::tempdir().unwrap();
     let runtime = HookRuntime::new(Some(cache.path().to_path_buf())).unwrap();
     let mut s = spec(module, &[HookPoint::Select], serde_json::json!({}));
     s.sha256 = Some(digest.clone());
-    let hook = runtime.load(&s, objects(), Arc::new(vec![])).expect("pinned module loads");
+    let hook = runtime
+        .load(&s, objects(), Arc::new(vec![]))
+        .expect("pinned module loads");
     assert_eq!(hook.digest(), digest);
-    let cached: Vec<_> = std::fs::read_dir(cache.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let cached: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(cached.len(), 1);
-    assert!(cached[0].to_string_lossy().starts_with(&digest), "{cached:?}");
+    assert!(
+        cached[0].to_string_lossy().starts_with(&digest),
+        "{cached:?}"
+    );
     // A second load is served from the cache and behaves the same.
     let again = runtime.load(&s, objects(), Arc::new(vec![])).unwrap();
     assert_eq!(again.info(), hook.info());

@@ -56,7 +56,11 @@ fn openings(cfg: &Config) -> Result<Vec<Opening>, String> {
     for w in &cfg.windows {
         let start = i64::from(parse_clock(&w.start)?);
         let end = i64::from(parse_clock(&w.end)?);
-        let length = if end > start { end - start } else { end + 1440 - start };
+        let length = if end > start {
+            end - start
+        } else {
+            end + 1440 - start
+        };
         for day in &w.days {
             out.push(Opening {
                 start: i64::from(parse_weekday(day)?) * 1440 + start,

@@ -47,7 +47,11 @@ impl Policy for ZoneSpread {
         for round in 0..longest {
             for (zone_name, members) in &zones {
                 if let Some(instance) = members.get(round) {
-                    let zone_name = if zone_name.is_empty() { "none" } else { zone_name };
+                    let zone_name = if zone_name.is_empty() {
+                        "none"
+                    } else {
+                        zone_name
+                    };
                     choices.push(Choice {
                         name: instance.name.clone(),
                         reason: format!(
@@ -124,7 +128,12 @@ mod tests {
 
     #[test]
     fn batch_stops_before_a_zone_repeats() {
-        let pending = vec![node("a1", "a"), node("b1", "b"), node("a2", "a"), node("c1", "c")];
+        let pending = vec![
+            node("a1", "a"),
+            node("b1", "b"),
+            node("a2", "a"),
+            node("c1", "c"),
+        ];
         let p = progress(group(&pending, 0, 4), pending.clone(), 1, 1);
         let size = ZoneSpread::next_batch(&context(0, json!({"maxPerZone": 1})), &p).unwrap();
         assert_eq!(size, BatchSize::Size(2));

@@ -8,7 +8,9 @@ use clap::Subcommand;
 use super::{Failure, OutputFormat, output, print_structured};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::plan::PlanOptions;
-use crate::policy::{DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookPoint, HookSpec, Policy};
+use crate::policy::{
+    DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookPoint, HookSpec, Policy,
+};
 use crate::snapshot::Snapshot;
 
 #[derive(Debug, Subcommand)]
@@ -113,9 +115,16 @@ struct Inspection {
 fn inspect(module: &Path, format: OutputFormat) -> Result<(), Failure> {
     let runtime = runtime()?;
     let hook = runtime
-        .load(&spec(module, vec![], "{}".into()), no_objects(), Arc::new(vec![]))
+        .load(
+            &spec(module, vec![], "{}".into()),
+            no_objects(),
+            Arc::new(vec![]),
+        )
         .map_err(|e| Failure::usage(e.to_string()))?;
-    let info = hook.info().cloned().expect("a loaded hook has described itself");
+    let info = hook
+        .info()
+        .cloned()
+        .expect("a loaded hook has described itself");
     let inspection = Inspection {
         module: module.display().to_string(),
         sha256: hook.digest().to_string(),
@@ -124,13 +133,21 @@ fn inspect(module: &Path, format: OutputFormat) -> Result<(), Failure> {
     match format {
         OutputFormat::Json | OutputFormat::Yaml => print_structured(&inspection, format),
         _ => {
-            let points: Vec<String> = inspection.info.points.iter().map(ToString::to_string).collect();
+            let points: Vec<String> = inspection
+                .info
+                .points
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             let rows = vec![
                 vec!["NAME".into(), inspection.info.name.clone()],
                 vec!["MODULE".into(), inspection.module.clone()],
                 vec!["SHA256".into(), inspection.sha256.clone()],
                 vec!["SDK".into(), inspection.info.sdk_version.clone()],
-                vec!["CONTRACT".into(), format!("rollout-ext:policy@{}", inspection.info.wit_version)],
+                vec![
+                    "CONTRACT".into(),
+                    format!("rollout-ext:policy@{}", inspection.info.wit_version),
+                ],
                 vec!["POINTS".into(), points.join(", ")],
             ];
             print!("{}", output::align(&rows));
@@ -156,8 +173,12 @@ fn test(
             .as_second(),
         None => jiff::Timestamp::now().as_second(),
     };
-    let bytes = std::fs::read(snapshot_path)
-        .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", snapshot_path.display())))?;
+    let bytes = std::fs::read(snapshot_path).map_err(|e| {
+        Failure::usage(format!(
+            "cannot read snapshot {}: {e}",
+            snapshot_path.display()
+        ))
+    })?;
     let snapshot = Snapshot::from_json(&bytes)
         .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
 
@@ -165,7 +186,11 @@ fn test(
     let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
     // Describe the module first to learn its points when none are given.
     let probe = runtime
-        .load(&spec(module, vec![], "{}".into()), no_objects(), Arc::new(vec![]))
+        .load(
+            &spec(module, vec![], "{}".into()),
+            no_objects(),
+            Arc::new(vec![]),
+        )
         .map_err(|e| Failure::usage(e.to_string()))?;
     let points: Vec<HookPoint> = if points.is_empty() {
         probe.info().map(|i| i.points.clone()).unwrap_or_default()
@@ -173,7 +198,11 @@ fn test(
         points.iter().map(|p| HookPoint::from(*p)).collect()
     };
     let hook = runtime
-        .load(&spec(module, points, config_value.to_string()), objects, Arc::new(vec![]))
+        .load(
+            &spec(module, points, config_value.to_string()),
+            objects,
+            Arc::new(vec![]),
+        )
         .map_err(|e| Failure::usage(e.to_string()))?;
     let policy = Policy {
         source: "<hooks test>".into(),

@@ -164,14 +164,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "kubectl-rollout_ext", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut cmd,
+                "kubectl-rollout_ext",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
     }
 }
 
 /// Prints `value` as JSON or YAML on stdout.
-pub fn print_structured<T: serde::Serialize>(value: &T, format: OutputFormat) -> Result<(), Failure> {
+pub fn print_structured<T: serde::Serialize>(
+    value: &T,
+    format: OutputFormat,
+) -> Result<(), Failure> {
     let text = match format {
         OutputFormat::Yaml => serde_saphyr::to_string(value)
             .map_err(|e| Failure::failed(format!("cannot render YAML: {e}")))?,
@@ -193,5 +201,13 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_version_names_the_hook_contract_the_host_speaks() {
+        assert!(version().ends_with(&format!(
+            "rollout-ext:policy@{})",
+            crate::hooks::WIT_VERSION
+        )));
     }
 }

@@ -119,7 +119,9 @@ fn parse_age(text: &str) -> Result<i64, String> {
 fn parse_instant(text: &str) -> Result<i64, String> {
     text.parse::<jiff::Timestamp>()
         .map(|t| t.as_second())
-        .map_err(|e| format!("invalid time {text:?}: {e} (expected RFC 3339, e.g. 2026-01-03T22:00:00Z)"))
+        .map_err(|e| {
+            format!("invalid time {text:?}: {e} (expected RFC 3339, e.g. 2026-01-03T22:00:00Z)")
+        })
 }
 
 pub fn run(_kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
@@ -143,7 +145,10 @@ pub fn run(_kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         },
     };
     let bytes = std::fs::read(snapshot_path).map_err(|e| {
-        Failure::usage(format!("cannot read snapshot {}: {e}", snapshot_path.display()))
+        Failure::usage(format!(
+            "cannot read snapshot {}: {e}",
+            snapshot_path.display()
+        ))
     })?;
     let snapshot = Snapshot::from_json(&bytes)
         .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
@@ -167,11 +172,15 @@ pub fn plan_with_hooks(
             .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
         crate::hooks::load_all(&runtime, policy, objects)?
     };
-    Ok(crate::plan::plan_nodes(snapshot, policy, options, &mut hooks)?)
+    Ok(crate::plan::plan_nodes(
+        snapshot, policy, options, &mut hooks,
+    )?)
 }
 
 fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
-    let now = args.now.unwrap_or_else(|| jiff::Timestamp::now().as_second());
+    let now = args
+        .now
+        .unwrap_or_else(|| jiff::Timestamp::now().as_second());
     let mut rolling_update = policy.rolling_update;
     if args.max_surge.is_some() {
         rolling_update.max_surge = args.max_surge;

@@ -20,7 +20,13 @@ pub fn print_plan(plan: &Plan, format: OutputFormat) -> Result<(), Failure> {
 pub fn align(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -41,9 +47,18 @@ pub fn align(rows: &[Vec<String>]) -> String {
 fn render_table(plan: &Plan, wide: bool) -> String {
     let mut out = String::new();
     let mut rows = vec![
-        ["GROUP", "ROLE", "SIZE", "UP-TO-DATE", "SELECTED", "MAX-SURGE", "MAX-UNAVAILABLE", "BATCHES"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "GROUP",
+            "ROLE",
+            "SIZE",
+            "UP-TO-DATE",
+            "SELECTED",
+            "MAX-SURGE",
+            "MAX-UNAVAILABLE",
+            "BATCHES",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
     for g in &plan.groups {
         rows.push(vec![
@@ -63,8 +78,18 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         out.push_str(&align(&rows));
     }
 
-    for g in plan.groups.iter().filter(|g| !g.batches.is_empty() || g.gate.is_some() || g.aborted.is_some()) {
-        let _ = writeln!(out, "\n{} ({}), concurrency {}:", g.name, g.role.as_str(), g.concurrency);
+    for g in plan
+        .groups
+        .iter()
+        .filter(|g| !g.batches.is_empty() || g.gate.is_some() || g.aborted.is_some())
+    {
+        let _ = writeln!(
+            out,
+            "\n{} ({}), concurrency {}:",
+            g.name,
+            g.role.as_str(),
+            g.concurrency
+        );
         if let Some(gate) = &g.gate {
             let _ = writeln!(out, "  before the group: {}", gate_text(gate));
         }
@@ -104,9 +129,17 @@ fn render_table(plan: &Plan, wide: bool) -> String {
 
     if wide {
         let mut rows = vec![
-            ["GROUP", "INSTANCE", "ZONE", "UPDATE", "PODS", "DECIDED-BY", "REASON"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "GROUP",
+                "INSTANCE",
+                "ZONE",
+                "UPDATE",
+                "PODS",
+                "DECIDED-BY",
+                "REASON",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for g in &plan.groups {
             for i in &g.instances {

@@ -3,7 +3,9 @@
 use super::wit;
 use crate::labels::Labels;
 use crate::plan::Role;
-use crate::plan::hook::{BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress};
+use crate::plan::hook::{
+    BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress,
+};
 use crate::policy::HookPoint;
 
 fn key_values(map: &Labels) -> Vec<wit::KeyValue> {

@@ -21,7 +21,9 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, Candidate, GateAnswer, GroupInfo, HealthSummary, Hook,
@@ -68,7 +70,9 @@ pub enum LoadError {
     },
     #[error("{path} is not a WebAssembly file")]
     NotWasm { path: PathBuf },
-    #[error("{path} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)")]
+    #[error(
+        "{path} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+    )]
     CoreModule { path: PathBuf },
     #[error("sha256 mismatch for {path}: the policy pins {expected}, the file is {actual}")]
     Sha256Mismatch {
@@ -78,9 +82,13 @@ pub enum LoadError {
     },
     #[error("cannot compile {path}: {message}")]
     Compile { path: PathBuf, message: String },
-    #[error("{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION}: rebuild it with a matching rollout-ext-hooks SDK")]
+    #[error(
+        "{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION}: rebuild it with a matching rollout-ext-hooks SDK"
+    )]
     WrongVersion { path: PathBuf, found: String },
-    #[error("{path} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}")]
+    #[error(
+        "{path} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}"
+    )]
     NotAPolicy { path: PathBuf },
     #[error("cannot instantiate {path}: {message}")]
     Instantiate { path: PathBuf, message: String },
@@ -152,7 +160,11 @@ impl HookRuntime {
     }
 
     /// Compiles (or loads from the cache) a component, after checking its bytes.
-    pub fn compile(&self, path: &Path, pinned: Option<&str>) -> Result<(Component, String), LoadError> {
+    pub fn compile(
+        &self,
+        path: &Path,
+        pinned: Option<&str>,
+    ) -> Result<(Component, String), LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             path: path.to_path_buf(),
             source,
@@ -218,13 +230,13 @@ impl HookRuntime {
     ) -> Result<WasmHook, LoadError> {
         let (component, digest) = self.compile(&spec.module, spec.sha256.as_deref())?;
         check_version(&self.engine, &component, &spec.module)?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::Instantiate {
-                path: spec.module.clone(),
-                message: first_line(&format!("{e}")),
-            })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Instantiate {
+                    path: spec.module.clone(),
+                    message: first_line(&format!("{e}")),
+                })?;
         let pre = bindings::PolicyPre::new(instance_pre).map_err(|_| LoadError::NotAPolicy {
             path: spec.module.clone(),
         })?;
@@ -270,7 +282,11 @@ fn join(points: &[HookPoint]) -> String {
     if points.is_empty() {
         return "nothing".into();
     }
-    points.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+    points
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn first_line(text: &str) -> String {
@@ -283,7 +299,11 @@ fn store_atomically(file: &Path, bytes: &[u8]) {
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = dir.join(format!(".{}.{}", std::process::id(), file.file_name().unwrap_or_default().to_string_lossy()));
+    let tmp = dir.join(format!(
+        ".{}.{}",
+        std::process::id(),
+        file.file_name().unwrap_or_default().to_string_lossy()
+    ));
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -302,7 +322,10 @@ fn check_version(engine: &Engine, component: &Component, path: &Path) -> Result<
         let Some(rest) = name.strip_prefix(&format!("{WIT_PACKAGE}/")) else {
             continue;
         };
-        let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("(unversioned)");
+        let version = rest
+            .split_once('@')
+            .map(|(_, v)| v)
+            .unwrap_or("(unversioned)");
         if version != WIT_VERSION {
             return Err(LoadError::WrongVersion {
                 path: path.to_path_buf(),
@@ -397,11 +420,18 @@ impl wit_host::Host for CallState {
         if !allowed {
             return Err(format!(
                 "{api_version} {kind}{} is not in the policy's contextResources",
-                namespace.as_deref().map(|n| format!(" in namespace {n}")).unwrap_or_default()
+                namespace
+                    .as_deref()
+                    .map(|n| format!(" in namespace {n}"))
+                    .unwrap_or_default()
             ));
         }
-        self.objects
-            .list(&api_version, &kind, namespace.as_deref(), selector.as_deref())
+        self.objects.list(
+            &api_version,
+            &kind,
+            namespace.as_deref(),
+            selector.as_deref(),
+        )
     }
 }
 
@@ -412,7 +442,12 @@ struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.exceeded = true;
             return Ok(false);
@@ -420,7 +455,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -522,7 +562,11 @@ impl WasmHook {
             name: info.name,
             sdk_version: info.sdk_version,
             wit_version: info.wit_version,
-            points: info.points.into_iter().map(convert::point_from_wit).collect(),
+            points: info
+                .points
+                .into_iter()
+                .map(convert::point_from_wit)
+                .collect(),
         })
     }
 
@@ -540,7 +584,10 @@ impl WasmHook {
 /// Logs what the guest printed; returns its last stderr line, which usually says why it trapped.
 fn capture(hook: &str, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> Option<String> {
     let out = stdout.contents();
-    for line in String::from_utf8_lossy(&out).lines().filter(|l| !l.trim().is_empty()) {
+    for line in String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
         report::log(report::Level::Info, &format!("[hook {hook}] {line}"));
     }
     let err = stderr.contents();
@@ -625,7 +672,11 @@ impl Hook for WasmHook {
         }
     }
 
-    fn next_batch(&mut self, ctx: &CallContext, progress: &Progress) -> Result<BatchAnswer, HookFault> {
+    fn next_batch(
+        &mut self,
+        ctx: &CallContext,
+        progress: &Progress,
+    ) -> Result<BatchAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wprogress = convert::progress(progress);
         let answer = self.call(ctx.now, self.timeout, |p, store| {

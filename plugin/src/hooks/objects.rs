@@ -59,7 +59,8 @@ impl ObjectSource for SnapshotObjects {
             .iter()
             .filter(|item| {
                 let meta = &item["metadata"];
-                let labels: Labels = serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
+                let labels: Labels =
+                    serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
                 item["kind"] == kind
                     && item["apiVersion"] == api_version
                     && namespace.is_none_or(|ns| meta["namespace"] == ns)

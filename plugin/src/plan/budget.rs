@@ -99,44 +99,172 @@ mod tests {
     }
 
     /// (role, cluster-wide, per-group, size, selected) → (maxSurge, maxUnavailable, surge, concurrency)
+    type Case = (
+        Role,
+        RollingUpdate,
+        RollingUpdate,
+        u32,
+        u32,
+        (u32, u32, u32, u32),
+    );
+
     #[test]
     fn the_seed_budget_table() {
         let none = ru(None, None);
-        let cases: &[(Role, RollingUpdate, RollingUpdate, u32, u32, (u32, u32, u32, u32))] = &[
+        let cases: &[Case] = &[
             // Nothing set: one at a time.
             (Role::Node, none, none, 6, 6, (0, 1, 0, 1)),
             // Absolute values.
             (Role::Node, ru(Some(Int(2)), None), none, 6, 6, (2, 0, 2, 2)),
             (Role::Node, ru(None, Some(Int(3))), none, 6, 6, (0, 3, 0, 3)),
             // maxSurge % rounds up: 25% of 10 = 2.5 → 3.
-            (Role::Node, ru(Some(Percent(25)), None), none, 10, 10, (3, 0, 3, 3)),
+            (
+                Role::Node,
+                ru(Some(Percent(25)), None),
+                none,
+                10,
+                10,
+                (3, 0, 3, 3),
+            ),
             // maxUnavailable % rounds down: 25% of 10 = 2.5 → 2.
-            (Role::Node, ru(None, Some(Percent(25))), none, 10, 10, (0, 2, 0, 2)),
+            (
+                Role::Node,
+                ru(None, Some(Percent(25))),
+                none,
+                10,
+                10,
+                (0, 2, 0, 2),
+            ),
             // ... but never below 1: 10% of 4 = 0.4 → 1; even 0% → 1.
-            (Role::Node, ru(None, Some(Percent(10))), none, 4, 4, (0, 1, 0, 1)),
-            (Role::Node, ru(None, Some(Percent(0))), none, 4, 4, (0, 1, 0, 1)),
+            (
+                Role::Node,
+                ru(None, Some(Percent(10))),
+                none,
+                4,
+                4,
+                (0, 1, 0, 1),
+            ),
+            (
+                Role::Node,
+                ru(None, Some(Percent(0))),
+                none,
+                4,
+                4,
+                (0, 1, 0, 1),
+            ),
             // An absolute 0 with surge stays 0.
-            (Role::Node, ru(Some(Int(1)), Some(Int(0))), none, 4, 4, (1, 0, 1, 1)),
+            (
+                Role::Node,
+                ru(Some(Int(1)), Some(Int(0))),
+                none,
+                4,
+                4,
+                (1, 0, 1, 1),
+            ),
             // maxUnavailable defaults to 0 when maxSurge > 0, to 1 when it resolves to 0.
-            (Role::Node, ru(Some(Percent(10)), None), none, 5, 5, (1, 0, 1, 1)),
-            (Role::Node, ru(Some(Percent(0)), None), none, 5, 5, (0, 1, 0, 1)),
+            (
+                Role::Node,
+                ru(Some(Percent(10)), None),
+                none,
+                5,
+                5,
+                (1, 0, 1, 1),
+            ),
+            (
+                Role::Node,
+                ru(Some(Percent(0)), None),
+                none,
+                5,
+                5,
+                (0, 1, 0, 1),
+            ),
             // Percentages are of the whole group; surge is capped at the selected count.
-            (Role::Node, ru(Some(Percent(50)), None), none, 10, 2, (5, 0, 2, 2)),
-            (Role::Node, ru(Some(Int(4)), Some(Int(1))), none, 10, 3, (4, 1, 3, 4)),
+            (
+                Role::Node,
+                ru(Some(Percent(50)), None),
+                none,
+                10,
+                2,
+                (5, 0, 2, 2),
+            ),
+            (
+                Role::Node,
+                ru(Some(Int(4)), Some(Int(1))),
+                none,
+                10,
+                3,
+                (4, 1, 3, 4),
+            ),
             // Per-group values override the cluster-wide ones field by field.
-            (Role::Node, ru(Some(Int(2)), Some(Int(1))), ru(None, Some(Int(3))), 6, 6, (2, 3, 2, 5)),
-            (Role::Node, ru(Some(Int(2)), Some(Int(1))), ru(Some(Int(0)), None), 6, 6, (0, 1, 0, 1)),
+            (
+                Role::Node,
+                ru(Some(Int(2)), Some(Int(1))),
+                ru(None, Some(Int(3))),
+                6,
+                6,
+                (2, 3, 2, 5),
+            ),
+            (
+                Role::Node,
+                ru(Some(Int(2)), Some(Int(1))),
+                ru(Some(Int(0)), None),
+                6,
+                6,
+                (0, 1, 0, 1),
+            ),
             // Both zero: disabled.
-            (Role::Node, ru(Some(Int(0)), Some(Int(0))), none, 6, 6, (0, 0, 0, 0)),
-            (Role::Node, none, ru(Some(Int(0)), Some(Int(0))), 6, 6, (0, 0, 0, 0)),
+            (
+                Role::Node,
+                ru(Some(Int(0)), Some(Int(0))),
+                none,
+                6,
+                6,
+                (0, 0, 0, 0),
+            ),
+            (
+                Role::Node,
+                none,
+                ru(Some(Int(0)), Some(Int(0))),
+                6,
+                6,
+                (0, 0, 0, 0),
+            ),
             // Control plane ignores a cluster-wide surge...
-            (Role::ControlPlane, ru(Some(Int(2)), None), none, 3, 3, (0, 1, 0, 1)),
+            (
+                Role::ControlPlane,
+                ru(Some(Int(2)), None),
+                none,
+                3,
+                3,
+                (0, 1, 0, 1),
+            ),
             // ... and a concurrency left at 0 by that becomes 1.
-            (Role::ControlPlane, ru(Some(Int(2)), Some(Int(0))), none, 3, 3, (0, 0, 0, 1)),
+            (
+                Role::ControlPlane,
+                ru(Some(Int(2)), Some(Int(0))),
+                none,
+                3,
+                3,
+                (0, 0, 0, 1),
+            ),
             // Without an ignored surge, both zero still disables the control plane.
-            (Role::ControlPlane, ru(Some(Int(0)), Some(Int(0))), none, 3, 3, (0, 0, 0, 0)),
+            (
+                Role::ControlPlane,
+                ru(Some(Int(0)), Some(Int(0))),
+                none,
+                3,
+                3,
+                (0, 0, 0, 0),
+            ),
             // A per-group maxSurge of 0 on the control plane is allowed.
-            (Role::ControlPlane, none, ru(Some(Int(0)), Some(Int(2))), 3, 3, (0, 2, 0, 2)),
+            (
+                Role::ControlPlane,
+                none,
+                ru(Some(Int(0)), Some(Int(2))),
+                3,
+                3,
+                (0, 2, 0, 2),
+            ),
         ];
         for (i, (role, cluster, group, size, selected, expected)) in cases.iter().enumerate() {
             let b = resolve(*role, *cluster, *group, *size, *selected, false).unwrap();
@@ -150,17 +278,50 @@ mod tests {
 
     #[test]
     fn control_plane_group_surge_is_an_error() {
-        let r = resolve(Role::ControlPlane, ru(None, None), ru(Some(Int(1)), None), 3, 3, false);
+        let r = resolve(
+            Role::ControlPlane,
+            ru(None, None),
+            ru(Some(Int(1)), None),
+            3,
+            3,
+            false,
+        );
         assert_eq!(r, Err(BudgetError::ControlPlaneSurge));
-        let r = resolve(Role::ControlPlane, ru(None, None), ru(Some(Percent(50)), None), 3, 3, false);
+        let r = resolve(
+            Role::ControlPlane,
+            ru(None, None),
+            ru(Some(Percent(50)), None),
+            3,
+            3,
+            false,
+        );
         assert_eq!(r, Err(BudgetError::ControlPlaneSurge));
     }
 
     #[test]
     fn interactive_updates_one_at_a_time() {
-        let b = resolve(Role::Node, ru(Some(Int(3)), Some(Int(2))), ru(None, None), 9, 9, true).unwrap();
+        let b = resolve(
+            Role::Node,
+            ru(Some(Int(3)), Some(Int(2))),
+            ru(None, None),
+            9,
+            9,
+            true,
+        )
+        .unwrap();
         assert_eq!((b.surge, b.concurrency), (1, 1));
-        let b = resolve(Role::Node, ru(Some(Int(0)), Some(Int(0))), ru(None, None), 9, 9, true).unwrap();
-        assert_eq!(b.concurrency, 0, "interactive does not enable a disabled group");
+        let b = resolve(
+            Role::Node,
+            ru(Some(Int(0)), Some(Int(0))),
+            ru(None, None),
+            9,
+            9,
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            b.concurrency, 0,
+            "interactive does not enable a disabled group"
+        );
     }
 }

@@ -22,7 +22,9 @@ pub const MAX_WAIT_SECONDS: u32 = 7 * 24 * 3600;
 
 /// A hook failed under `failurePolicy: Fail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("hook {hook} failed at the {point} point: {fault} (failurePolicy: Fail stops the run; nothing was changed by this step)")]
+#[error(
+    "hook {hook} failed at the {point} point: {fault} (failurePolicy: Fail stops the run; nothing was changed by this step)"
+)]
 pub struct HookFailed {
     pub hook: String,
     pub point: HookPoint,
@@ -41,8 +43,15 @@ pub struct Chosen {
 /// The size of the next batch, or a pause before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchDecision {
-    Size { size: u32, by: DecidedBy },
-    Pause { seconds: u32, reason: String, by: DecidedBy },
+    Size {
+        size: u32,
+        by: DecidedBy,
+    },
+    Pause {
+        seconds: u32,
+        reason: String,
+        by: DecidedBy,
+    },
 }
 
 /// Whether the rotation goes on.
@@ -247,7 +256,10 @@ pub fn batch_size(
             Ok(BatchAnswer::Size(size)) => {
                 // A hook's size never exceeds the built-in one, so it replaces it; among hooks
                 // the smallest wins.
-                if let BatchDecision::Size { size: current, by: current_by } = &decision
+                if let BatchDecision::Size {
+                    size: current,
+                    by: current_by,
+                } = &decision
                     && (size < *current || *current_by == DecidedBy::BuiltIn)
                 {
                     decision = BatchDecision::Size { size, by };
@@ -318,9 +330,7 @@ pub fn gate(
                 continue;
             }
         };
-        if severity(&verdict) > severity(&decision.verdict)
-            || decision.by == DecidedBy::BuiltIn
-        {
+        if severity(&verdict) > severity(&decision.verdict) || decision.by == DecidedBy::BuiltIn {
             decision = GateDecision {
                 verdict,
                 by: DecidedBy::Hook(hook.name().to_string()),
@@ -501,7 +511,8 @@ pub(crate) mod tests {
             let mut h = FakeHook::new("h", &[HookPoint::Select]);
             let answer = choose(bad);
             h.select = Box::new(move |_| Ok(answer.clone()));
-            let err = select(&mut [h.boxed()], &ctx(), &group(), &cands(), &mut vec![]).unwrap_err();
+            let err =
+                select(&mut [h.boxed()], &ctx(), &group(), &cands(), &mut vec![]).unwrap_err();
             assert!(matches!(err.fault, HookFault::InvalidAnswer(_)), "{err}");
             assert_eq!(err.hook, "h");
         }
@@ -514,10 +525,15 @@ pub(crate) mod tests {
         h.select = Box::new(|_| Err(HookFault::Trap("unreachable".into())));
         let mut warnings = vec![];
         let c = cands();
-        let chosen = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut warnings).unwrap().chosen;
+        let chosen = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut warnings)
+            .unwrap()
+            .chosen;
         assert_eq!(names(&chosen, &c), ["a", "b"]);
         assert!(chosen.iter().all(|c| c.by == DecidedBy::BuiltIn));
-        assert!(warnings[0].contains("flaky") && warnings[0].contains("trapped"), "{warnings:?}");
+        assert!(
+            warnings[0].contains("flaky") && warnings[0].contains("trapped"),
+            "{warnings:?}"
+        );
     }
 
     fn progress_of<'a>(g: &'a GroupInfo, pending: &'a [Candidate], max: u32) -> Progress<'a> {
@@ -541,16 +557,33 @@ pub(crate) mod tests {
         one.batch = Box::new(|_| Ok(BatchAnswer::Size(1)));
         let mut hooks = vec![two.boxed(), one.boxed()];
         let d = batch_size(&mut hooks, &ctx(), &p, &mut vec![]).unwrap();
-        assert_eq!(d, BatchDecision::Size { size: 1, by: DecidedBy::Hook("one".into()) });
+        assert_eq!(
+            d,
+            BatchDecision::Size {
+                size: 1,
+                by: DecidedBy::Hook("one".into())
+            }
+        );
 
         let mut pause = FakeHook::new("window", &[HookPoint::Batch]);
-        pause.batch = Box::new(|_| Ok(BatchAnswer::Pause { seconds: 60, reason: "closed".into() }));
+        pause.batch = Box::new(|_| {
+            Ok(BatchAnswer::Pause {
+                seconds: 60,
+                reason: "closed".into(),
+            })
+        });
         hooks.push(pause.boxed());
         let d = batch_size(&mut hooks, &ctx(), &p, &mut vec![]).unwrap();
         assert!(matches!(d, BatchDecision::Pause { seconds: 60, .. }));
 
         let d = batch_size(&mut [], &ctx(), &p, &mut vec![]).unwrap();
-        assert_eq!(d, BatchDecision::Size { size: 3, by: DecidedBy::BuiltIn });
+        assert_eq!(
+            d,
+            BatchDecision::Size {
+                size: 3,
+                by: DecidedBy::BuiltIn
+            }
+        );
     }
 
     #[test]
@@ -562,41 +595,104 @@ pub(crate) mod tests {
             BatchAnswer::Size(0),
             BatchAnswer::Size(3),
             BatchAnswer::Size(u32::MAX),
-            BatchAnswer::Pause { seconds: 0, reason: String::new() },
-            BatchAnswer::Pause { seconds: MAX_WAIT_SECONDS + 1, reason: String::new() },
+            BatchAnswer::Pause {
+                seconds: 0,
+                reason: String::new(),
+            },
+            BatchAnswer::Pause {
+                seconds: MAX_WAIT_SECONDS + 1,
+                reason: String::new(),
+            },
         ];
         for answer in answers {
             let mut h = FakeHook::new("h", &[HookPoint::Batch]);
             let a = answer.clone();
             h.batch = Box::new(move |_| Ok(a.clone()));
             let err = batch_size(&mut [h.boxed()], &ctx(), &p, &mut vec![]).unwrap_err();
-            assert!(matches!(err.fault, HookFault::InvalidAnswer(_)), "{answer:?}: {err}");
+            assert!(
+                matches!(err.fault, HookFault::InvalidAnswer(_)),
+                "{answer:?}: {err}"
+            );
         }
     }
 
     #[test]
     fn gates_take_the_most_careful_verdict() {
-        let batch = BatchInfo { index: 0, instances: vec!["a".into()], canary: false, attempt: 0 };
+        let batch = BatchInfo {
+            index: 0,
+            instances: vec!["a".into()],
+            canary: false,
+            attempt: 0,
+        };
         let mut ok = FakeHook::new("ok", &[HookPoint::Gate]);
         ok.gate = Box::new(|_| Ok(GateAnswer::Proceed));
         let mut wait = FakeHook::new("wait", &[HookPoint::Gate]);
-        wait.gate = Box::new(|_| Ok(GateAnswer::Wait { seconds: 30, reason: "busy".into() }));
+        wait.gate = Box::new(|_| {
+            Ok(GateAnswer::Wait {
+                seconds: 30,
+                reason: "busy".into(),
+            })
+        });
         let mut stop = FakeHook::new("stop", &[HookPoint::Gate]);
         stop.gate = Box::new(|_| Ok(GateAnswer::Abort("broken".into())));
 
         let mut hooks = vec![ok.boxed()];
-        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
-        assert_eq!(d, GateDecision { verdict: Verdict::Proceed, by: DecidedBy::Hook("ok".into()) });
+        let d = gate(
+            &mut hooks,
+            &ctx(),
+            Phase::BeforeBatch,
+            &batch,
+            &HealthSummary::default(),
+            &mut vec![],
+        )
+        .unwrap();
+        assert_eq!(
+            d,
+            GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::Hook("ok".into())
+            }
+        );
 
         hooks.push(wait.boxed());
-        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        let d = gate(
+            &mut hooks,
+            &ctx(),
+            Phase::BeforeBatch,
+            &batch,
+            &HealthSummary::default(),
+            &mut vec![],
+        )
+        .unwrap();
         assert_eq!(d.by, DecidedBy::Hook("wait".into()));
 
         hooks.push(stop.boxed());
-        let d = gate(&mut hooks, &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
+        let d = gate(
+            &mut hooks,
+            &ctx(),
+            Phase::BeforeBatch,
+            &batch,
+            &HealthSummary::default(),
+            &mut vec![],
+        )
+        .unwrap();
         assert_eq!(d.verdict, Verdict::Abort("broken".into()));
 
-        let d = gate(&mut [], &ctx(), Phase::BeforeBatch, &batch, &HealthSummary::default(), &mut vec![]).unwrap();
-        assert_eq!(d, GateDecision { verdict: Verdict::Proceed, by: DecidedBy::BuiltIn });
+        let d = gate(
+            &mut [],
+            &ctx(),
+            Phase::BeforeBatch,
+            &batch,
+            &HealthSummary::default(),
+            &mut vec![],
+        )
+        .unwrap();
+        assert_eq!(
+            d,
+            GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::BuiltIn
+            }
+        );
     }
 }

@@ -43,7 +43,11 @@ pub fn classify(pod: &Pod, options: &DrainOptions) -> PodFate {
     {
         return PodFate::Skip("not selected by --pod-selector");
     }
-    if pod.controller.as_ref().is_some_and(|c| c.kind == "DaemonSet") {
+    if pod
+        .controller
+        .as_ref()
+        .is_some_and(|c| c.kind == "DaemonSet")
+    {
         return PodFate::Skip("DaemonSet-managed");
     }
     if pod.mirror {
@@ -98,30 +102,50 @@ mod tests {
             delete_emptydir_data: true,
             ..Default::default()
         };
-        assert_eq!(classify(&pod(Some("ReplicaSet")), &plain), PodFate::Evict { warning: None });
-        assert_eq!(classify(&pod(Some("DaemonSet")), &plain), PodFate::Skip("DaemonSet-managed"));
+        assert_eq!(
+            classify(&pod(Some("ReplicaSet")), &plain),
+            PodFate::Evict { warning: None }
+        );
+        assert_eq!(
+            classify(&pod(Some("DaemonSet")), &plain),
+            PodFate::Skip("DaemonSet-managed")
+        );
 
         let mut mirror = pod(None);
         mirror.mirror = true;
         assert!(matches!(classify(&mirror, &plain), PodFate::Skip(_)));
 
         let bare = pod(None);
-        assert!(matches!(classify(&bare, &plain), PodFate::Refuse(r) if r.contains("--drain-force")));
-        assert!(matches!(classify(&bare, &forced), PodFate::Evict { warning: Some(_) }));
+        assert!(
+            matches!(classify(&bare, &plain), PodFate::Refuse(r) if r.contains("--drain-force"))
+        );
+        assert!(matches!(
+            classify(&bare, &forced),
+            PodFate::Evict { warning: Some(_) }
+        ));
 
         let mut finished = pod(None);
         finished.finished = true;
-        assert_eq!(classify(&finished, &plain), PodFate::Evict { warning: None });
+        assert_eq!(
+            classify(&finished, &plain),
+            PodFate::Evict { warning: None }
+        );
 
         let mut scratch = pod(Some("ReplicaSet"));
         scratch.uses_empty_dir = true;
         assert!(matches!(classify(&scratch, &plain), PodFate::Refuse(r) if r.contains("emptyDir")));
-        assert!(matches!(classify(&scratch, &forced), PodFate::Evict { warning: Some(_) }));
+        assert!(matches!(
+            classify(&scratch, &forced),
+            PodFate::Evict { warning: Some(_) }
+        ));
 
         let selected = DrainOptions {
             pod_selector: Some(LabelSelector::parse("app=db").unwrap()),
             ..Default::default()
         };
-        assert!(matches!(classify(&pod(Some("ReplicaSet")), &selected), PodFate::Skip(_)));
+        assert!(matches!(
+            classify(&pod(Some("ReplicaSet")), &selected),
+            PodFate::Skip(_)
+        ));
     }
 }

@@ -15,7 +15,8 @@ pub struct NodeGroup<'a> {
 }
 
 pub fn role_of(node: &Node) -> Role {
-    if node.labels.contains_key(keys::ROLE_CONTROL_PLANE) || node.labels.contains_key(keys::ROLE_MASTER)
+    if node.labels.contains_key(keys::ROLE_CONTROL_PLANE)
+        || node.labels.contains_key(keys::ROLE_MASTER)
     {
         Role::ControlPlane
     } else {
@@ -131,7 +132,10 @@ mod tests {
     fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         Node {
             name: name.into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             annotations: Default::default(),
             taints: vec![],
             unschedulable: false,
@@ -154,7 +158,13 @@ mod tests {
         let groups = collect(&nodes, None);
         let summary: Vec<_> = groups
             .iter()
-            .map(|g| (g.name.as_str(), g.role, g.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>()))
+            .map(|g| {
+                (
+                    g.name.as_str(),
+                    g.role,
+                    g.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+                )
+            })
             .collect();
         assert_eq!(
             summary,
@@ -179,7 +189,8 @@ mod tests {
             now: 3 * 86_400,
         };
         let mut n = node("n", &[("spec", "v1")]);
-        n.annotations.insert(keys::KOPS_NEEDS_UPDATE.into(), String::new());
+        n.annotations
+            .insert(keys::KOPS_NEEDS_UPDATE.into(), String::new());
         let reason = outdated_reason(&n, &rules).unwrap();
         assert_eq!(
             reason,

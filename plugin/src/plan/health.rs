@@ -161,7 +161,11 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
     let mut lines: Vec<String> = refused
         .into_iter()
         .map(|(reason, pods)| {
-            format!("drain would refuse {} pod(s) that {reason}: {}", pods.len(), list(&pods))
+            format!(
+                "drain would refuse {} pod(s) that {reason}: {}",
+                pods.len(),
+                list(&pods)
+            )
         })
         .collect();
     lines.extend(blocked.into_iter().map(|((ns, name, allowed), pods)| {

@@ -169,8 +169,11 @@ pub trait Hook {
         candidates: &[Candidate],
     ) -> Result<SelectAnswer, HookFault>;
 
-    fn next_batch(&mut self, ctx: &CallContext, progress: &Progress)
-    -> Result<BatchAnswer, HookFault>;
+    fn next_batch(
+        &mut self,
+        ctx: &CallContext,
+        progress: &Progress,
+    ) -> Result<BatchAnswer, HookFault>;
 
     fn gate(
         &mut self,

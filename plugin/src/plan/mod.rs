@@ -23,7 +23,9 @@ use decide::{BatchDecision, GateDecision, HookFailed, Verdict};
 use drain::DrainOptions;
 use groups::{NodeGroup, Staleness};
 use health::Index;
-use hook::{BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, InstanceKind, Phase, Progress};
+use hook::{
+    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, InstanceKind, Phase, Progress,
+};
 
 pub const PLAN_API_VERSION: &str = "rollout-ext/v1alpha1";
 
@@ -327,7 +329,9 @@ impl Planner<'_> {
         let mut detached = Vec::new();
         for node in &group.nodes {
             match groups::outdated_reason(node, &self.options.staleness) {
-                Some(r) if node.annotations.contains_key(keys::DETACHED) => detached.push((*node, Some(r))),
+                Some(r) if node.annotations.contains_key(keys::DETACHED) => {
+                    detached.push((*node, Some(r)))
+                }
                 Some(r) => outdated.push((*node, Some(r))),
                 None => current.push(*node),
             }
@@ -336,7 +340,11 @@ impl Planner<'_> {
         let force = self.options.force;
         let candidates: Vec<Candidate> = outdated
             .into_iter()
-            .chain(current.into_iter().map(|n| (n, force.then(|| "forced (--force)".to_string()))))
+            .chain(
+                current
+                    .into_iter()
+                    .map(|n| (n, force.then(|| "forced (--force)".to_string()))),
+            )
             .chain(detached)
             .map(|(n, r)| self.candidate(n, group, r))
             .collect();
@@ -395,8 +403,13 @@ impl Planner<'_> {
         };
 
         if plan.disabled {
-            plan.note = Some("rolling update disabled: maxSurge and maxUnavailable are both 0".into());
-            plan.instances = instance_list(&candidates, &decide::built_in_choice(&candidates), &DecidedBy::BuiltIn);
+            plan.note =
+                Some("rolling update disabled: maxSurge and maxUnavailable are both 0".into());
+            plan.instances = instance_list(
+                &candidates,
+                &decide::built_in_choice(&candidates),
+                &DecidedBy::BuiltIn,
+            );
             return Ok(plan);
         }
 
@@ -446,7 +459,10 @@ impl Planner<'_> {
             &mut self.warnings,
         )?;
         if let Verdict::Abort(reason) = &group_gate.verdict {
-            plan.aborted = Some(format!("{} aborted before the group: {reason}", group_gate.by));
+            plan.aborted = Some(format!(
+                "{} aborted before the group: {reason}",
+                group_gate.by
+            ));
         }
         plan.gate = GateStep::from_decision(group_gate);
         if plan.aborted.is_some() {
@@ -466,7 +482,11 @@ impl Planner<'_> {
         budget: budget::Budget,
     ) -> Result<(), PlanError> {
         let canary = info.up_to_date == 0;
-        let surge = if self.options.cloud_only { 0 } else { budget.surge };
+        let surge = if self.options.cloud_only {
+            0
+        } else {
+            budget.surge
+        };
 
         // Surges detach the last instances of the update order; those already detached by an
         // earlier run need no new instance.
@@ -494,7 +514,11 @@ impl Planner<'_> {
         let cordoned: HashSet<&str> = HashSet::new();
         while done < order.len() {
             let pending: Vec<Candidate> = order[done..].iter().map(|c| (*c).clone()).collect();
-            let limit = if canary_wave && waves == 0 { 1 } else { budget.concurrency };
+            let limit = if canary_wave && waves == 0 {
+                1
+            } else {
+                budget.concurrency
+            };
             let progress = Progress {
                 group: info,
                 batches_done: waves,
@@ -503,9 +527,18 @@ impl Planner<'_> {
                 max_batch: limit.min(pending.len() as u32),
             };
             let ctx = self.ctx();
-            let (size, by) = match decide::batch_size(self.hooks, &ctx, &progress, &mut self.warnings)? {
+            let (size, by) = match decide::batch_size(
+                self.hooks,
+                &ctx,
+                &progress,
+                &mut self.warnings,
+            )? {
                 BatchDecision::Size { size, by } => (size as usize, by),
-                BatchDecision::Pause { seconds, reason, by } => {
+                BatchDecision::Pause {
+                    seconds,
+                    reason,
+                    by,
+                } => {
                     paused += i64::from(seconds);
                     self.now += i64::from(seconds);
                     let step = pending_pause.get_or_insert(PauseStep {
@@ -527,18 +560,38 @@ impl Planner<'_> {
                     continue;
                 }
             };
-            let instances: Vec<String> = order[done..done + size].iter().map(|c| c.name.clone()).collect();
+            let instances: Vec<String> = order[done..done + size]
+                .iter()
+                .map(|c| c.name.clone())
+                .collect();
             let refs: Vec<&str> = instances.iter().map(String::as_str).collect();
-            let summary = health::summarize(self.snapshot, self.index, &refs, &cordoned, &self.options.drain);
+            let summary = health::summarize(
+                self.snapshot,
+                self.index,
+                &refs,
+                &cordoned,
+                &self.options.drain,
+            );
             let batch_info = BatchInfo {
                 index: waves,
                 instances: instances.clone(),
                 canary: canary_wave && waves == 0,
                 attempt: 0,
             };
-            let gate = decide::gate(self.hooks, &ctx, Phase::BeforeBatch, &batch_info, &summary, &mut self.warnings)?;
+            let gate = decide::gate(
+                self.hooks,
+                &ctx,
+                Phase::BeforeBatch,
+                &batch_info,
+                &summary,
+                &mut self.warnings,
+            )?;
             let abort = match &gate.verdict {
-                Verdict::Abort(reason) => Some(format!("{} aborted before batch {}: {reason}", gate.by, waves + 1)),
+                Verdict::Abort(reason) => Some(format!(
+                    "{} aborted before batch {}: {reason}",
+                    gate.by,
+                    waves + 1
+                )),
                 _ => None,
             };
             plan.batches.push(BatchPlan {
@@ -573,7 +626,11 @@ fn surge_step(instances: Vec<String>, canary: bool) -> BatchPlan {
 
 /// Every instance of the group: the chosen ones in update order, then the others. `selected_by`
 /// decided the choice, and so also who was left out.
-fn instance_list(candidates: &[Candidate], chosen: &[decide::Chosen], selected_by: &DecidedBy) -> Vec<InstancePlan> {
+fn instance_list(
+    candidates: &[Candidate],
+    chosen: &[decide::Chosen],
+    selected_by: &DecidedBy,
+) -> Vec<InstancePlan> {
     let mut out: Vec<InstancePlan> = chosen
         .iter()
         .map(|c| {
@@ -593,7 +650,10 @@ fn instance_list(candidates: &[Candidate], chosen: &[decide::Chosen], selected_b
             continue;
         }
         let (reason, by) = match (&cand.reason, selected_by) {
-            (Some(r), DecidedBy::Hook(_)) => (format!("left out by {selected_by} (built-in: {r})"), selected_by.clone()),
+            (Some(r), DecidedBy::Hook(_)) => (
+                format!("left out by {selected_by} (built-in: {r})"),
+                selected_by.clone(),
+            ),
             (None, DecidedBy::Hook(_)) => ("up to date".to_string(), selected_by.clone()),
             _ => ("up to date".to_string(), DecidedBy::BuiltIn),
         };

@@ -1,1 +1,349 @@
+//! Planner scenarios: given a cluster and a policy, the plan is.
 
+use super::*;
+use crate::labels::Labels;
+use crate::plan::decide::tests::FakeHook;
+use crate::plan::hook::{BatchAnswer, GateAnswer};
+use crate::policy::{HookPoint, IntOrPercent};
+use crate::snapshot::Node;
+
+fn node(name: &str, group: &str, outdated: bool) -> Node {
+    let mut labels = Labels::new();
+    labels.insert("kops.k8s.io/instancegroup".into(), group.into());
+    let mut annotations = Labels::new();
+    if outdated {
+        annotations.insert(keys::NEEDS_UPDATE.into(), String::new());
+    }
+    Node {
+        name: name.into(),
+        labels,
+        annotations,
+        taints: vec![],
+        unschedulable: false,
+        ready: true,
+        created: Some(0),
+        kubelet_version: Some("v1.20.2".into()),
+        provider_id: None,
+    }
+}
+
+fn cluster(nodes: Vec<Node>) -> Snapshot {
+    Snapshot {
+        nodes,
+        ..Default::default()
+    }
+}
+
+fn group_of_six(outdated: usize) -> Snapshot {
+    cluster(
+        (1..=6)
+            .map(|i| node(&format!("n{i}"), "nodes", i <= outdated))
+            .collect(),
+    )
+}
+
+fn options(surge: Option<u32>, unavailable: Option<u32>) -> PlanOptions {
+    PlanOptions {
+        rolling_update: RollingUpdate {
+            max_surge: surge.map(IntOrPercent::Int),
+            max_unavailable: unavailable.map(IntOrPercent::Int),
+        },
+        ..Default::default()
+    }
+}
+
+fn plan(snapshot: &Snapshot, opts: &PlanOptions) -> Plan {
+    plan_nodes(snapshot, &Policy::default(), opts, &mut []).unwrap()
+}
+
+/// Batches as strings: `c` marks the canary, `+` a surge.
+fn shape(g: &GroupPlan) -> Vec<String> {
+    g.batches
+        .iter()
+        .map(|b| {
+            let mark = match (b.surge, b.canary) {
+                (true, true) => "+c:",
+                (true, false) => "+:",
+                (false, true) => "c:",
+                (false, false) => "",
+            };
+            format!("{mark}{}", b.instances.join(" "))
+        })
+        .collect()
+}
+
+#[test]
+fn no_instance_up_to_date_starts_with_a_single_canary() {
+    let p = plan(&group_of_six(6), &options(None, Some(2)));
+    assert_eq!(shape(&p.groups[0]), ["c:n1", "n2 n3", "n4 n5", "n6"]);
+}
+
+#[test]
+fn with_an_up_to_date_instance_there_is_no_canary() {
+    let p = plan(&group_of_six(4), &options(None, Some(2)));
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n1 n2", "n3 n4"]);
+    assert_eq!((g.size, g.up_to_date, g.selected), (6, 2, 4));
+    // Every instance is listed, the updated ones first.
+    let listed: Vec<(&str, bool)> = g
+        .instances
+        .iter()
+        .map(|i| (i.name.as_str(), i.update))
+        .collect();
+    assert_eq!(listed[4], ("n5", false));
+    assert_eq!(g.instances[5].reason, "up to date");
+}
+
+#[test]
+fn surge_canary_is_one_new_instance_then_the_other_surges_then_waves() {
+    let p = plan(&group_of_six(6), &options(Some(2), None));
+    // maxSurge 2 → maxUnavailable defaults to 0; concurrency 2. Surges detach the last ones.
+    assert_eq!(
+        shape(&p.groups[0]),
+        ["+c:n6", "+:n5", "n1 n2", "n3 n4", "n5 n6"]
+    );
+}
+
+#[test]
+fn force_rotates_up_to_date_instances_after_outdated_ones_without_canary() {
+    let mut opts = options(None, Some(3));
+    opts.force = true;
+    let p = plan(&group_of_six(2), &opts);
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n1 n2 n3", "n4 n5 n6"]);
+    assert_eq!(g.instances[2].reason, "forced (--force)");
+}
+
+#[test]
+fn instances_detached_by_an_earlier_run_go_last() {
+    let mut s = group_of_six(6);
+    s.nodes[0]
+        .annotations
+        .insert(keys::DETACHED.into(), String::new());
+    let p = plan(&s, &options(Some(1), Some(1)));
+    let order: Vec<&str> = p.groups[0]
+        .instances
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(order, ["n2", "n3", "n4", "n5", "n6", "n1"]);
+    // The detached one already has its surge instance: no new surge is planned.
+    assert!(p.groups[0].batches.iter().all(|b| !b.surge));
+}
+
+#[test]
+fn groups_are_planned_bastion_control_plane_node() {
+    let mut cp = node("cp1", "masters", true);
+    cp.labels
+        .insert(keys::ROLE_CONTROL_PLANE.into(), String::new());
+    let s = cluster(vec![node("a1", "alpha", true), cp]);
+    let p = plan(&s, &options(Some(3), None));
+    let names: Vec<&str> = p.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["masters", "alpha"]);
+    // The cluster-wide surge is ignored on the control plane.
+    assert_eq!((p.groups[0].max_surge, p.groups[0].concurrency), (0, 1));
+    assert!(p.groups[0].batches.iter().all(|b| !b.surge));
+}
+
+#[test]
+fn a_group_surge_on_the_control_plane_names_the_policy_line() {
+    let mut cp = node("cp1", "masters", true);
+    cp.labels
+        .insert(keys::ROLE_CONTROL_PLANE.into(), String::new());
+    let policy = Policy::parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  groups:\n  - name: masters\n    rollingUpdate:\n      maxSurge: 1\n",
+        "policy.yaml",
+        std::path::Path::new("."),
+    )
+    .unwrap();
+    let err = plan_nodes(
+        &cluster(vec![cp]),
+        &policy,
+        &PlanOptions::default(),
+        &mut [],
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("policy.yaml:7:"), "{text}");
+    assert!(text.contains("cannot surge"), "{text}");
+}
+
+#[test]
+fn both_budgets_zero_disables_the_group_without_error() {
+    let p = plan(&group_of_six(6), &options(Some(0), Some(0)));
+    let g = &p.groups[0];
+    assert!(g.disabled);
+    assert!(g.batches.is_empty());
+    assert!(g.note.as_deref().unwrap().contains("disabled"));
+}
+
+#[test]
+fn group_and_role_filters() {
+    let mut cp = node("cp1", "masters", true);
+    cp.labels
+        .insert(keys::ROLE_CONTROL_PLANE.into(), String::new());
+    let s = cluster(vec![
+        cp,
+        node("a1", "alpha", true),
+        node("b1", "beta", true),
+    ]);
+    let mut opts = PlanOptions {
+        instance_groups: vec!["beta".into()],
+        ..Default::default()
+    };
+    assert_eq!(plan(&s, &opts).groups.len(), 1);
+    opts.instance_groups.clear();
+    opts.roles = vec![Role::ControlPlane];
+    let p = plan(&s, &opts);
+    assert_eq!(p.groups.len(), 1);
+    assert_eq!(p.groups[0].name, "masters");
+
+    opts.instance_groups = vec!["gamma".into()];
+    let err = plan_nodes(&s, &Policy::default(), &opts, &mut []).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("\"gamma\" not found; groups in the cluster: masters, alpha, beta"),
+        "{err}"
+    );
+}
+
+#[test]
+fn interactive_goes_one_by_one() {
+    let mut opts = options(None, Some(3));
+    opts.interactive = true;
+    let p = plan(&group_of_six(3), &opts);
+    assert_eq!(shape(&p.groups[0]), ["n1", "n2", "n3"]);
+}
+
+#[test]
+fn cloudonly_does_not_surge() {
+    let mut opts = options(Some(2), Some(1));
+    opts.cloud_only = true;
+    let p = plan(&group_of_six(3), &opts);
+    assert!(p.groups[0].batches.iter().all(|b| !b.surge));
+}
+
+#[test]
+fn batching_hook_pauses_advance_the_simulated_clock() {
+    let mut window = FakeHook::new("window", &[HookPoint::Batch]);
+    let mut calls = 0;
+    window.batch = Box::new(move |p| {
+        calls += 1;
+        Ok(if calls == 1 {
+            BatchAnswer::Pause {
+                seconds: 3600,
+                reason: "closed".into(),
+            }
+        } else {
+            BatchAnswer::Size(p.max_batch.min(2))
+        })
+    });
+    let mut hooks = vec![window.boxed()];
+    let p = plan_nodes(
+        &group_of_six(5),
+        &Policy::default(),
+        &options(None, Some(3)),
+        &mut hooks,
+    )
+    .unwrap();
+    let g = &p.groups[0];
+    let pause = g.batches[0].pause.as_ref().expect("the first batch waits");
+    assert_eq!((pause.seconds, pause.reason.as_str()), (3600, "closed"));
+    // One instance is up to date, so no canary.
+    assert_eq!(shape(g), ["n1 n2", "n3 n4", "n5"]);
+    assert_eq!(g.batches[1].decided_by, DecidedBy::Hook("window".into()));
+}
+
+#[test]
+fn a_hook_that_never_stops_pausing_ends_the_simulation_with_a_warning() {
+    let mut stuck = FakeHook::new("stuck", &[HookPoint::Batch]);
+    stuck.batch = Box::new(|_| {
+        Ok(BatchAnswer::Pause {
+            seconds: 86_400,
+            reason: "later".into(),
+        })
+    });
+    let mut hooks = vec![stuck.boxed()];
+    let p = plan_nodes(
+        &group_of_six(2),
+        &Policy::default(),
+        &PlanOptions::default(),
+        &mut hooks,
+    )
+    .unwrap();
+    assert!(p.groups[0].batches.is_empty());
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("hook/stuck kept pausing")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn a_gate_wait_is_shown_on_its_batch() {
+    let mut gate = FakeHook::new("careful", &[HookPoint::Gate]);
+    gate.gate = Box::new(|b| {
+        Ok(if b.instances.contains(&"n2".to_string()) {
+            GateAnswer::Wait {
+                seconds: 30,
+                reason: "n2 is busy".into(),
+            }
+        } else {
+            GateAnswer::Proceed
+        })
+    });
+    let mut hooks = vec![gate.boxed()];
+    let p = plan_nodes(
+        &group_of_six(6),
+        &Policy::default(),
+        &PlanOptions::default(),
+        &mut hooks,
+    )
+    .unwrap();
+    let waits: Vec<&str> = p.groups[0]
+        .batches
+        .iter()
+        .filter_map(|b| b.gate.as_ref())
+        .map(|g| g.verdict)
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            "proceed", "wait", "proceed", "proceed", "proceed", "proceed"
+        ]
+    );
+}
+
+#[test]
+fn the_plan_json_has_the_documented_shape() {
+    let p = plan(&group_of_six(2), &PlanOptions::default());
+    let v = serde_json::to_value(&p).unwrap();
+    assert_eq!(v["apiVersion"], "rollout-ext/v1alpha1");
+    assert_eq!(v["kind"], "Plan");
+    let g = &v["groups"][0];
+    for field in [
+        "name",
+        "role",
+        "size",
+        "upToDate",
+        "selected",
+        "maxSurge",
+        "maxUnavailable",
+        "disabled",
+        "instances",
+        "batches",
+    ] {
+        assert!(!g[field].is_null(), "missing {field}");
+    }
+    assert_eq!(g["role"], "node");
+    assert_eq!(g["instances"][0]["decidedBy"], "built-in");
+    assert_eq!(g["instances"][0]["update"], true);
+    assert_eq!(g["batches"][0]["instances"][0], "n1");
+    assert!(
+        g["batches"][0].get("canary").is_none(),
+        "canary is omitted when false"
+    );
+    assert!(v["warnings"].is_array());
+}

@@ -50,12 +50,20 @@ fn probe(ctx: &Context) -> String {
         Ok(_) => "file:readable".to_string(),
         Err(_) => "file:denied".to_string(),
     };
-    let env = if std::env::vars().next().is_none() { "env:empty" } else { "env:visible" };
+    let env = if std::env::vars().next().is_none() {
+        "env:empty"
+    } else {
+        "env:visible"
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(-1);
-    let clock = if now == ctx.now { "clock:frozen" } else { "clock:live" };
+    let clock = if now == ctx.now {
+        "clock:frozen"
+    } else {
+        "clock:live"
+    };
     let socket = match std::net::TcpStream::connect("127.0.0.1:1") {
         Ok(_) => "socket:open",
         Err(_) => "socket:denied",
@@ -70,10 +78,19 @@ impl Policy for Hostile {
     const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch, HookPoint::Gate];
 
     fn select(ctx: &Context, _group: &Group, candidates: &[Instance]) -> Result<Selection, String> {
-        let first = candidates.first().map(|c| c.name.clone()).unwrap_or_default();
+        let first = candidates
+            .first()
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
         let choose = |names: Vec<String>, reason: String| {
             Ok(Selection::Choose(
-                names.into_iter().map(|name| Choice { name, reason: reason.clone() }).collect(),
+                names
+                    .into_iter()
+                    .map(|name| Choice {
+                        name,
+                        reason: reason.clone(),
+                    })
+                    .collect(),
             ))
         };
         match modes(ctx).select.as_str() {
@@ -104,16 +121,27 @@ impl Policy for Hostile {
             "zero" => Ok(BatchSize::Size(0)),
             "over-budget" => Ok(BatchSize::Size(progress.max_batch + 1)),
             "huge" => Ok(BatchSize::Size(u32::MAX)),
-            "pause-forever" => Ok(BatchSize::Pause(Pause { seconds: u32::MAX, reason: "forever".into() })),
+            "pause-forever" => Ok(BatchSize::Pause(Pause {
+                seconds: u32::MAX,
+                reason: "forever".into(),
+            })),
             "one" => Ok(BatchSize::Size(1)),
             _ => Ok(BatchSize::Defer),
         }
     }
 
-    fn check(ctx: &Context, _phase: Phase, _batch: &Batch, _summary: &ValidationSummary) -> Result<Verdict, String> {
+    fn check(
+        ctx: &Context,
+        _phase: Phase,
+        _batch: &Batch,
+        _summary: &ValidationSummary,
+    ) -> Result<Verdict, String> {
         match modes(ctx).gate.as_str() {
             "loop" => spin(),
-            "wait-forever" => Ok(Verdict::Wait(Pause { seconds: u32::MAX, reason: "forever".into() })),
+            "wait-forever" => Ok(Verdict::Wait(Pause {
+                seconds: u32::MAX,
+                reason: "forever".into(),
+            })),
             "abort" => Ok(Verdict::Abort("hostile gate says stop".into())),
             _ => Ok(Verdict::Defer),
         }

@@ -1,0 +1,292 @@
+//! The real binary on the demo snapshot: what a newcomer sees, and what bad input gets.
+
+use std::process::{Command, Output};
+
+use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module};
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(plugin_binary())
+        .args(args)
+        .output()
+        .expect("the plugin runs")
+}
+
+/// The demo policy with its hooks pointing at the freshly built modules.
+fn demo_policy(dir: &std::path::Path) -> std::path::PathBuf {
+    let hooks = dir.join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for name in ["zone-spread", "maintenance-window", "error-budget"] {
+        let module = wasm_module(name);
+        std::fs::copy(&module, hooks.join(module.file_name().unwrap())).unwrap();
+    }
+    let policy = dir.join("policy.yaml");
+    std::fs::copy(demo_file("policy.yaml"), &policy).unwrap();
+    policy
+}
+
+fn plan_json(extra: &[&str]) -> Value {
+    let snapshot = demo_file("snapshot.json");
+    let mut args = vec![
+        "nodes",
+        "--from-snapshot",
+        snapshot.to_str().unwrap(),
+        "--kubelet-version",
+        "v1.20.2",
+        "--now",
+        "2026-11-27T12:00:00Z",
+        "-o",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("-o json prints JSON")
+}
+
+fn group<'a>(plan: &'a Value, name: &str) -> &'a Value {
+    plan["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap()
+}
+
+fn batches(g: &Value) -> Vec<Vec<String>> {
+    g["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            b["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_demo_plan_is_decided_by_the_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = demo_policy(dir.path());
+    let with_hooks = plan_json(&["--policy", policy.to_str().unwrap()]);
+    let built_in = plan_json(&["--max-unavailable", "50%"]);
+
+    let hooked = group(&with_hooks, "nodes");
+    let plain = group(&built_in, "nodes");
+    assert_ne!(
+        batches(hooked),
+        batches(plain),
+        "the hooks change the batches"
+    );
+    // Built-in: canary, then waves of the concurrency (50% of 9 = 4).
+    assert_eq!(
+        batches(plain).iter().map(Vec::len).collect::<Vec<_>>(),
+        [1, 4, 4]
+    );
+    // zone-spread orders the nodes; every updated instance says so.
+    let instances = hooked["instances"].as_array().unwrap();
+    assert!(
+        instances
+            .iter()
+            .filter(|i| i["update"] == true)
+            .all(|i| i["decidedBy"] == "hook/zone-spread")
+    );
+    // No batch holds two nodes of one zone (maxPerZone 1).
+    let zone_of =
+        |name: &str| instances.iter().find(|i| i["name"] == name).unwrap()["zone"].clone();
+    for batch in batches(hooked) {
+        let mut zones: Vec<Value> = batch.iter().map(|n| zone_of(n)).collect();
+        zones.sort_by_key(|z| z.to_string());
+        zones.dedup();
+        assert_eq!(zones.len(), batch.len(), "one node per zone in {batch:?}");
+    }
+    // The maintenance window pauses the first batch (a Friday noon) and slow-starts: 1 then 2.
+    let first_group = &with_hooks["groups"][0];
+    assert_eq!(
+        first_group["batches"][0]["pause"]["decidedBy"],
+        "hook/maintenance-window"
+    );
+    assert_eq!(hooked["batches"][1]["decidedBy"], "hook/maintenance-window");
+    assert_eq!(
+        hooked["batches"][1]["instances"].as_array().unwrap().len(),
+        2
+    );
+    // The error budget holds batches that touch the db pods (PDB with 0 disruptions allowed).
+    let gated: Vec<&Value> = hooked["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["gate"]["verdict"] == "wait")
+        .collect();
+    assert!(!gated.is_empty());
+    assert!(
+        gated
+            .iter()
+            .all(|b| b["gate"]["decidedBy"] == "hook/error-budget")
+    );
+    // The disabled spot group is reported, not an error.
+    assert_eq!(group(&with_hooks, "spot")["disabled"], true);
+    let warnings = with_hooks["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("PodDisruptionBudget shop/db"))
+    );
+}
+
+#[test]
+fn the_table_and_yaml_outputs_render_the_same_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = demo_policy(dir.path());
+    let snapshot = demo_file("snapshot.json");
+    let base = [
+        "nodes",
+        "--from-snapshot",
+        snapshot.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--kubelet-version",
+        "v1.20.2",
+    ];
+    let wide = run(&[&base[..], &["-o", "wide"]].concat());
+    let text = String::from_utf8(wide.stdout).unwrap();
+    assert!(text.starts_with("GROUP "), "{text}");
+    assert!(text.contains("hook/zone-spread"));
+    assert!(text.contains("DECIDED-BY"));
+    let yaml = run(&[&base[..], &["-o", "yaml"]].concat());
+    let yaml = String::from_utf8(yaml.stdout).unwrap();
+    assert!(yaml.contains("kind: Plan"), "{yaml}");
+}
+
+#[test]
+fn hooks_inspect_and_test_describe_a_module() {
+    let module = wasm_module("zone-spread");
+    let out = run(&["hooks", "inspect", module.to_str().unwrap(), "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["name"], "zone-spread");
+    assert_eq!(info["witVersion"], "0.1.0");
+    assert_eq!(info["points"], serde_json::json!(["select", "batch"]));
+    assert_eq!(info["sha256"].as_str().unwrap().len(), 64);
+
+    let snapshot = demo_file("snapshot.json");
+    let out = run(&[
+        "hooks",
+        "test",
+        module.to_str().unwrap(),
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Only the spot nodes carry needs-update annotations; the hook ordered them.
+    let spot = group(&plan, "spot");
+    assert_eq!(spot["instances"][0]["decidedBy"], "hook/zone-spread");
+}
+
+/// Each bad input: the arguments, the exit code, and what stderr must say.
+#[test]
+fn bad_input_gets_a_clear_error_and_a_usage_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = demo_file("snapshot.json");
+    let snap = snapshot.to_str().unwrap();
+    let bad_policy = dir.path().join("bad.yaml");
+    std::fs::write(&bad_policy, "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  rollingUpdate:\n    maxSurge: 150%\n").unwrap();
+    let not_a_list = dir.path().join("pod.json");
+    std::fs::write(&not_a_list, r#"{"kind": "Pod", "apiVersion": "v1"}"#).unwrap();
+    let missing_module = dir.path().join("missing.yaml");
+    std::fs::write(&missing_module, "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: gone, module: gone.wasm, points: [gate]}\n").unwrap();
+
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["nodes", "--no-such-flag"], 2, "--no-such-flag"),
+        (
+            vec!["nodes", "--from-snapshot", snap, "-o", "xml"],
+            2,
+            "xml",
+        ),
+        (
+            vec![
+                "nodes",
+                "--from-snapshot",
+                snap,
+                "--policy",
+                bad_policy.to_str().unwrap(),
+            ],
+            2,
+            "bad.yaml:5:",
+        ),
+        (
+            vec!["nodes", "--from-snapshot", not_a_list.to_str().unwrap()],
+            2,
+            "not a v1 List",
+        ),
+        (
+            vec![
+                "nodes",
+                "--from-snapshot",
+                snap,
+                "--policy",
+                missing_module.to_str().unwrap(),
+            ],
+            2,
+            "missing.yaml:5:0: hook gone: cannot read module",
+        ),
+        (
+            vec!["nodes", "--from-snapshot", snap, "--yes"],
+            2,
+            "--yes is not implemented with --from-snapshot",
+        ),
+        (
+            vec!["nodes", "--from-snapshot", snap, "--instance-group", "nope"],
+            2,
+            "\"nope\" not found",
+        ),
+        (
+            vec!["nodes", "--from-snapshot", snap, "--max-surge", "1.5"],
+            2,
+            "1.5",
+        ),
+        (
+            vec![
+                "nodes",
+                "--from-snapshot",
+                snap,
+                "--instance-group-roles",
+                "worker",
+            ],
+            2,
+            "unknown instance group role",
+        ),
+        (
+            vec!["nodes", "--from-snapshot", "/no/such/file.json"],
+            2,
+            "cannot read snapshot",
+        ),
+    ];
+    for (args, code, fragment) in cases {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(fragment), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: errors go to stderr only");
+    }
+}
