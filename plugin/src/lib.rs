@@ -2,6 +2,7 @@
 //! rolling update" design, with site policy in sandboxed WebAssembly hooks.
 
 pub mod cli;
+pub mod cluster;
 pub mod hooks;
 pub mod keys;
 pub mod labels;

@@ -96,30 +96,50 @@ pub struct Pdb {
 impl Snapshot {
     /// Parses a `v1` `List` (or any `*List`). Items of other kinds are ignored.
     pub fn from_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
-        let list: RawList = serde_json::from_slice(bytes).map_err(SnapshotError::Json)?;
-        if !list.kind.ends_with("List") {
-            return Err(SnapshotError::NotAList { kind: list.kind });
-        }
         let mut snapshot = Snapshot::default();
+        snapshot.extend_from_json(bytes)?;
+        Ok(snapshot)
+    }
+
+    /// Adds the items of one list (a `v1` `List`, or a page of an API list such as `NodeList`,
+    /// whose items carry no kind of their own). Returns the list's `continue` token, if any.
+    pub fn extend_from_json(&mut self, bytes: &[u8]) -> Result<Option<String>, SnapshotError> {
+        let list: RawList = serde_json::from_slice(bytes).map_err(SnapshotError::Json)?;
+        let Some(item_kind) = list.kind.strip_suffix("List") else {
+            return Err(SnapshotError::NotAList { kind: list.kind });
+        };
         for (index, item) in list.items.iter().enumerate() {
-            let result = match item.kind {
-                "Node" => item.parse::<Node>().map(|n| snapshot.nodes.push(n)),
-                "Pod" => item.parse::<Pod>().map(|p| snapshot.pods.push(p)),
+            let kind = if item.kind.is_empty() {
+                item_kind
+            } else {
+                item.kind
+            };
+            let api_version = if item.api_version.is_empty() {
+                list.api_version
+            } else {
+                item.api_version
+            };
+            let result = match kind {
+                "Node" => item.parse::<Node>().map(|n| self.nodes.push(n)),
+                "Pod" => item.parse::<Pod>().map(|p| self.pods.push(p)),
                 "PodDisruptionBudget" => {
-                    let v1beta1 = item.api_version.ends_with("v1beta1");
+                    let v1beta1 = api_version.ends_with("v1beta1");
                     item.parse::<PdbBody>()
-                        .map(|b| snapshot.pdbs.push(b.into_pdb(v1beta1)))
+                        .map(|b| self.pdbs.push(b.into_pdb(v1beta1)))
                 }
                 _ => Ok(()),
             };
             result.map_err(|source| SnapshotError::Item {
                 index,
-                kind: item.kind.to_string(),
+                kind: kind.to_string(),
                 name: item.name(),
                 source,
             })?;
         }
-        Ok(snapshot)
+        Ok(list
+            .metadata
+            .and_then(|m| m.continue_token)
+            .filter(|t| !t.is_empty()))
     }
 
     /// The pods bound to each node, by node name.
@@ -138,8 +158,17 @@ impl Snapshot {
 struct RawList<'a> {
     #[serde(default)]
     kind: String,
+    #[serde(rename = "apiVersion", default)]
+    api_version: &'a str,
+    metadata: Option<ListMeta>,
     #[serde(borrow, default)]
     items: Vec<RawItem<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ListMeta {
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
 }
 
 /// An item whose body stays unparsed until its kind says whether we need it.
@@ -435,6 +464,23 @@ mod tests {
         assert!(
             !s.pdbs[1].selector.matches(&p.labels),
             "empty v1beta1 selector matches nothing"
+        );
+    }
+
+    #[test]
+    fn reads_api_list_pages_whose_items_have_no_kind() {
+        let page = r#"{"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1beta1",
+            "metadata": {"continue": "abc"},
+            "items": [{"metadata": {"name": "p", "namespace": "ns"}, "spec": {}}]}"#;
+        let mut s = Snapshot::default();
+        assert_eq!(
+            s.extend_from_json(page.as_bytes()).unwrap().as_deref(),
+            Some("abc")
+        );
+        assert_eq!(s.pdbs[0].name, "p");
+        assert!(
+            !s.pdbs[0].selector.matches(&Default::default()),
+            "v1beta1 from the list"
         );
     }
 

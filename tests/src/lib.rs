@@ -45,3 +45,16 @@ pub fn plugin_binary() -> PathBuf {
 pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)
 }
+
+pub mod cluster;
+
+/// A helper binary of this crate, built by `cargo build --bins`.
+pub fn helper_binary(name: &str) -> PathBuf {
+    let file = target_dir().join("debug").join(name);
+    assert!(
+        file.exists(),
+        "{} is missing: run `cargo build --bins` (or the README's test command) first",
+        file.display()
+    );
+    file
+}

@@ -72,6 +72,35 @@ pub struct KubeFlags {
     pub request_timeout: Option<String>,
 }
 
+impl KubeFlags {
+    pub fn connect_options(&self) -> Result<crate::cluster::ConnectOptions, Failure> {
+        let request_timeout = self
+            .request_timeout
+            .as_deref()
+            .map(crate::policy::parse_duration)
+            .transpose()
+            .map_err(|e| Failure::usage(format!("--request-timeout: {e}")))?;
+        Ok(crate::cluster::ConnectOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            cluster: self.cluster.clone(),
+            user: self.user.clone(),
+            as_user: self.as_user.clone(),
+            as_groups: self.as_group.clone(),
+            request_timeout,
+        })
+    }
+}
+
+/// The async runtime for commands that talk to the cluster.
+pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::failed(format!("cannot start the async runtime: {e}")))
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Plan (and with --yes, run) a rotation of the cluster's nodes.
@@ -121,6 +150,15 @@ impl Failure {
 impl From<crate::policy::PolicyError> for Failure {
     fn from(e: crate::policy::PolicyError) -> Self {
         Failure::usage(e.to_string())
+    }
+}
+
+impl From<crate::cluster::ClusterError> for Failure {
+    fn from(e: crate::cluster::ClusterError) -> Self {
+        match e {
+            crate::cluster::ClusterError::Kubeconfig(_) => Failure::usage(e.to_string()),
+            _ => Failure::failed(e.to_string()),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{Failure, KubeFlags, OutputFormat, output};
+use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::labels::LabelSelector;
 use crate::plan::drain::DrainOptions;
@@ -124,18 +125,18 @@ fn parse_instant(text: &str) -> Result<i64, String> {
         })
 }
 
-pub fn run(_kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
-    let Some(snapshot_path) = &args.from_snapshot else {
-        return Err(Failure::usage(
-            "planning against a live cluster is not available yet: pass --from-snapshot FILE \
-             (make one with `kubectl get nodes,pods,poddisruptionbudgets -A -o json > FILE`)",
-        ));
-    };
+pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
     if args.yes {
-        return Err(Failure::usage(
-            "--yes is not implemented with --from-snapshot: a snapshot can only be planned; \
-             run without --from-snapshot against a cluster to rotate it",
-        ));
+        return Err(match args.from_snapshot {
+            Some(_) => Failure::usage(
+                "--yes is not implemented with --from-snapshot: a snapshot can only be planned; \
+                 run without --from-snapshot against a cluster to rotate it",
+            ),
+            None => Failure::failed(
+                "rotating a live cluster (--yes) is not available in this version; \
+                 run without --yes to see the plan",
+            ),
+        });
     }
     let policy = match &args.policy {
         Some(p) => Policy::load(p)?,
@@ -144,17 +145,28 @@ pub fn run(_kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             ..Default::default()
         },
     };
-    let bytes = std::fs::read(snapshot_path).map_err(|e| {
-        Failure::usage(format!(
-            "cannot read snapshot {}: {e}",
-            snapshot_path.display()
-        ))
-    })?;
-    let snapshot = Snapshot::from_json(&bytes)
-        .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
-    let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
     let options = plan_options(args, &policy);
-    let plan = plan_with_hooks(&snapshot, &policy, &options, objects)?;
+    let plan = match &args.from_snapshot {
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|e| {
+                Failure::usage(format!("cannot read snapshot {}: {e}", path.display()))
+            })?;
+            let snapshot = Snapshot::from_json(&bytes)
+                .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
+            let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
+            plan_with_hooks(&snapshot, &policy, &options, objects)?
+        }
+        None => {
+            let runtime = super::tokio_runtime()?;
+            let cluster = runtime.block_on(Cluster::connect(&kube.connect_options()?))?;
+            let snapshot = runtime.block_on(cluster.snapshot())?;
+            let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+                cluster,
+                handle: runtime.handle().clone(),
+            });
+            plan_with_hooks(&snapshot, &policy, &options, objects)?
+        }
+    };
     output::print_plan(&plan, args.output)
 }
 

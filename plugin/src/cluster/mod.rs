@@ -1,0 +1,268 @@
+//! The API server: connecting the way kubectl does, reading the snapshot the planner needs, and
+//! discovering which policy API version this server serves. Everything that talks to the
+//! cluster lives under this module; nothing here decides what to do.
+
+pub mod eviction;
+mod objects;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+use crate::snapshot::{Snapshot, SnapshotError};
+
+pub use objects::LiveObjects;
+
+/// How to reach the cluster: kubectl's flags.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub cluster: Option<String>,
+    pub user: Option<String>,
+    pub as_user: Option<String>,
+    pub as_groups: Vec<String>,
+    pub request_timeout: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error(
+        "cannot reach the API server at {server}: {message} (check --kubeconfig/--context, and that the cluster is up)"
+    )]
+    Unreachable { server: String, message: String },
+    #[error(
+        "forbidden: this user may not {verb} {resource}{scope}: {message} (grant it in the user's Role or ClusterRole)"
+    )]
+    Forbidden {
+        verb: String,
+        resource: String,
+        scope: String,
+        message: String,
+    },
+    #[error("{verb} {resource}: the API server answered {code}: {message}")]
+    Api {
+        verb: String,
+        resource: String,
+        code: u16,
+        message: String,
+    },
+    #[error("{resource} from the API server: {source}")]
+    Decode {
+        resource: String,
+        #[source]
+        source: SnapshotError,
+    },
+}
+
+/// The API request a [`ClusterError`] is about.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub verb: &'a str,
+    pub resource: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+impl Request<'_> {
+    /// Classifies a client error: unreachable, forbidden (naming verb and resource), or other.
+    pub fn error(&self, server: &str, err: kube::Error) -> ClusterError {
+        match err {
+            kube::Error::Api(status) if status.code == 403 => ClusterError::Forbidden {
+                verb: self.verb.to_string(),
+                resource: self.resource.to_string(),
+                scope: self
+                    .namespace
+                    .map(|n| format!(" in namespace {n}"))
+                    .unwrap_or_else(|| " at cluster scope".into()),
+                message: status.message,
+            },
+            kube::Error::Api(status) => ClusterError::Api {
+                verb: self.verb.to_string(),
+                resource: self.resource.to_string(),
+                code: status.code,
+                message: status.message,
+            },
+            other => ClusterError::Unreachable {
+                server: server.to_string(),
+                message: error_chain(&other),
+            },
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// A connected client and the server it talks to.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: Client,
+    pub server: String,
+    pub default_namespace: String,
+}
+
+impl Cluster {
+    /// Connects as kubectl would: `--kubeconfig`, else `$KUBECONFIG` (several paths merged), else
+    /// `~/.kube/config`; then context, cluster, user and impersonation overrides.
+    pub async fn connect(options: &ConnectOptions) -> Result<Cluster, ClusterError> {
+        let kubeconfig = match &options.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path).map_err(|e| {
+                ClusterError::Kubeconfig(format!("{}: {}", path.display(), error_chain(&e)))
+            })?,
+            None => Kubeconfig::read().map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?,
+        };
+        if let Some(context) = &options.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == context)
+        {
+            let known: Vec<&str> = kubeconfig
+                .contexts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(ClusterError::Kubeconfig(format!(
+                "context {context:?} does not exist; contexts: {}",
+                known.join(", ")
+            )));
+        }
+        let kube_options = KubeConfigOptions {
+            context: options.context.clone(),
+            cluster: options.cluster.clone(),
+            user: options.user.clone(),
+        };
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &kube_options)
+            .await
+            .map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?;
+        if let Some(user) = &options.as_user {
+            config.auth_info.impersonate = Some(user.clone());
+        }
+        if !options.as_groups.is_empty() {
+            config.auth_info.impersonate_groups = Some(options.as_groups.clone());
+        }
+        if let Some(timeout) = options.request_timeout.filter(|t| !t.is_zero()) {
+            config.read_timeout = Some(timeout);
+            config.write_timeout = Some(timeout);
+            config.connect_timeout = Some(timeout);
+        }
+        // Never retry silently: a 429 from an eviction is a PodDisruptionBudget speaking, and the
+        // drain reports each retry itself.
+        config.default_retry = false;
+        let server = config.cluster_url.to_string();
+        let default_namespace = config.default_namespace.clone();
+        let client =
+            Client::try_from(config).map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?;
+        Ok(Cluster {
+            client,
+            server,
+            default_namespace,
+        })
+    }
+
+    /// GETs a path, returning the body.
+    pub async fn get(&self, path: &str, request: &Request<'_>) -> Result<String, ClusterError> {
+        let req = http::Request::get(path)
+            .body(Vec::new())
+            .expect("a GET request with a valid path");
+        self.client
+            .request_text(req)
+            .await
+            .map_err(|e| request.error(&self.server, e))
+    }
+
+    /// The version of the `policy` API group to use: v1 when served, else v1beta1.
+    pub async fn policy_version(&self) -> Result<&'static str, ClusterError> {
+        let body = self
+            .get(
+                "/apis/policy",
+                &Request {
+                    verb: "get",
+                    resource: "the policy API group (discovery)",
+                    namespace: None,
+                },
+            )
+            .await?;
+        let group: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let served = |v: &str| {
+            group["versions"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|x| x["version"] == v))
+        };
+        Ok(if served("v1") { "v1" } else { "v1beta1" })
+    }
+
+    /// Lists every object at `path`, page by page, into the snapshot.
+    async fn list_into(
+        &self,
+        snapshot: &mut Snapshot,
+        path: &str,
+        resource: &str,
+    ) -> Result<(), ClusterError> {
+        let request = Request {
+            verb: "list",
+            resource,
+            namespace: None,
+        };
+        let mut token: Option<String> = None;
+        loop {
+            let url = match &token {
+                Some(t) => format!("{path}?limit=500&continue={}", urlencode(t)),
+                None => format!("{path}?limit=500"),
+            };
+            let body = self.get(&url, &request).await?;
+            token = snapshot
+                .extend_from_json(body.as_bytes())
+                .map_err(|source| ClusterError::Decode {
+                    resource: resource.to_string(),
+                    source,
+                })?;
+            if token.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads nodes, pods and PodDisruptionBudgets: the planner's view of the cluster.
+    pub async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+        let policy = self.policy_version().await?;
+        let mut snapshot = Snapshot::default();
+        self.list_into(&mut snapshot, "/api/v1/nodes", "nodes")
+            .await?;
+        self.list_into(&mut snapshot, "/api/v1/pods", "pods")
+            .await?;
+        self.list_into(
+            &mut snapshot,
+            &format!("/apis/policy/{policy}/poddisruptionbudgets"),
+            "poddisruptionbudgets.policy",
+        )
+        .await?;
+        Ok(snapshot)
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn urlencode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,46 @@
+//! `list-objects` for hooks against a live cluster.
+
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams};
+use tokio::runtime::Handle;
+
+use super::Cluster;
+use crate::hooks::ObjectSource;
+
+/// Lists objects for hooks from the API server. Hooks run on a plain thread, so each call
+/// blocks on the runtime behind `handle`.
+pub struct LiveObjects {
+    pub cluster: Cluster,
+    pub handle: Handle,
+}
+
+impl ObjectSource for LiveObjects {
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<String, String> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let client = self.cluster.client.clone();
+        self.handle.block_on(async move {
+            let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+                .await
+                .map_err(|e| format!("{api_version} {kind} is not served: {e}"))?;
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(client, ns, &resource),
+                None => Api::all_with(client, &resource),
+            };
+            let mut params = ListParams::default();
+            if let Some(s) = selector {
+                params = params.labels(s);
+            }
+            let list = api
+                .list(&params)
+                .await
+                .map_err(|e| format!("list {api_version} {kind}: {e}"))?;
+            serde_json::to_string(&list.items).map_err(|e| e.to_string())
+        })
+    }
+}

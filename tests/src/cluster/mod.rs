@@ -1,0 +1,286 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
+//! kube-scheduler (1.20.2, built and cached by `tests/cluster/install-control-plane.sh`), a node
+//! simulator doing the kubelet's job, and a simulated cloud.
+//!
+//! `TestCluster::start()` takes a few seconds; `TestCluster::shared()` starts one per test binary,
+//! which tests share by working in their own namespaces and node groups.
+
+mod cloud;
+mod nodes;
+mod process;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use cloud::{CloudCall, GroupSpec, SimCloud};
+pub use nodes::{NodeSim, NodeSpec, SimSettings};
+pub use process::Processes;
+
+const K8S_VERSION: &str = "1.20.2";
+const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
+
+/// Where the control-plane binaries are cached.
+pub fn binaries_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ROLLOUT_EXT_K8S_DIR") {
+        return PathBuf::from(dir).join("bin");
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
+        });
+    cache.join(format!("rollout-ext/k8s-{K8S_VERSION}/bin"))
+}
+
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let path = binaries_dir().join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: run `bash tests/cluster/install-control-plane.sh` (the README's test command does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A running control plane with simulated nodes and cloud.
+pub struct TestCluster {
+    dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub server: String,
+    pub processes: Processes,
+    runtime: Option<tokio::runtime::Runtime>,
+    pub nodes: NodeSim,
+    pub cloud: SimCloud,
+}
+
+impl TestCluster {
+    /// One cluster per test binary, started on first use.
+    pub fn shared() -> &'static TestCluster {
+        static SHARED: OnceLock<TestCluster> = OnceLock::new();
+        SHARED.get_or_init(|| TestCluster::start().expect("the test cluster starts"))
+    }
+
+    /// Starts etcd, the apiserver, the controller-manager and the scheduler; waits until the
+    /// apiserver is ready; starts the node simulator and the simulated cloud.
+    pub fn start() -> anyhow::Result<TestCluster> {
+        TestCluster::start_with(SimSettings::default())
+    }
+
+    pub fn start_with(settings: SimSettings) -> anyhow::Result<TestCluster> {
+        // Its own thread, so that it may be called from sync and async tests alike.
+        std::thread::spawn(move || TestCluster::start_here(settings))
+            .join()
+            .map_err(|_| anyhow::anyhow!("starting the test cluster panicked"))?
+    }
+
+    fn start_here(settings: SimSettings) -> anyhow::Result<TestCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("rollout-ext-cluster-")
+            .tempdir()?;
+        let root = dir.path();
+        let processes = Processes::new();
+
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        processes.spawn(
+            "etcd",
+            &binary("etcd")?,
+            &[
+                format!("--data-dir={}", root.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--name=default".into(),
+                "--quota-backend-bytes=1073741824".into(),
+            ],
+            &root.join("etcd.log"),
+        )?;
+
+        let key = root.join("sa.key");
+        let status = std::process::Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&key)
+            .arg("2048")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("openssl generates the service-account key")?;
+        if !status.success() {
+            bail!("openssl genrsa failed: {status}");
+        }
+        let tokens = root.join("tokens.csv");
+        std::fs::write(
+            &tokens,
+            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
+        )?;
+
+        processes.spawn(
+            "kube-apiserver",
+            &binary("kube-apiserver")?,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                format!("--cert-dir={}", root.join("certs").display()),
+                format!("--secure-port={api_port}"),
+                "--insecure-port=0".into(),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", key.display()),
+                format!("--service-account-signing-key-file={}", key.display()),
+                "--service-cluster-ip-range=10.96.0.0/24".into(),
+                "--authorization-mode=RBAC".into(),
+                format!("--token-auth-file={}", tokens.display()),
+                "--allow-privileged=true".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+            ],
+            &root.join("kube-apiserver.log"),
+        )?;
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = root.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &server, ADMIN_TOKEN, "admin")?;
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-cluster")
+            .enable_all()
+            .build()?;
+        let client = runtime.block_on(wait_ready(&kubeconfig, &processes, root))?;
+
+        for (name, extra) in [
+            (
+                "kube-controller-manager",
+                vec![
+                    format!("--service-account-private-key-file={}", key.display()),
+                    "--controllers=*,-nodeipam".to_string(),
+                    "--secure-port=0".into(),
+                ],
+            ),
+            ("kube-scheduler", vec!["--secure-port=0".to_string()]),
+        ] {
+            let mut args = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+            ];
+            args.extend(extra);
+            processes.spawn(
+                name,
+                &binary(name)?,
+                &args,
+                &root.join(format!("{name}.log")),
+            )?;
+        }
+
+        let nodes = runtime.block_on(NodeSim::start(client.clone(), settings))?;
+        let cloud = runtime.block_on(SimCloud::start(root.join("cloud.sock"), nodes.clone()))?;
+        Ok(TestCluster {
+            dir,
+            kubeconfig,
+            server,
+            processes,
+            runtime: Some(runtime),
+            nodes,
+            cloud,
+        })
+    }
+
+    /// A client for the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig)
+            .await
+            .expect("a client from the test kubeconfig")
+    }
+
+    /// The cluster's working directory (logs, kubeconfig, cloud socket).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `future` on the cluster's own runtime (where the simulators live).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime
+            .as_ref()
+            .expect("runtime alive")
+            .block_on(future)
+    }
+
+    /// Writes a kubeconfig for another user of this cluster (for RBAC tests).
+    pub fn kubeconfig_for(&self, path: &Path, token: &str, user: &str) -> anyhow::Result<()> {
+        write_kubeconfig(path, &self.server, token, user)
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        // Dropping may happen inside a test's async context, where a blocking shutdown panics.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn write_kubeconfig(path: &Path, server: &str, token: &str, user: &str) -> anyhow::Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n    namespace: default\ncurrent-context: test\n"
+    );
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+async fn client_for(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Waits for `/readyz`, failing early (with the log's tail) if the apiserver dies.
+async fn wait_ready(
+    kubeconfig: &Path,
+    processes: &Processes,
+    root: &Path,
+) -> anyhow::Result<Client> {
+    let client = client_for(kubeconfig).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        ticker.tick().await;
+        if let Err(e) = processes.check_alive() {
+            let log = std::fs::read_to_string(root.join("kube-apiserver.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            bail!(
+                "{e}; kube-apiserver log tail:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        if let Ok(body) = client.request_text(req).await
+            && body.trim() == "ok"
+        {
+            return Ok(client);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "kube-apiserver was not ready within 60s (logs in {})",
+                root.display()
+            );
+        }
+    }
+}

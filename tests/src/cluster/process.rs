@@ -1,0 +1,124 @@
+//! Child processes that cannot outlive the tests: each is spawned from a thread that lives as
+//! long as its owner, with `PR_SET_PDEATHSIG` so the kernel kills it if that thread (or the
+//! whole test process, even by SIGKILL) goes away; [`Processes`] kills them on drop.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// The processes of one test cluster.
+pub struct Processes {
+    requests: Option<mpsc::Sender<SpawnRequest>>,
+    children: Arc<Mutex<Vec<(String, Child)>>>,
+}
+
+impl Processes {
+    pub fn new() -> Self {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        // This thread does every fork and lives until the owner drops `requests`.
+        std::thread::Builder::new()
+            .name("test-cluster-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("the spawner thread starts");
+        Processes {
+            requests: Some(tx),
+            children: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Starts `program` with `args`, its output appended to `log`.
+    pub fn spawn(
+        &self,
+        name: &str,
+        program: &std::path::Path,
+        args: &[String],
+        log: &std::path::Path,
+    ) -> anyhow::Result<u32> {
+        let out = std::fs::File::create(log)?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        // SAFETY: prctl is async-signal-safe and touches only the child's own state.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        self.requests
+            .as_ref()
+            .expect("spawner alive")
+            .send((command, tx))
+            .map_err(|_| anyhow::anyhow!("the spawner thread is gone"))?;
+        let child = rx
+            .recv()?
+            .map_err(|e| anyhow::anyhow!("cannot start {name} ({}): {e}", program.display()))?;
+        let pid = child.id();
+        self.children
+            .lock()
+            .unwrap()
+            .push((name.to_string(), child));
+        Ok(pid)
+    }
+
+    /// Pids of the running children, by name.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.children
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, c)| (n.clone(), c.id()))
+            .collect()
+    }
+
+    /// Fails if a child has exited, naming it and its status.
+    pub fn check_alive(&self) -> anyhow::Result<()> {
+        for (name, child) in self.children.lock().unwrap().iter_mut() {
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!("{name} exited: {status}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills one child by name (to simulate a crash) and waits for it.
+    pub fn kill(&self, name: &str) {
+        let mut children = self.children.lock().unwrap();
+        if let Some(pos) = children.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = children.remove(pos);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Processes::new()
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        // Stop in reverse order: scheduler and controllers, then the apiserver, then etcd.
+        let mut children = self.children.lock().unwrap();
+        while let Some((_, mut child)) = children.pop() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.requests.take();
+    }
+}
