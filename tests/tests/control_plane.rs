@@ -7,10 +7,12 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, ReplicationController};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use rollout_ext::cluster::eviction::Eviction;
@@ -91,6 +93,46 @@ async fn replication_controllers_and_replica_sets_run_on_simulated_nodes() {
         rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
     })
     .await;
+}
+
+#[tokio::test]
+async fn daemon_set_pods_run_on_every_simulated_node() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let names = add_nodes(cluster, "daemons", 2).await;
+    namespace(&client, "daemons").await;
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "daemons");
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template("agent")}
+    }))
+    .unwrap();
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "daemons");
+    for node in names {
+        let ready_on = node.clone();
+        let mut stream = kube::runtime::watcher(pods.clone(), Default::default())
+            .applied_objects()
+            .boxed();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(pod) = stream.next().await {
+                let pod = pod.unwrap();
+                let on_node =
+                    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&ready_on);
+                let ready = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if on_node && ready {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(found, Ok(true), "a Ready agent pod on {node}");
+    }
 }
 
 #[tokio::test]
@@ -254,6 +296,16 @@ async fn the_simulated_cloud_replaces_what_it_terminates() {
         "a detached instance is not replaced: {gone}"
     );
 
+    let surged = sim_cloud("surge", "cloudy");
+    let extra = surged["launching"].as_str().unwrap().to_string();
+    wait_for(
+        nodes.clone(),
+        &extra,
+        "the surged instance to register",
+        |_| true,
+    )
+    .await;
+
     let listed = sim_cloud("list", "cloudy");
     let mut listed: Vec<&str> = listed
         .as_array()
@@ -262,7 +314,7 @@ async fn the_simulated_cloud_replaces_what_it_terminates() {
         .map(|i| i["name"].as_str().unwrap())
         .collect();
     listed.sort();
-    let mut expected = vec![replacement.as_str(), surge.as_str()];
+    let mut expected = vec![replacement.as_str(), surge.as_str(), extra.as_str()];
     expected.sort();
     assert_eq!(listed, expected);
 
@@ -279,6 +331,7 @@ async fn the_simulated_cloud_replaces_what_it_terminates() {
             ("terminate".to_string(), names[0].clone()),
             ("detach".into(), names[1].clone()),
             ("terminate".into(), names[1].clone()),
+            ("surge".into(), "cloudy".into()),
             ("list".into(), "cloudy".into()),
         ]
     );

@@ -219,6 +219,15 @@ pub fn plan_nodes(
             });
         }
     }
+    let mut warnings = Vec::new();
+    for group in &policy.groups {
+        if !all_groups.iter().any(|g| g.name == group.name) {
+            warnings.push(format!(
+                "{}: policy settings for group {:?} match no instance group in the cluster",
+                policy.source, group.name
+            ));
+        }
+    }
     let chosen_groups = all_groups.into_iter().filter(|g| {
         (options.instance_groups.is_empty() || options.instance_groups.contains(&g.name))
             && (options.roles.is_empty() || options.roles.contains(&g.role))
@@ -230,7 +239,7 @@ pub fn plan_nodes(
         policy,
         options,
         hooks,
-        warnings: Vec::new(),
+        warnings,
         now: options.now,
     };
     let cluster_health = health::summarize(snapshot, &index, &[], &HashSet::new(), &options.drain);

@@ -347,3 +347,21 @@ fn the_plan_json_has_the_documented_shape() {
     );
     assert!(v["warnings"].is_array());
 }
+
+#[test]
+fn policy_groups_that_match_nothing_are_warned_about() {
+    let policy = Policy::parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  groups:\n  - name: nodez\n",
+        "policy.yaml",
+        std::path::Path::new("."),
+    )
+    .unwrap();
+    let p = plan_nodes(&group_of_six(1), &policy, &PlanOptions::default(), &mut []).unwrap();
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("\"nodez\" match no instance group")),
+        "{:?}",
+        p.warnings
+    );
+}
