@@ -127,10 +127,15 @@ impl<P: Policy> gates::Guest for Exported<P> {
 }
 
 /// Makes a [`Policy`] the module's exports: `export_policy!(MyPolicy);` once per crate.
+///
+/// Only WebAssembly builds export anything: a native build (the policy's unit tests) has no host
+/// to export to, and component export names are not valid native symbols.
 #[macro_export]
 macro_rules! export_policy {
     ($policy:ty) => {
+        #[cfg(target_arch = "wasm32")]
         type __RolloutExtExported = $crate::Exported<$policy>;
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::__export_policy_world!(__RolloutExtExported);
     };
 }

@@ -62,13 +62,13 @@ fn render_table(plan: &Plan, wide: bool) -> String {
     ];
     for g in &plan.groups {
         rows.push(vec![
-            g.name.clone(),
-            g.role.as_str().into(),
-            g.size.to_string(),
-            g.up_to_date.to_string(),
-            g.selected.to_string(),
-            g.max_surge.to_string(),
-            g.max_unavailable.to_string(),
+            g.group.name.clone(),
+            g.group.role.as_str().into(),
+            g.group.size.to_string(),
+            g.group.up_to_date.to_string(),
+            g.group.selected.to_string(),
+            g.group.max_surge.to_string(),
+            g.group.max_unavailable.to_string(),
             batches_summary(g),
         ]);
     }
@@ -86,8 +86,8 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         let _ = writeln!(
             out,
             "\n{} ({}), concurrency {}:",
-            g.name,
-            g.role.as_str(),
+            g.group.name,
+            g.group.role.as_str(),
             g.concurrency
         );
         if let Some(gate) = &g.gate {
@@ -144,7 +144,7 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         for g in &plan.groups {
             for i in &g.instances {
                 rows.push(vec![
-                    g.name.clone(),
+                    g.group.name.clone(),
                     i.name.clone(),
                     i.zone.clone().unwrap_or_else(|| "-".into()),
                     if i.update { "yes".into() } else { "no".into() },

@@ -636,59 +636,31 @@ pub(crate) mod tests {
         let mut stop = FakeHook::new("stop", &[HookPoint::Gate]);
         stop.gate = Box::new(|_| Ok(GateAnswer::Abort("broken".into())));
 
+        let ask = |hooks: &mut [Box<dyn Hook>]| {
+            gate(
+                hooks,
+                &ctx(),
+                Phase::BeforeBatch,
+                &batch,
+                &HealthSummary::default(),
+                &mut vec![],
+            )
+            .unwrap()
+        };
         let mut hooks = vec![ok.boxed()];
-        let d = gate(
-            &mut hooks,
-            &ctx(),
-            Phase::BeforeBatch,
-            &batch,
-            &HealthSummary::default(),
-            &mut vec![],
-        )
-        .unwrap();
         assert_eq!(
-            d,
+            ask(&mut hooks),
             GateDecision {
                 verdict: Verdict::Proceed,
                 by: DecidedBy::Hook("ok".into())
             }
         );
-
         hooks.push(wait.boxed());
-        let d = gate(
-            &mut hooks,
-            &ctx(),
-            Phase::BeforeBatch,
-            &batch,
-            &HealthSummary::default(),
-            &mut vec![],
-        )
-        .unwrap();
-        assert_eq!(d.by, DecidedBy::Hook("wait".into()));
-
+        assert_eq!(ask(&mut hooks).by, DecidedBy::Hook("wait".into()));
         hooks.push(stop.boxed());
-        let d = gate(
-            &mut hooks,
-            &ctx(),
-            Phase::BeforeBatch,
-            &batch,
-            &HealthSummary::default(),
-            &mut vec![],
-        )
-        .unwrap();
-        assert_eq!(d.verdict, Verdict::Abort("broken".into()));
-
-        let d = gate(
-            &mut [],
-            &ctx(),
-            Phase::BeforeBatch,
-            &batch,
-            &HealthSummary::default(),
-            &mut vec![],
-        )
-        .unwrap();
+        assert_eq!(ask(&mut hooks).verdict, Verdict::Abort("broken".into()));
         assert_eq!(
-            d,
+            ask(&mut []),
             GateDecision {
                 verdict: Verdict::Proceed,
                 by: DecidedBy::BuiltIn

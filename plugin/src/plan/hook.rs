@@ -40,7 +40,8 @@ pub struct Candidate {
 }
 
 /// A group and its budget, as a hook sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GroupInfo {
     pub name: String,
     pub role: Role,

@@ -107,13 +107,9 @@ pub struct Plan {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupPlan {
-    pub name: String,
-    pub role: Role,
-    pub size: u32,
-    pub up_to_date: u32,
-    pub selected: u32,
-    pub max_surge: u32,
-    pub max_unavailable: u32,
+    /// Name, role, size, up-to-date and selected counts, resolved budget.
+    #[serde(flatten)]
+    pub group: GroupInfo,
     pub concurrency: u32,
     pub disabled: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -385,23 +381,16 @@ impl Planner<'_> {
             }
             .into());
         };
-        let mut info = GroupInfo {
-            name: group.name.clone(),
-            role: group.role,
-            size,
-            up_to_date,
-            selected: selected_built_in,
-            max_surge: first_budget.max_surge,
-            max_unavailable: first_budget.max_unavailable,
-        };
         let mut plan = GroupPlan {
-            name: group.name.clone(),
-            role: group.role,
-            size,
-            up_to_date,
-            selected: selected_built_in,
-            max_surge: first_budget.max_surge,
-            max_unavailable: first_budget.max_unavailable,
+            group: GroupInfo {
+                name: group.name.clone(),
+                role: group.role,
+                size,
+                up_to_date,
+                selected: selected_built_in,
+                max_surge: first_budget.max_surge,
+                max_unavailable: first_budget.max_unavailable,
+            },
             concurrency: first_budget.concurrency,
             disabled: first_budget.concurrency == 0,
             note: None,
@@ -423,7 +412,13 @@ impl Planner<'_> {
         }
 
         let ctx = self.ctx();
-        let selection = decide::select(self.hooks, &ctx, &info, &candidates, &mut self.warnings)?;
+        let selection = decide::select(
+            self.hooks,
+            &ctx,
+            &plan.group,
+            &candidates,
+            &mut self.warnings,
+        )?;
         let mut chosen = selection.chosen;
         // Instances detached by an earlier run always go last.
         chosen.sort_by_key(|c| candidates[c.index].annotations.contains_key(keys::DETACHED));
@@ -442,10 +437,9 @@ impl Planner<'_> {
             ));
         }
         plan.instances = instance_list(&candidates, &chosen, &selection.by);
-        plan.selected = chosen.len() as u32;
-        info.selected = plan.selected;
+        plan.group.selected = chosen.len() as u32;
 
-        let budget = resolve(plan.selected).expect("the same settings resolved above");
+        let budget = resolve(plan.group.selected).expect("the same settings resolved above");
         plan.concurrency = budget.concurrency;
 
         let order: Vec<&Candidate> = chosen.iter().map(|c| &candidates[c.index]).collect();
@@ -478,6 +472,7 @@ impl Planner<'_> {
             return Ok(plan);
         }
 
+        let info = plan.group.clone();
         self.plan_batches(&mut plan, &info, &order, budget)?;
         Ok(plan)
     }
@@ -561,7 +556,7 @@ impl Planner<'_> {
                     if paused > MAX_SIMULATED_PAUSE {
                         self.warnings.push(format!(
                             "group {}: {by} kept pausing for more than 7 days; the plan stops here and {} instance(s) stay pending",
-                            plan.name,
+                            plan.group.name,
                             pending.len()
                         ));
                         return Ok(());

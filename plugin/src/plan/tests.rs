@@ -83,7 +83,10 @@ fn with_an_up_to_date_instance_there_is_no_canary() {
     let p = plan(&group_of_six(4), &options(None, Some(2)));
     let g = &p.groups[0];
     assert_eq!(shape(g), ["n1 n2", "n3 n4"]);
-    assert_eq!((g.size, g.up_to_date, g.selected), (6, 2, 4));
+    assert_eq!(
+        (g.group.size, g.group.up_to_date, g.group.selected),
+        (6, 2, 4)
+    );
     // Every instance is listed, the updated ones first.
     let listed: Vec<(&str, bool)> = g
         .instances
@@ -138,10 +141,13 @@ fn groups_are_planned_bastion_control_plane_node() {
         .insert(keys::ROLE_CONTROL_PLANE.into(), String::new());
     let s = cluster(vec![node("a1", "alpha", true), cp]);
     let p = plan(&s, &options(Some(3), None));
-    let names: Vec<&str> = p.groups.iter().map(|g| g.name.as_str()).collect();
+    let names: Vec<&str> = p.groups.iter().map(|g| g.group.name.as_str()).collect();
     assert_eq!(names, ["masters", "alpha"]);
     // The cluster-wide surge is ignored on the control plane.
-    assert_eq!((p.groups[0].max_surge, p.groups[0].concurrency), (0, 1));
+    assert_eq!(
+        (p.groups[0].group.max_surge, p.groups[0].concurrency),
+        (0, 1)
+    );
     assert!(p.groups[0].batches.iter().all(|b| !b.surge));
 }
 
@@ -196,7 +202,7 @@ fn group_and_role_filters() {
     opts.roles = vec![Role::ControlPlane];
     let p = plan(&s, &opts);
     assert_eq!(p.groups.len(), 1);
-    assert_eq!(p.groups[0].name, "masters");
+    assert_eq!(p.groups[0].group.name, "masters");
 
     opts.instance_groups = vec!["gamma".into()];
     let err = plan_nodes(&s, &Policy::default(), &opts, &mut []).unwrap_err();

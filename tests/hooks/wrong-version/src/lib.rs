@@ -20,4 +20,5 @@ impl exports::rollout_ext::policy::metadata::Guest for FromTheFuture {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 export!(FromTheFuture);
