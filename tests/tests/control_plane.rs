@@ -460,9 +460,39 @@ async fn the_live_plan_equals_the_plan_of_a_kubectl_snapshot() {
         String::from_utf8_lossy(&offline.stderr)
     );
 
+    // Our own snapshot command writes the same format.
+    let own = cluster.dir().join("own-snapshot.json");
+    let saved = Command::new(plugin_binary())
+        .args([
+            "snapshot",
+            "-o",
+            own.to_str().unwrap(),
+            "--kubeconfig",
+            &kubeconfig,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let from_own = Command::new(plugin_binary())
+        .args(plan_args)
+        .args(["--from-snapshot", own.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        from_own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_own.stderr)
+    );
+
     let live: Value = serde_json::from_slice(&live.stdout).unwrap();
     let offline: Value = serde_json::from_slice(&offline.stdout).unwrap();
+    let from_own: Value = serde_json::from_slice(&from_own.stdout).unwrap();
     assert_eq!(live, offline);
+    assert_eq!(live, from_own);
     let groups: Vec<&str> = live["groups"]
         .as_array()
         .unwrap()

@@ -216,6 +216,35 @@ fn the_sandbox_grants_no_files_environment_clock_or_network() {
     assert_eq!(reason, "file:denied env:empty clock:frozen socket:denied");
 }
 
+#[test]
+fn list_objects_reads_only_what_the_policy_allows() {
+    let spec = hostile(HookPoint::Select, "select", "list-objects");
+    let allowed = vec![rollout_ext::policy::ContextResource {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        namespace: None,
+    }];
+    let hook = runtime().load(&spec, objects(), Arc::new(allowed)).unwrap();
+    let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
+    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(hook)];
+    let plan = plan_nodes(
+        &snapshot,
+        &Policy::default(),
+        &PlanOptions::default(),
+        &mut hooks,
+    )
+    .unwrap();
+    let reason = &plan.groups[0].instances[0].reason;
+    assert!(
+        reason.starts_with("nodes-in-a:2 secrets:denied("),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("not in the policy's contextResources"),
+        "{reason}"
+    );
+}
+
 fn load_error(module: &Path, sha: Option<&str>) -> LoadError {
     let mut s = spec(
         module.to_path_buf(),

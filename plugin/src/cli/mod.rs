@@ -105,6 +105,12 @@ pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
 pub enum Command {
     /// Plan (and with --yes, run) a rotation of the cluster's nodes.
     Nodes(Box<nodes::NodesArgs>),
+    /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans.
+    Snapshot {
+        /// Where to write it ("-" for stdout).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+    },
     /// Work with policy hook modules.
     #[command(subcommand)]
     Hooks(hooks_cmd::HooksCommand),
@@ -200,6 +206,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Nodes(args) => nodes::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
+        Command::Snapshot { output } => snapshot(&cli.kube, &output),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(
@@ -211,6 +218,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+fn snapshot(kube: &KubeFlags, output: &std::path::Path) -> Result<(), Failure> {
+    let runtime = tokio_runtime()?;
+    let list = runtime.block_on(async {
+        let cluster = crate::cluster::Cluster::connect(&kube.connect_options()?).await?;
+        Ok::<_, Failure>(cluster.snapshot_list().await?)
+    })?;
+    let mut text = serde_json::to_string_pretty(&list)
+        .map_err(|e| Failure::failed(format!("cannot render the snapshot: {e}")))?;
+    text.push('\n');
+    if output == std::path::Path::new("-") {
+        print!("{text}");
+        return Ok(());
+    }
+    std::fs::write(output, text)
+        .map_err(|e| Failure::failed(format!("cannot write {}: {e}", output.display())))?;
+    let count = list["items"].as_array().map_or(0, Vec::len);
+    eprintln!("wrote {count} objects to {}", output.display());
+    Ok(())
 }
 
 /// Prints `value` as JSON or YAML on stdout.

@@ -204,12 +204,13 @@ impl Cluster {
         Ok(if served("v1") { "v1" } else { "v1beta1" })
     }
 
-    /// Lists every object at `path`, page by page, into the snapshot.
-    async fn list_into(
+    /// Lists every object at `path`, page by page, handing each page's body to `page`, which
+    /// returns the page's `continue` token.
+    async fn list_pages(
         &self,
-        snapshot: &mut Snapshot,
         path: &str,
         resource: &str,
+        mut page: impl FnMut(&str) -> Result<Option<String>, SnapshotError>,
     ) -> Result<(), ClusterError> {
         let request = Request {
             verb: "list",
@@ -223,33 +224,76 @@ impl Cluster {
                 None => format!("{path}?limit=500"),
             };
             let body = self.get(&url, &request).await?;
-            token = snapshot
-                .extend_from_json(body.as_bytes())
-                .map_err(|source| ClusterError::Decode {
-                    resource: resource.to_string(),
-                    source,
-                })?;
+            token = page(&body).map_err(|source| ClusterError::Decode {
+                resource: resource.to_string(),
+                source,
+            })?;
             if token.is_none() {
                 return Ok(());
             }
         }
     }
 
+    /// The lists a snapshot is made of: API path and resource name.
+    async fn snapshot_lists(&self) -> Result<[(String, &'static str); 3], ClusterError> {
+        let policy = self.policy_version().await?;
+        Ok([
+            ("/api/v1/nodes".to_string(), "nodes"),
+            ("/api/v1/pods".to_string(), "pods"),
+            (
+                format!("/apis/policy/{policy}/poddisruptionbudgets"),
+                "poddisruptionbudgets.policy",
+            ),
+        ])
+    }
+
     /// Reads nodes, pods and PodDisruptionBudgets: the planner's view of the cluster.
     pub async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
-        let policy = self.policy_version().await?;
         let mut snapshot = Snapshot::default();
-        self.list_into(&mut snapshot, "/api/v1/nodes", "nodes")
+        for (path, resource) in self.snapshot_lists().await? {
+            self.list_pages(&path, resource, |body| {
+                snapshot.extend_from_json(body.as_bytes())
+            })
             .await?;
-        self.list_into(&mut snapshot, "/api/v1/pods", "pods")
-            .await?;
-        self.list_into(
-            &mut snapshot,
-            &format!("/apis/policy/{policy}/poddisruptionbudgets"),
-            "poddisruptionbudgets.policy",
-        )
-        .await?;
+        }
         Ok(snapshot)
+    }
+
+    /// The same objects as a `v1` `List`, each item with its kind and apiVersion: the file
+    /// `--from-snapshot` reads, as `kubectl get nodes,pods,poddisruptionbudgets -A -o json`
+    /// prints it.
+    pub async fn snapshot_list(&self) -> Result<serde_json::Value, ClusterError> {
+        let mut items = Vec::new();
+        for (path, resource) in self.snapshot_lists().await? {
+            self.list_pages(&path, resource, |body| {
+                let mut list: serde_json::Value =
+                    serde_json::from_str(body).map_err(SnapshotError::Json)?;
+                let kind = list["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_end_matches("List")
+                    .to_string();
+                let api_version = list["apiVersion"].clone();
+                if let Some(page) = list["items"].as_array_mut() {
+                    for mut item in page.drain(..) {
+                        item["kind"] = kind.clone().into();
+                        item["apiVersion"] = api_version.clone();
+                        items.push(item);
+                    }
+                }
+                Ok(list["metadata"]["continue"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .map(String::from))
+            })
+            .await?;
+        }
+        Ok(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "metadata": {"resourceVersion": ""},
+            "items": items,
+        }))
     }
 }
 

@@ -71,6 +71,25 @@ fn probe(ctx: &Context) -> String {
     format!("{file} {env} {clock} {socket}")
 }
 
+/// What `list-objects` answers for an allowed kind and for one the policy does not allow.
+fn list_objects() -> String {
+    let nodes = match rollout_ext_hooks::host::list_objects(
+        "v1",
+        "Node",
+        None,
+        Some("topology.kubernetes.io/zone=a"),
+    ) {
+        Ok(items) => format!("nodes-in-a:{}", items.len()),
+        Err(e) => format!("nodes:error({e})"),
+    };
+    let secrets =
+        match rollout_ext_hooks::host::list_objects("v1", "Secret", Some("kube-system"), None) {
+            Ok(_) => "secrets:readable".to_string(),
+            Err(e) => format!("secrets:denied({e})"),
+        };
+    format!("{nodes} {secrets}")
+}
+
 pub struct Hostile;
 
 impl Policy for Hostile {
@@ -106,6 +125,7 @@ impl Policy for Hostile {
             "unknown" => choose(vec!["no-such-node".into()], "made up".into()),
             "duplicate" => choose(vec![first.clone(), first], "twice".into()),
             "probe" => choose(vec![first], probe(ctx)),
+            "list-objects" => choose(vec![first], list_objects()),
             "print" => {
                 println!("hello from the hook's stdout");
                 eprintln!("and from its stderr");
