@@ -8,5 +8,6 @@ pub mod keys;
 pub mod labels;
 pub mod plan;
 pub mod policy;
+pub mod progress;
 pub mod report;
 pub mod snapshot;

@@ -73,6 +73,7 @@ pub struct Owner {
 pub struct Pod {
     pub namespace: String,
     pub name: String,
+    pub uid: String,
     pub node_name: Option<String>,
     pub labels: Labels,
     pub controller: Option<Owner>,
@@ -222,6 +223,8 @@ struct Meta {
     #[serde(default)]
     namespace: String,
     #[serde(default)]
+    uid: String,
+    #[serde(default)]
     labels: Labels,
     #[serde(default)]
     annotations: Labels,
@@ -355,6 +358,7 @@ impl FromParts for Pod {
             mirror: meta.annotations.contains_key("kubernetes.io/config.mirror"),
             namespace: meta.namespace,
             name: meta.name,
+            uid: meta.uid,
             node_name: spec.node_name.filter(|n| !n.is_empty()),
             labels: meta.labels,
             controller,

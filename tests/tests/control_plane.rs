@@ -196,7 +196,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "guarded");
     let victim = pods.list(&Default::default()).await.unwrap().items[0].name_any();
     match live
-        .evict(version, "guarded", &victim, false)
+        .evict(version, "guarded", &victim, None, false)
         .await
         .unwrap()
     {
@@ -215,7 +215,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     .unwrap();
     wait_for(pdbs, "web", "the budget to allow 1 disruption", observed(1)).await;
     assert_eq!(
-        live.evict(version, "guarded", &victim, false)
+        live.evict(version, "guarded", &victim, None, false)
             .await
             .unwrap(),
         Eviction::Evicted

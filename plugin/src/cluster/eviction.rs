@@ -15,23 +15,29 @@ pub enum Eviction {
 }
 
 impl Cluster {
-    /// Asks the server to evict one pod. `dry_run` sends `dryRun=All`: the server checks
-    /// budgets and permissions but changes nothing.
+    /// Asks the server to evict one pod. `grace_period` overrides the pod's own; `dry_run` sends
+    /// `dryRun=All`: the server checks budgets and permissions but changes nothing.
     pub async fn evict(
         &self,
         policy_version: &str,
         namespace: &str,
         name: &str,
+        grace_period: Option<i64>,
         dry_run: bool,
     ) -> Result<Eviction, ClusterError> {
-        let mut body = serde_json::json!({
+        let mut delete_options = serde_json::Map::new();
+        if let Some(g) = grace_period {
+            delete_options.insert("gracePeriodSeconds".into(), g.into());
+        }
+        if dry_run {
+            delete_options.insert("dryRun".into(), serde_json::json!(["All"]));
+        }
+        let body = serde_json::json!({
             "apiVersion": format!("policy/{policy_version}"),
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": delete_options,
         });
-        if dry_run {
-            body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
-        }
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction");
         let req = http::Request::post(path)
             .header("content-type", "application/json")

@@ -80,6 +80,7 @@ mod tests {
         Pod {
             namespace: "ns".into(),
             name: "p".into(),
+            uid: "u".into(),
             node_name: Some("n1".into()),
             labels: [("app".to_string(), "web".to_string())].into(),
             controller: controller.map(|kind| Owner {

@@ -403,11 +403,20 @@ impl Planner<'_> {
         if plan.disabled {
             plan.note =
                 Some("rolling update disabled: maxSurge and maxUnavailable are both 0".into());
-            plan.instances = instance_list(
-                &candidates,
-                &decide::built_in_choice(&candidates),
-                &DecidedBy::BuiltIn,
-            );
+            // Nothing of a disabled group is updated; the built-in reason still shows.
+            plan.instances = instance_list(&candidates, &[], &DecidedBy::BuiltIn)
+                .into_iter()
+                .map(|mut i| {
+                    if let Some(reason) = candidates
+                        .iter()
+                        .find(|c| c.name == i.name)
+                        .and_then(|c| c.reason.as_ref())
+                    {
+                        i.reason = format!("group disabled (out of date: {reason})");
+                    }
+                    i
+                })
+                .collect();
             return Ok(plan);
         }
 

@@ -181,6 +181,11 @@ fn both_budgets_zero_disables_the_group_without_error() {
     assert!(g.disabled);
     assert!(g.batches.is_empty());
     assert!(g.note.as_deref().unwrap().contains("disabled"));
+    assert!(
+        g.instances
+            .iter()
+            .all(|i| !i.update && i.reason.starts_with("group disabled"))
+    );
 }
 
 #[test]

@@ -1,0 +1,129 @@
+//! What the executors tell the operator while they work: typed events, and the reporters that
+//! print them (plain timestamped lines on stderr, or one JSON object per line for automation).
+//! Tests collect events instead of reading log text.
+
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// Something an executor did or is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    Cordoned {
+        node: String,
+    },
+    Tainted {
+        node: String,
+        key: String,
+    },
+    /// A drain starts: how many pods it moves and which it leaves.
+    DrainStarted {
+        node: String,
+        pods: usize,
+        skipped: Vec<String>,
+    },
+    Evicted {
+        node: String,
+        pod: String,
+    },
+    /// An eviction was refused for now; it is retried after `retry_seconds`.
+    EvictionBlocked {
+        node: String,
+        pod: String,
+        reason: String,
+        retry_seconds: u64,
+        seconds_left: u64,
+    },
+    PodGone {
+        node: String,
+        pod: String,
+    },
+    Drained {
+        node: String,
+    },
+    Warning {
+        message: String,
+    },
+}
+
+impl Event {
+    /// One line for a person.
+    pub fn describe(&self) -> String {
+        match self {
+            Event::Cordoned { node } => format!("cordoned node {node}"),
+            Event::Tainted { node, key } => {
+                format!("tainted node {node} with {key}:PreferNoSchedule")
+            }
+            Event::DrainStarted {
+                node,
+                pods,
+                skipped,
+            } => {
+                let mut line = format!("draining node {node}: {pods} pod(s) to evict");
+                if !skipped.is_empty() {
+                    line.push_str(&format!(", leaving {}", skipped.join(", ")));
+                }
+                line
+            }
+            Event::Evicted { node, pod } => format!("evicted pod {pod} from {node}"),
+            Event::EvictionBlocked {
+                pod,
+                reason,
+                retry_seconds,
+                seconds_left,
+                ..
+            } => format!(
+                "eviction of pod {pod} blocked: {reason}; retrying every {retry_seconds}s, {} left",
+                crate::plan::groups::human_duration(*seconds_left as i64)
+            ),
+            Event::PodGone { node, pod } => format!("pod {pod} is gone from {node}"),
+            Event::Drained { node } => format!("drained node {node}"),
+            Event::Warning { message } => format!("warning: {message}"),
+        }
+    }
+}
+
+/// Receives events. Implementations must be cheap: executors call this inline.
+pub trait Reporter: Send + Sync {
+    fn report(&self, event: Event);
+}
+
+/// Timestamped lines on stderr.
+pub struct Lines;
+
+impl Reporter for Lines {
+    fn report(&self, event: Event) {
+        let now = jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        eprintln!("{now} {}", event.describe());
+    }
+}
+
+/// One JSON object per line on stdout (`-o json`).
+pub struct JsonLines;
+
+impl Reporter for JsonLines {
+    fn report(&self, event: Event) {
+        if let Ok(line) = serde_json::to_string(&event) {
+            println!("{line}");
+        }
+    }
+}
+
+/// Keeps every event, for tests and summaries.
+#[derive(Default)]
+pub struct Collect(pub Mutex<Vec<Event>>);
+
+impl Reporter for Collect {
+    fn report(&self, event: Event) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+impl Collect {
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,372 @@
+//! The drain library against the real control plane: managed pods move (the real scheduler
+//! places their replacements), DaemonSet pods stay, unmanaged pods stop the drain before anything
+//! is evicted, and a PodDisruptionBudget holds it, visibly, until relaxed or until the timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::wait::await_condition;
+use kube::{Client, ResourceExt};
+use rollout_ext::cluster::drain::{DrainError, DrainSettings};
+use rollout_ext::cluster::{Cluster, ConnectOptions};
+use rollout_ext::plan::drain::DrainOptions;
+use rollout_ext::progress::{Collect, Event, Reporter};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn setup(group: &str, nodes: usize) -> (Client, Cluster, Vec<String>) {
+    let cluster = TestCluster::shared();
+    let mut names = Vec::new();
+    for i in 1..=nodes {
+        let name = format!("{group}-{i}");
+        cluster
+            .nodes
+            .add(NodeSpec::new(&name, group))
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    let client = cluster.client().await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": group}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let live = Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    (client, live, names)
+}
+
+fn settings(live_version: &'static str, timeout: Duration, options: DrainOptions) -> DrainSettings {
+    DrainSettings {
+        options,
+        grace_period: -1,
+        timeout,
+        server_dry_run: false,
+        policy_version: live_version,
+    }
+}
+
+/// A ReplicaSet whose pods may only run on nodes of `group`.
+async fn replica_set(client: &Client, group: &str, name: &str, replicas: i32) -> Api<ReplicaSet> {
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), group);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": group},
+                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &rs).await.unwrap();
+    let ready = move |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(replicas)
+    };
+    tokio::time::timeout(WAIT, await_condition(api.clone(), name, ready))
+        .await
+        .expect("the replica set becomes ready")
+        .unwrap();
+    api
+}
+
+async fn pods_on(client: &Client, namespace: &str, node: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    api.list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+#[tokio::test]
+async fn managed_pods_move_and_daemon_pods_stay() {
+    let (client, live, nodes) = setup("drain-move", 2).await;
+    let version = live.policy_version().await.unwrap();
+    let reporter = Collect::default();
+    // Everything starts on the first node.
+    live.cordon(&nodes[1], false, &reporter).await.unwrap();
+    let rss = replica_set(&client, "drain-move", "web", 3).await;
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}},
+                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": "drain-move"},
+                                       "containers": [{"name": "main", "image": "registry.invalid/agent:1"}]}}}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), "drain-move")
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "drain-move");
+    let config =
+        kube::runtime::watcher::Config::default().fields(&format!("spec.nodeName={}", nodes[0]));
+    let mut stream = kube::runtime::watcher(pods, config)
+        .applied_objects()
+        .boxed();
+    let agent_on_first = tokio::time::timeout(WAIT, async {
+        while let Some(pod) = stream.next().await {
+            if pod.unwrap().labels().get("app").map(String::as_str) == Some("agent") {
+                return;
+            }
+        }
+    });
+    agent_on_first
+        .await
+        .expect("the DaemonSet runs a pod on the first node");
+
+    // Swap: the second node takes new pods, the first is cordoned and drained.
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &nodes[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .unwrap();
+    live.cordon(&nodes[0], false, &reporter).await.unwrap();
+    live.drain(
+        &nodes[0],
+        &settings(version, WAIT, DrainOptions::default()),
+        &reporter,
+    )
+    .await
+    .expect("the drain finishes");
+
+    let left: Vec<String> = pods_on(&client, "drain-move", &nodes[0])
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(
+        left.iter().all(|p| p.starts_with("agent-")),
+        "only the DaemonSet pod stays: {left:?}"
+    );
+    assert_eq!(left.len(), 1);
+    let ready = |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(3)
+    };
+    tokio::time::timeout(WAIT, await_condition(rss, "web", ready))
+        .await
+        .unwrap()
+        .unwrap();
+    let moved = pods_on(&client, "drain-move", &nodes[1]).await;
+    assert_eq!(
+        moved.iter().filter(|p| p.labels()["app"] == "web").count(),
+        3,
+        "the scheduler placed the replacements"
+    );
+
+    let events = reporter.events();
+    let evicted = events
+        .iter()
+        .filter(|e| matches!(e, Event::Evicted { .. }))
+        .count();
+    assert_eq!(evicted, 3);
+    assert!(events.iter().any(|e| matches!(e, Event::DrainStarted { pods: 3, skipped, .. } if skipped.len() == 1 && skipped[0].contains("DaemonSet"))));
+    assert!(events.contains(&Event::Drained {
+        node: nodes[0].clone()
+    }));
+}
+
+#[tokio::test]
+async fn an_unmanaged_pod_stops_the_drain_before_anything_is_evicted() {
+    let (client, live, nodes) = setup("drain-bare", 1).await;
+    let version = live.policy_version().await.unwrap();
+    replica_set(&client, "drain-bare", "web", 2).await;
+    let bare: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "debug-shell"},
+        "spec": {"nodeName": nodes[0], "containers": [{"name": "sh", "image": "registry.invalid/sh:1"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "drain-bare")
+        .create(&PostParams::default(), &bare)
+        .await
+        .unwrap();
+
+    let reporter = Collect::default();
+    let err = live
+        .drain(
+            &nodes[0],
+            &settings(version, WAIT, DrainOptions::default()),
+            &reporter,
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        DrainError::Refused { pods, .. } => {
+            assert_eq!(pods.len(), 1);
+            assert!(
+                pods[0].contains("drain-bare/debug-shell") && pods[0].contains("--drain-force"),
+                "{err}"
+            );
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    assert!(reporter.events().is_empty(), "nothing was evicted");
+    assert_eq!(pods_on(&client, "drain-bare", &nodes[0]).await.len(), 3);
+
+    let forced = DrainOptions {
+        force: true,
+        ..Default::default()
+    };
+    // The replacements of the web pods have nowhere to go, but the drain only waits for the
+    // evicted pods to be gone.
+    live.drain(&nodes[0], &settings(version, WAIT, forced), &reporter)
+        .await
+        .unwrap();
+    assert!(
+        pods_on(&client, "drain-bare", &nodes[0])
+            .await
+            .iter()
+            .all(|p| p.name_any() != "debug-shell")
+    );
+    assert!(
+        reporter
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Warning { message } if message.contains("no controller")))
+    );
+}
+
+/// Collects events and wakes a waiter at the first refused eviction.
+#[derive(Default)]
+struct FirstBlock {
+    events: Collect,
+    blocked: tokio::sync::Notify,
+}
+
+impl Reporter for FirstBlock {
+    fn report(&self, event: Event) {
+        if matches!(event, Event::EvictionBlocked { .. }) {
+            self.blocked.notify_one();
+        }
+        self.events.report(event);
+    }
+}
+
+#[tokio::test]
+async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
+    let (client, live, nodes) = setup("drain-pdb", 2).await;
+    let version = live.policy_version().await.unwrap();
+    let reporter = Collect::default();
+    live.cordon(&nodes[1], false, &reporter).await.unwrap();
+    replica_set(&client, "drain-pdb", "web", 2).await;
+
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "drain-pdb", &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = |p: Option<&DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["expectedPods"] == 2
+                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", computed))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A short timeout: the drain stops, names what is left, and evicted nothing.
+    live.cordon(&nodes[0], false, &reporter).await.unwrap();
+    let err = live
+        .drain(
+            &nodes[0],
+            &settings(version, Duration::from_secs(3), DrainOptions::default()),
+            &reporter,
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        DrainError::Timeout { remaining, .. } => assert_eq!(remaining.len(), 2, "{err}"),
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert_eq!(pods_on(&client, "drain-pdb", &nodes[0]).await.len(), 2);
+    let blocked: Vec<String> = reporter
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::EvictionBlocked { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(!blocked.is_empty());
+    assert!(
+        blocked
+            .iter()
+            .all(|r| r == "blocked by PodDisruptionBudget drain-pdb/web (0 disruptions allowed)"),
+        "{blocked:?}"
+    );
+
+    // Again with time to spare: relaxing the budget lets the drain through.
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &nodes[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .unwrap();
+    let watcher = Arc::new(FirstBlock::default());
+    let drain = {
+        let (live, node, watcher) = (live.clone(), nodes[0].clone(), watcher.clone());
+        tokio::spawn(async move {
+            live.drain(
+                &node,
+                &settings(version, WAIT, DrainOptions::default()),
+                watcher.as_ref(),
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(WAIT, watcher.blocked.notified())
+        .await
+        .expect("the drain reports the budget");
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 1}})),
+    )
+    .await
+    .unwrap();
+    drain
+        .await
+        .unwrap()
+        .expect("the drain finishes once the budget allows it");
+    assert!(pods_on(&client, "drain-pdb", &nodes[0]).await.is_empty());
+    let evicted = watcher
+        .events
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::Evicted { .. }))
+        .count();
+    assert_eq!(evicted, 2);
+}
