@@ -70,9 +70,10 @@ fn server_error(
 }
 
 fn patch_params(dry_run: bool) -> PatchParams {
-    let mut params = PatchParams::default();
-    params.dry_run = dry_run;
-    params
+    PatchParams {
+        dry_run,
+        ..Default::default()
+    }
 }
 
 impl Cluster {
