@@ -9,5 +9,6 @@ pub mod labels;
 pub mod plan;
 pub mod policy;
 pub mod progress;
+pub mod provider;
 pub mod report;
 pub mod snapshot;

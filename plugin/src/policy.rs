@@ -12,6 +12,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use serde_saphyr::Spanned;
 
+use crate::provider::ProviderSpec;
+
 pub const API_VERSION: &str = "rollout-ext/v1alpha1";
 pub const KIND: &str = "RolloutPolicy";
 
@@ -187,6 +189,8 @@ pub struct Policy {
     pub groups: Vec<GroupOverride>,
     pub hooks: Vec<HookSpec>,
     pub context_resources: Vec<ContextResource>,
+    /// How instances are terminated and surged.
+    pub provider: Option<ProviderSpec>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +223,8 @@ struct Spec {
     hooks: Vec<Spanned<RawHook>>,
     #[serde(default)]
     context_resources: Vec<ContextResource>,
+    #[serde(default)]
+    provider: Option<Spanned<ProviderSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -428,8 +434,19 @@ impl Policy {
             });
         }
 
+        let provider = match spec.provider {
+            Some(p) => {
+                p.value.validate().map_err(|m| {
+                    error(p.referenced.line() as u32, p.referenced.column() as u32, m)
+                })?;
+                Some(p.value)
+            }
+            None => None,
+        };
+
         Ok(Policy {
             source: file.to_string(),
+            provider,
             group_label: spec.group_label,
             rolling_update: spec.rolling_update.unwrap_or_default(),
             groups,
@@ -543,6 +560,11 @@ spec:
       failurePolicy: Ignore
   contextResources:
     - {apiVersion: v1, kind: ConfigMap, namespace: ops}
+  provider:
+    exec:
+      terminate: [sim-cloud, terminate, \"{node}\"]
+      detach: [sim-cloud, detach, \"{node}\"]
+      timeout: 1m
 ";
 
     #[test]
@@ -567,6 +589,10 @@ spec:
         assert_eq!(h.failure_policy, FailurePolicy::Ignore);
         assert_eq!(h.line, 11);
         assert_eq!(p.context_resources[0].kind, "ConfigMap");
+        match p.provider.unwrap() {
+            ProviderSpec::Exec(e) => assert_eq!(e.terminate, ["sim-cloud", "terminate", "{node}"]),
+            other => panic!("expected exec, got {other:?}"),
+        }
     }
 
     #[test]
@@ -642,6 +668,12 @@ spec:
                 "lowercase",
             ),
             ("  groups:\n  - {name: g}\n  - {name: g}\n", 6, "twice"),
+            (
+                "  provider:\n    exec: {terminate: [kill, \"{instance}\"]}\n",
+                5,
+                "unknown placeholder {instance}",
+            ),
+            ("  provider:\n    ssh: {}\n", 5, "ssh"),
         ];
         for (body, line, fragment) in cases {
             let err = parse(&format!("{head}{body}")).expect_err(body);

@@ -1,0 +1,133 @@
+//! Providers on the real test bed: `exec` drives the simulated cloud through its command line,
+//! `deleteNode` removes the Node object; failures name the command and what it said.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::wait::{await_condition, conditions};
+use rollout_ext::cluster::{Cluster, ConnectOptions};
+use rollout_ext::provider::{ExecSpec, Provider, ProviderError, ProviderSpec, Target};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::helper_binary;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn live(cluster: &TestCluster) -> Cluster {
+    Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn sim_cloud(cluster: &TestCluster, verb: &str) -> Vec<String> {
+    vec![
+        helper_binary("sim-cloud").display().to_string(),
+        "--socket".into(),
+        cluster.cloud.socket.display().to_string(),
+        verb.into(),
+        "{node}".into(),
+    ]
+}
+
+fn target(node: &str, group: &str) -> Target {
+    Target {
+        node: node.into(),
+        provider_id: format!("sim:///{group}/{node}"),
+        group: group.into(),
+    }
+}
+
+#[tokio::test]
+async fn exec_terminates_and_detaches_through_the_cloud() {
+    let cluster = TestCluster::shared();
+    for name in ["exec-1", "exec-2"] {
+        cluster
+            .nodes
+            .add(NodeSpec::new(name, "exec"))
+            .await
+            .unwrap();
+    }
+    let provider = Provider::from_spec(&ProviderSpec::Exec(ExecSpec {
+        terminate: sim_cloud(cluster, "terminate"),
+        detach: Some(sim_cloud(cluster, "detach")),
+        timeout: Some("30s".into()),
+    }))
+    .unwrap();
+    assert!(provider.can_surge());
+    let live = live(cluster).await;
+
+    let answer = provider
+        .terminate(&live, &target("exec-1", "exec"))
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let replacement = answer["replacement"].as_str().unwrap().to_string();
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    tokio::time::timeout(
+        WAIT,
+        await_condition(nodes.clone(), &replacement, |n: Option<&Node>| n.is_some()),
+    )
+    .await
+    .expect("the cloud boots a replacement")
+    .unwrap();
+    assert!(nodes.get_opt("exec-1").await.unwrap().is_none());
+
+    provider.detach(&target("exec-2", "exec")).await.unwrap();
+    let verbs: Vec<(String, String)> = cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.target.starts_with("exec-"))
+        .map(|c| (c.verb, c.target))
+        .collect();
+    assert_eq!(
+        verbs,
+        [
+            ("terminate".to_string(), "exec-1".to_string()),
+            ("detach".into(), "exec-2".into())
+        ]
+    );
+
+    // An instance the cloud does not know: the error names the command and the cloud's answer.
+    match provider.terminate(&live, &target("ghost", "exec")).await {
+        Err(ProviderError::Failed {
+            command, output, ..
+        }) => {
+            assert!(command.ends_with("terminate ghost"), "{command}");
+            assert!(output.contains("no instance \"ghost\""), "{output}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_node_removes_the_node_object_and_cannot_surge() {
+    let cluster = TestCluster::shared();
+    cluster
+        .nodes
+        .add(NodeSpec::new("del-1", "del"))
+        .await
+        .unwrap();
+    let live = live(cluster).await;
+    let provider = Provider::from_spec(&ProviderSpec::DeleteNode {}).unwrap();
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let uid = nodes.get("del-1").await.unwrap().metadata.uid.unwrap();
+    provider
+        .terminate(&live, &target("del-1", "del"))
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        await_condition(nodes, "del-1", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the node object goes")
+    .unwrap();
+    assert!(matches!(
+        provider.detach(&target("del-1", "del")).await,
+        Err(ProviderError::CannotSurge("deleteNode"))
+    ));
+}
