@@ -42,6 +42,16 @@ pub enum Event {
     Drained {
         node: String,
     },
+    /// A validation check passed.
+    Validated {
+        passed: u32,
+        needed: u32,
+    },
+    /// A validation check failed; the next change to the cluster triggers another.
+    ValidationFailed {
+        failures: Vec<String>,
+        seconds_left: u64,
+    },
     Warning {
         message: String,
     },
@@ -79,6 +89,17 @@ impl Event {
             ),
             Event::PodGone { node, pod } => format!("pod {pod} is gone from {node}"),
             Event::Drained { node } => format!("drained node {node}"),
+            Event::Validated { passed, needed } => {
+                format!("cluster validated ({passed} of {needed} checks)")
+            }
+            Event::ValidationFailed {
+                failures,
+                seconds_left,
+            } => format!(
+                "cluster does not validate: {}; waiting for a change, {} left",
+                failures.join("; "),
+                crate::plan::groups::human_duration(*seconds_left as i64)
+            ),
             Event::Warning { message } => format!("warning: {message}"),
         }
     }

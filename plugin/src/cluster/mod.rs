@@ -5,6 +5,7 @@
 pub mod drain;
 pub mod eviction;
 mod objects;
+pub mod validate;
 
 use std::path::PathBuf;
 use std::time::Duration;
