@@ -4,6 +4,7 @@
 
 pub mod drain;
 pub mod eviction;
+pub mod lock;
 mod objects;
 pub mod validate;
 

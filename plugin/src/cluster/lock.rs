@@ -1,0 +1,213 @@
+//! One rotation per cluster at a time: a Lease in kube-system held, and renewed, for the run.
+//!
+//! A second run is refused with the holder and how long ago it last renewed; `--force-unlock`
+//! takes a stale lock over. The holder notices a takeover at its next renewal and stops.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
+use tokio::sync::watch;
+
+use super::{Cluster, ClusterError, Request};
+
+pub const LOCK_NAME: &str = "rollout-ext";
+pub const LOCK_NAMESPACE: &str = "kube-system";
+/// A holder that has not renewed for this long is stale.
+pub const LOCK_DURATION: Duration = Duration::from_secs(60);
+const RENEW_EVERY: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another rotation holds the lock {LOCK_NAMESPACE}/{LOCK_NAME}: {holder}, last renewed {renewed_ago} ago{}", if *.stale { " (stale: it stopped renewing; rerun with --force-unlock to take over)" } else { " (wait for it to finish, or stop it)" })]
+    Held {
+        holder: String,
+        renewed_ago: String,
+        stale: bool,
+    },
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// The held lock. Renewed in the background until released; `lost()` turns true if another run
+/// took it over.
+pub struct LockGuard {
+    cluster: Cluster,
+    identity: String,
+    lost: watch::Receiver<bool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+fn api(cluster: &Cluster) -> Api<Lease> {
+    Api::namespaced(cluster.client.clone(), LOCK_NAMESPACE)
+}
+
+fn lease_request(verb: &'static str) -> Request<'static> {
+    Request {
+        verb,
+        resource: "leases.coordination.k8s.io",
+        namespace: Some(LOCK_NAMESPACE),
+    }
+}
+
+fn spec(identity: &str) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(identity.to_string()),
+        lease_duration_seconds: Some(LOCK_DURATION.as_secs() as i32),
+        acquire_time: Some(now()),
+        renew_time: Some(now()),
+        ..Default::default()
+    }
+}
+
+impl Cluster {
+    /// Takes the rotation lock for `identity`; with `force_unlock`, takes it from its holder.
+    pub async fn lock(&self, identity: &str, force_unlock: bool) -> Result<LockGuard, LockError> {
+        self.lock_renewing_every(identity, force_unlock, RENEW_EVERY)
+            .await
+    }
+
+    /// [`Cluster::lock`] with another renewal period (tests shorten it).
+    pub async fn lock_renewing_every(
+        &self,
+        identity: &str,
+        force_unlock: bool,
+        renew_every: Duration,
+    ) -> Result<LockGuard, LockError> {
+        let leases = api(self);
+        let fresh = Lease {
+            metadata: ObjectMeta {
+                name: Some(LOCK_NAME.into()),
+                ..Default::default()
+            },
+            spec: Some(spec(identity)),
+        };
+        match leases.create(&PostParams::default(), &fresh).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let current = leases
+                    .get(LOCK_NAME)
+                    .await
+                    .map_err(|e| lease_request("get").error(&self.server, e))?;
+                let holder_spec = current.spec.clone().unwrap_or_default();
+                let holder = holder_spec
+                    .holder_identity
+                    .unwrap_or_else(|| "(nobody)".into());
+                let renewed = holder_spec.renew_time.map(|t| t.0);
+                let age = renewed
+                    .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
+                    .unwrap_or(i64::MAX);
+                let stale = age > LOCK_DURATION.as_secs() as i64;
+                if !force_unlock {
+                    return Err(LockError::Held {
+                        holder,
+                        renewed_ago: if renewed.is_some() {
+                            crate::plan::groups::human_duration(age)
+                        } else {
+                            "never".into()
+                        },
+                        stale,
+                    });
+                }
+                let mut taken = current;
+                let transitions = taken
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_transitions)
+                    .unwrap_or(0);
+                taken.spec = Some(LeaseSpec {
+                    lease_transitions: Some(transitions + 1),
+                    ..spec(identity)
+                });
+                // The resourceVersion of what we read makes this a compare-and-swap.
+                leases
+                    .replace(LOCK_NAME, &PostParams::default(), &taken)
+                    .await
+                    .map_err(|e| lease_request("update").error(&self.server, e))?;
+            }
+            Err(e) => return Err(lease_request("create").error(&self.server, e).into()),
+        }
+        let (tx, lost) = watch::channel(false);
+        let renewer = tokio::spawn(renew(self.clone(), identity.to_string(), renew_every, tx));
+        Ok(LockGuard {
+            cluster: self.clone(),
+            identity: identity.to_string(),
+            lost,
+            renewer,
+        })
+    }
+}
+
+/// Renews the lease until it is lost or the task is stopped.
+async fn renew(cluster: Cluster, identity: String, every: Duration, lost: watch::Sender<bool>) {
+    let leases = api(&cluster);
+    let mut ticker = tokio::time::interval(every);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let Ok(mut lease) = leases.get(LOCK_NAME).await else {
+            continue;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(identity.as_str()) {
+            let _ = lost.send(true);
+            return;
+        }
+        spec.renew_time = Some(now());
+        if let Err(kube::Error::Api(s)) = leases
+            .replace(LOCK_NAME, &PostParams::default(), &lease)
+            .await
+            && s.code == 409
+        {
+            // Someone changed it since we read it; the next round tells whether it is still ours.
+            continue;
+        }
+    }
+}
+
+impl LockGuard {
+    /// True once another run has taken the lock over.
+    pub fn lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Waits until another run takes the lock over.
+    pub async fn wait_lost(&mut self) {
+        let _ = self.lost.wait_for(|lost| *lost).await;
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Gives the lock back, if it is still ours.
+    pub async fn release(self) -> Result<(), ClusterError> {
+        self.renewer.abort();
+        let leases = api(&self.cluster);
+        let current = match leases.get_opt(LOCK_NAME).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(lease_request("get").error(&self.cluster.server, e)),
+        };
+        if current.spec.and_then(|s| s.holder_identity).as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: current.metadata.resource_version,
+                uid: current.metadata.uid,
+            }),
+            ..Default::default()
+        };
+        match leases.delete(LOCK_NAME, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(lease_request("delete").error(&self.cluster.server, e)),
+        }
+    }
+}
