@@ -24,3 +24,10 @@ pub const DETACHED: &str = "rollout-ext.io/detached";
 
 /// Namespaces whose pods must be Ready for the cluster to validate.
 pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system"];
+
+/// Set on a node this tool cordoned for replacement (so validation, and a resumed run, know the
+/// cordon is ours). Value: the phase reached, `cordoned` then `drained`.
+pub const PHASE: &str = "rollout-ext.io/phase";
+
+/// The default PreferNoSchedule taint put on nodes chosen for replacement.
+pub const SCHEDULED_FOR_UPDATE: &str = "rollout-ext.io/scheduled-for-update";

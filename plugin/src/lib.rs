@@ -11,4 +11,5 @@ pub mod policy;
 pub mod progress;
 pub mod provider;
 pub mod report;
+pub mod rotate;
 pub mod snapshot;

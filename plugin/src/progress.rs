@@ -10,6 +10,43 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
+    /// A group's rotation starts.
+    GroupStarted {
+        group: String,
+        instances: Vec<String>,
+    },
+    /// New instances are being created before old ones go.
+    Surging {
+        group: String,
+        detached: Vec<String>,
+        canary: bool,
+    },
+    BatchStarted {
+        group: String,
+        index: u32,
+        nodes: Vec<String>,
+        canary: bool,
+        decided_by: String,
+    },
+    /// Waiting, for a reason that is not a failure (a hook's pause or wait, an interval).
+    Waiting {
+        seconds: u64,
+        reason: String,
+    },
+    Terminated {
+        node: String,
+        output: String,
+    },
+    /// The replacements of a batch are Ready.
+    Replaced {
+        group: String,
+        ready: usize,
+    },
+    GroupDone {
+        group: String,
+    },
+    /// Every chosen instance is replaced.
+    Done,
     Cordoned {
         node: String,
     },
@@ -61,6 +98,43 @@ impl Event {
     /// One line for a person.
     pub fn describe(&self) -> String {
         match self {
+            Event::GroupStarted { group, instances } => {
+                format!("rotating group {group}: {}", instances.join(", "))
+            }
+            Event::Surging {
+                group,
+                detached,
+                canary,
+            } => format!(
+                "surging group {group}{}: detached {}",
+                if *canary { " (canary)" } else { "" },
+                detached.join(", ")
+            ),
+            Event::BatchStarted {
+                group,
+                index,
+                nodes,
+                canary,
+                decided_by,
+            } => format!(
+                "group {group} batch {}{}: {} [size: {decided_by}]",
+                index + 1,
+                if *canary { " (canary)" } else { "" },
+                nodes.join(", ")
+            ),
+            Event::Waiting { seconds, reason } => format!(
+                "waiting {}: {reason}",
+                crate::plan::groups::human_duration(*seconds as i64)
+            ),
+            Event::Terminated { node, output } if output.is_empty() => {
+                format!("terminated {node}")
+            }
+            Event::Terminated { node, output } => format!("terminated {node}: {output}"),
+            Event::Replaced { group, ready } => {
+                format!("group {group}: replacements Ready ({ready} nodes Ready)")
+            }
+            Event::GroupDone { group } => format!("group {group} is up to date"),
+            Event::Done => "rotation complete".into(),
             Event::Cordoned { node } => format!("cordoned node {node}"),
             Event::Tainted { node, key } => {
                 format!("tainted node {node} with {key}:PreferNoSchedule")

@@ -7,6 +7,7 @@
 mod hooks_cmd;
 mod nodes;
 mod output;
+mod rotate_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -91,6 +92,59 @@ pub struct NodesArgs {
     #[arg(long)]
     pub disable_eviction: bool,
 
+    /// Rotation: how long the cluster may take to validate after a batch.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
+    pub validation_timeout: Duration,
+
+    /// Rotation: consecutive successful validations required after a batch.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub validate_count: u32,
+
+    /// Rotation: how long draining one node may take.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Rotation: wait after draining, for connections to the evicted pods to close.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::policy::parse_duration)]
+    pub post_drain_delay: Duration,
+
+    /// Rotation: wait after terminating a bastion instance.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::policy::parse_duration)]
+    pub bastion_interval: Duration,
+
+    /// Rotation: wait after terminating a control-plane instance.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::policy::parse_duration)]
+    pub master_interval: Duration,
+
+    /// Rotation: wait after terminating a node instance.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::policy::parse_duration)]
+    pub node_interval: Duration,
+
+    /// Rotation: stop when a drain fails (false: terminate the node anyway, as kops does).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fail_on_drain_error: bool,
+
+    /// Rotation: stop when validation fails (false: go on with a warning).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fail_on_validate_error: bool,
+
+    /// Rotation: the PreferNoSchedule taint put on the nodes chosen for replacement
+    /// (kops' is kops.k8s.io/scheduled-for-update).
+    #[arg(long, value_name = "KEY", default_value = crate::keys::SCHEDULED_FOR_UPDATE)]
+    pub taint_key: String,
+
+    /// Rotation: seconds each evicted pod gets to terminate (negative: the pod's own).
+    #[arg(long, value_name = "SECONDS", default_value_t = -1, allow_negative_numbers = true)]
+    pub grace_period: i64,
+
+    /// Rotation: how instances are terminated, over the policy's provider.
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    pub provider: Option<ProviderArg>,
+
+    /// Rotation: take the lock over from a run that holds it (check it is really gone first).
+    #[arg(long)]
+    pub force_unlock: bool,
+
     /// Evaluate time-based rules (--max-age, hook windows) at this RFC 3339 instant instead of now.
     #[arg(long, value_name = "TIME", value_parser = parse_instant)]
     pub now: Option<i64>,
@@ -98,6 +152,13 @@ pub struct NodesArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+}
+
+/// Providers that need no configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderArg {
+    /// Delete the Node object; an autoscaler or machine controller replaces it.
+    DeleteNode,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -126,17 +187,11 @@ fn parse_instant(text: &str) -> Result<i64, String> {
 }
 
 pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
-    if args.yes {
-        return Err(match args.from_snapshot {
-            Some(_) => Failure::usage(
-                "--yes is not implemented with --from-snapshot: a snapshot can only be planned; \
-                 run without --from-snapshot against a cluster to rotate it",
-            ),
-            None => Failure::failed(
-                "rotating a live cluster (--yes) is not available in this version; \
-                 run without --yes to see the plan",
-            ),
-        });
+    if args.yes && args.from_snapshot.is_some() {
+        return Err(Failure::usage(
+            "--yes is not implemented with --from-snapshot: a snapshot can only be planned; \
+             run without --from-snapshot against a cluster to rotate it",
+        ));
     }
     let policy = match &args.policy {
         Some(p) => Policy::load(p)?,
@@ -145,6 +200,9 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             ..Default::default()
         },
     };
+    if args.yes {
+        return super::rotate_cmd::run(kube, args, &policy, plan_options(args, &policy));
+    }
     let options = plan_options(args, &policy);
     let plan = match &args.from_snapshot {
         Some(path) => {
@@ -189,7 +247,7 @@ pub fn plan_with_hooks(
     )?)
 }
 
-fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
+pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
     let now = args
         .now
         .unwrap_or_else(|| jiff::Timestamp::now().as_second());
@@ -223,5 +281,6 @@ fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             pod_selector: args.pod_selector.clone(),
             disable_eviction: args.disable_eviction,
         },
+        progress: Default::default(),
     }
 }

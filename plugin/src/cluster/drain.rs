@@ -77,22 +77,35 @@ fn patch_params(dry_run: bool) -> PatchParams {
 }
 
 impl Cluster {
-    /// Marks a node unschedulable.
+    /// Marks a node unschedulable, and ours (the phase annotation).
     pub async fn cordon(
         &self,
         node: &str,
         dry_run: bool,
         reporter: &dyn Reporter,
     ) -> Result<(), ClusterError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        api.patch(
-            node,
-            &patch_params(dry_run),
-            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .map_err(|e| server_error(self, "patch", "nodes", None, e))?;
+        self.set_phase(node, "cordoned", true, dry_run).await?;
         reporter.report(Event::Cordoned { node: node.into() });
+        Ok(())
+    }
+
+    /// Records how far the rotation got with a node, cordoning it in the same patch if asked.
+    pub async fn set_phase(
+        &self,
+        node: &str,
+        phase: &str,
+        cordon: bool,
+        dry_run: bool,
+    ) -> Result<(), ClusterError> {
+        let mut patch =
+            serde_json::json!({"metadata": {"annotations": {crate::keys::PHASE: phase}}});
+        if cordon {
+            patch["spec"] = serde_json::json!({"unschedulable": true});
+        }
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.patch(node, &patch_params(dry_run), &Patch::Merge(patch))
+            .await
+            .map_err(|e| server_error(self, "patch", "nodes", None, e))?;
         Ok(())
     }
 

@@ -95,15 +95,18 @@ impl Cluster {
                     .await
                     .map_err(|e| lease_request("get").error(&self.server, e))?;
                 let holder_spec = current.spec.clone().unwrap_or_default();
-                let holder = holder_spec
+                // A run that stopped on an error left its state here but let go of the lock.
+                let free = holder_spec
                     .holder_identity
-                    .unwrap_or_else(|| "(nobody)".into());
+                    .as_deref()
+                    .is_none_or(str::is_empty);
+                let holder = holder_spec.holder_identity.unwrap_or_default();
                 let renewed = holder_spec.renew_time.map(|t| t.0);
                 let age = renewed
                     .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
                     .unwrap_or(i64::MAX);
                 let stale = age > LOCK_DURATION.as_secs() as i64;
-                if !force_unlock {
+                if !force_unlock && !free {
                     return Err(LockError::Held {
                         holder,
                         renewed_ago: if renewed.is_some() {
@@ -185,7 +188,61 @@ impl LockGuard {
         &self.identity
     }
 
-    /// Gives the lock back, if it is still ours.
+    fn request_error(&self, verb: &'static str, e: kube::Error) -> ClusterError {
+        lease_request(verb).error(&self.cluster.server, e)
+    }
+
+    /// The run's state entry `key`, kept on the lock so that a resumed run finds it.
+    pub async fn state(&self, key: &str) -> Result<Option<String>, ClusterError> {
+        let lease = api(&self.cluster)
+            .get(LOCK_NAME)
+            .await
+            .map_err(|e| self.request_error("get", e))?;
+        Ok(lease.metadata.annotations.and_then(|mut a| a.remove(key)))
+    }
+
+    /// Records (or, with `None`, forgets) a state entry of the run.
+    pub async fn set_state(&self, key: &str, value: Option<&str>) -> Result<(), ClusterError> {
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        api(&self.cluster)
+            .patch(
+                LOCK_NAME,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await
+            .map_err(|e| self.request_error("patch", e))?;
+        Ok(())
+    }
+
+    /// Lets go of the lock but keeps the run's state, for a run that stopped before the end:
+    /// the next run takes the lock without `--force-unlock` and resumes from the state.
+    pub async fn abandon(self) -> Result<(), ClusterError> {
+        self.renewer.abort();
+        let leases = api(&self.cluster);
+        let Some(mut current) = leases
+            .get_opt(LOCK_NAME)
+            .await
+            .map_err(|e| self.request_error("get", e))?
+        else {
+            return Ok(());
+        };
+        let spec = current.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        match leases
+            .replace(LOCK_NAME, &PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(self.request_error("update", e)),
+        }
+    }
+
+    /// Gives the lock back, if it is still ours, with the run's state: the run is over.
     pub async fn release(self) -> Result<(), ClusterError> {
         self.renewer.abort();
         let leases = api(&self.cluster);

@@ -262,6 +262,16 @@ impl Cluster {
         Ok(snapshot)
     }
 
+    /// Only the nodes: what waiting for replacements and validating need.
+    pub async fn snapshot_nodes(&self) -> Result<Snapshot, ClusterError> {
+        let mut snapshot = Snapshot::default();
+        self.list_pages("/api/v1/nodes", "nodes", |body| {
+            snapshot.extend_from_json(body.as_bytes())
+        })
+        .await?;
+        Ok(snapshot)
+    }
+
     /// The same objects as a `v1` `List`, each item with its kind and apiVersion: the file
     /// `--from-snapshot` reads, as `kubectl get nodes,pods,poddisruptionbudgets -A -o json`
     /// prints it.

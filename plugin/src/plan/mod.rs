@@ -80,6 +80,20 @@ pub struct PlanOptions {
     pub interactive: bool,
     pub cloud_only: bool,
     pub drain: DrainOptions,
+    /// Where a live rotation stands in the groups it re-plans: batches already run and
+    /// instances already updated (hooks size the next batch from these).
+    pub progress: RunProgress,
+}
+
+/// A live rotation's progress within the current group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunProgress {
+    pub batches_done: u32,
+    pub updated: u32,
+    /// How many times the gates already answered `wait` for the next batch (or group).
+    pub attempt: u32,
+    /// The group has started: its before-group gate was passed and is not asked again.
+    pub started: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -456,31 +470,32 @@ impl Planner<'_> {
             return Ok(plan);
         }
 
-        let names: Vec<String> = order.iter().map(|c| c.name.clone()).collect();
-        let group_gate = decide::gate(
-            self.hooks,
-            &ctx,
-            Phase::BeforeGroup,
-            &BatchInfo {
-                index: 0,
-                instances: names.clone(),
-                canary: false,
-                attempt: 0,
-            },
-            cluster_health,
-            &mut self.warnings,
-        )?;
-        if let Verdict::Abort(reason) = &group_gate.verdict {
-            plan.aborted = Some(format!(
-                "{} aborted before the group: {reason}",
-                group_gate.by
-            ));
+        if !self.options.progress.started {
+            let names: Vec<String> = order.iter().map(|c| c.name.clone()).collect();
+            let group_gate = decide::gate(
+                self.hooks,
+                &ctx,
+                Phase::BeforeGroup,
+                &BatchInfo {
+                    index: 0,
+                    instances: names.clone(),
+                    canary: false,
+                    attempt: self.options.progress.attempt,
+                },
+                cluster_health,
+                &mut self.warnings,
+            )?;
+            if let Verdict::Abort(reason) = &group_gate.verdict {
+                plan.aborted = Some(format!(
+                    "{} aborted before the group: {reason}",
+                    group_gate.by
+                ));
+            }
+            plan.gate = GateStep::from_decision(group_gate);
+            if plan.aborted.is_some() {
+                return Ok(plan);
+            }
         }
-        plan.gate = GateStep::from_decision(group_gate);
-        if plan.aborted.is_some() {
-            return Ok(plan);
-        }
-
         let info = plan.group.clone();
         self.plan_batches(&mut plan, &info, &order, budget)?;
         Ok(plan)
@@ -521,13 +536,14 @@ impl Planner<'_> {
         let canary_wave = canary && surge == 0;
 
         let mut done = 0usize;
-        let mut waves = 0u32;
+        let mut waves = self.options.progress.batches_done;
+        let canary_wave = canary_wave && waves == 0;
         let mut paused: i64 = 0;
         let mut pending_pause: Option<PauseStep> = None;
         let cordoned: HashSet<&str> = HashSet::new();
         while done < order.len() {
             let pending: Vec<Candidate> = order[done..].iter().map(|c| (*c).clone()).collect();
-            let limit = if canary_wave && waves == 0 {
+            let limit = if canary_wave && done == 0 {
                 1
             } else {
                 budget.concurrency
@@ -535,7 +551,7 @@ impl Planner<'_> {
             let progress = Progress {
                 group: info,
                 batches_done: waves,
-                updated: done as u32,
+                updated: self.options.progress.updated + done as u32,
                 pending: &pending,
                 max_batch: limit.min(pending.len() as u32),
             };
@@ -588,8 +604,12 @@ impl Planner<'_> {
             let batch_info = BatchInfo {
                 index: waves,
                 instances: instances.clone(),
-                canary: canary_wave && waves == 0,
-                attempt: 0,
+                canary: canary_wave && done == 0,
+                attempt: if done == 0 {
+                    self.options.progress.attempt
+                } else {
+                    0
+                },
             };
             let gate = decide::gate(
                 self.hooks,

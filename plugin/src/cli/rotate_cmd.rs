@@ -1,0 +1,183 @@
+//! `nodes --yes`: take the lock, load the hooks against the live cluster, rotate, give the lock
+//! back. Ctrl-C stops between API calls; the same command resumes.
+
+use std::sync::Arc;
+
+use super::nodes::{NodesArgs, ProviderArg};
+use super::{Failure, KubeFlags, OutputFormat, tokio_runtime};
+use crate::cluster::drain::DrainSettings;
+use crate::cluster::lock::LockError;
+use crate::cluster::validate::ValidationSettings;
+use crate::cluster::{Cluster, LiveObjects};
+use crate::hooks::{HookRuntime, ObjectSource};
+use crate::plan::PlanOptions;
+use crate::policy::Policy;
+use crate::progress::{JsonLines, Lines, Reporter};
+use crate::provider::Provider;
+use crate::rotate::{RotateSettings, Rotation};
+
+/// Kops waits this long between two successful validations.
+const VALIDATE_SUCCESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+const RESUME: &str = "run the same command again to resume";
+
+/// Who holds the lock: user, host and process, for the message a second run shows.
+fn identity() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into());
+    format!("{user}@{host}/pid-{}", std::process::id())
+}
+
+fn lock_failure(e: LockError) -> Failure {
+    match e {
+        LockError::Held { .. } => Failure {
+            code: 4,
+            message: e.to_string(),
+        },
+        LockError::Cluster(c) => Failure::from(c),
+    }
+}
+
+/// Whether `holder` is a process of this user on this machine that is no longer running.
+fn holder_is_dead_here(holder: &str) -> bool {
+    let mine = identity();
+    let (Some((here, _)), Some((there, pid))) =
+        (mine.rsplit_once("/pid-"), holder.rsplit_once("/pid-"))
+    else {
+        return false;
+    };
+    here == there
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+pub fn run(
+    kube: &KubeFlags,
+    args: &NodesArgs,
+    policy: &Policy,
+    plan: PlanOptions,
+) -> Result<(), Failure> {
+    let provider = match (args.provider, &policy.provider) {
+        (Some(ProviderArg::DeleteNode), _) => Provider::DeleteNode,
+        (None, Some(spec)) => Provider::from_spec(spec).map_err(Failure::usage)?,
+        (None, None) => {
+            return Err(Failure::usage(
+                "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
+                 or pass --provider delete-node",
+            ));
+        }
+    };
+    let reporter: Box<dyn Reporter> = match args.output {
+        OutputFormat::Json => Box::new(JsonLines),
+        _ => Box::new(Lines),
+    };
+    let mut plan = plan;
+    plan.dry_run = false;
+    let runtime = tokio_runtime()?;
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let policy_version = cluster.policy_version().await?;
+        let identity = identity();
+        plan.run_id = identity.clone();
+        let lock = match cluster.lock(&identity, args.force_unlock).await {
+            Ok(lock) => lock,
+            // A run of this machine that died (SIGKILL, crash) cannot renew: take its lock.
+            Err(LockError::Held { holder, .. }) if holder_is_dead_here(&holder) => {
+                reporter.report(crate::progress::Event::Warning {
+                    message: format!(
+                        "taking over the lock of {holder}, which is no longer running"
+                    ),
+                });
+                cluster.lock(&identity, true).await.map_err(lock_failure)?
+            }
+            Err(e) => return Err(lock_failure(e)),
+        };
+        let result = rotate(
+            &cluster,
+            policy,
+            args,
+            plan,
+            &provider,
+            reporter.as_ref(),
+            &lock,
+            policy_version,
+        )
+        .await;
+        // A finished run removes its state; a stopped one keeps it for the next run.
+        let released = match &result {
+            Ok(()) => lock.release().await,
+            Err(_) => lock.abandon().await,
+        };
+        result?;
+        released?;
+        reporter.report(crate::progress::Event::Done);
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn rotate(
+    cluster: &Cluster,
+    policy: &Policy,
+    args: &NodesArgs,
+    plan: PlanOptions,
+    provider: &Provider,
+    reporter: &dyn Reporter,
+    lock: &crate::cluster::lock::LockGuard,
+    policy_version: &'static str,
+) -> Result<(), Failure> {
+    let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+        cluster: cluster.clone(),
+        handle: tokio::runtime::Handle::current(),
+    });
+    let mut hooks = tokio::task::block_in_place(|| {
+        if policy.hooks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
+            .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
+        crate::hooks::load_all(&runtime, policy, objects).map_err(Failure::from)
+    })?;
+    let settings = RotateSettings {
+        drain: DrainSettings {
+            options: plan.drain.clone(),
+            grace_period: args.grace_period,
+            timeout: args.drain_timeout,
+            server_dry_run: false,
+            policy_version,
+        },
+        plan,
+        validation: ValidationSettings {
+            count: args.validate_count,
+            success_interval: VALIDATE_SUCCESS_INTERVAL,
+            timeout: args.validation_timeout,
+        },
+        post_drain_delay: args.post_drain_delay,
+        bastion_interval: args.bastion_interval,
+        master_interval: args.master_interval,
+        node_interval: args.node_interval,
+        taint_key: args.taint_key.clone(),
+        fail_on_drain_error: args.fail_on_drain_error,
+        fail_on_validate_error: args.fail_on_validate_error,
+    };
+    let mut rotation = Rotation {
+        cluster,
+        policy,
+        settings: &settings,
+        hooks: &mut hooks,
+        provider,
+        reporter,
+        lock,
+    };
+    tokio::select! {
+        result = rotation.run() => match result {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_abort() => Err(Failure { code: 3, message: format!("{e}; {RESUME}") }),
+            Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
+        },
+        _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+    }
+}

@@ -1,0 +1,682 @@
+//! The node rotation executor: kops' rolling update, one step at a time.
+//!
+//! Before every step it reads the cluster again and asks the planner (and so the hooks) what the
+//! next step is; it then does that one step. Progress lives in the cluster itself: replaced
+//! instances are up to date, instances it cordoned carry the phase annotation, detached ones the
+//! detached annotation. Running the same command again therefore continues where a crashed or
+//! interrupted run stopped, without draining or surging anything twice.
+//!
+//! Per group: validate, gate `before-group`, taint the chosen nodes, surge (a canary surge alone
+//! first when nothing is up to date), then batches: gate `before-batch`, cordon, drain,
+//! post-drain delay, delete the Node, terminate, the role's interval, wait for replacements to be
+//! Ready (a watch), validate, gate `after-batch`.
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node as K8sNode;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::watcher;
+
+use crate::cluster::drain::{DrainError, DrainSettings};
+use crate::cluster::lock::LockGuard;
+use crate::cluster::validate::{ValidationError, ValidationSettings};
+use crate::cluster::{Cluster, ClusterError, Request};
+use crate::keys;
+use crate::plan::decide::{self, HookFailed, Verdict};
+use crate::plan::hook::{BatchInfo, CallContext, Hook, Phase};
+use crate::plan::{self, BatchPlan, GroupPlan, PlanError, PlanOptions, Role, RunProgress};
+use crate::policy::Policy;
+use crate::progress::{Event, Reporter};
+use crate::provider::{Provider, ProviderError, Target};
+use crate::snapshot::Snapshot;
+
+/// Everything that shapes a rotation besides the policy.
+#[derive(Debug, Clone)]
+pub struct RotateSettings {
+    pub plan: PlanOptions,
+    pub drain: DrainSettings,
+    pub validation: ValidationSettings,
+    pub post_drain_delay: Duration,
+    pub bastion_interval: Duration,
+    pub master_interval: Duration,
+    pub node_interval: Duration,
+    pub taint_key: String,
+    pub fail_on_drain_error: bool,
+    pub fail_on_validate_error: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Hook(#[from] HookFailed),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    #[error("instance {node}: {source}")]
+    Provider {
+        node: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("aborted by {by}: {reason}")]
+    Aborted { by: String, reason: String },
+    #[error("stopped at the operator's request before batch {batch} of group {group}")]
+    Declined { group: String, batch: u32 },
+    #[error("the lock was taken over by another run; stopping here")]
+    LockLost,
+    #[error(
+        "group {group}: the replacements did not become Ready within {timeout:?} ({ready} of {expected} nodes Ready)"
+    )]
+    NoReplacement {
+        group: String,
+        timeout: Duration,
+        ready: usize,
+        expected: usize,
+    },
+}
+
+impl RotateError {
+    /// Whether a gate stopped the run (exit code 3), as opposed to a failure.
+    pub fn is_abort(&self) -> bool {
+        matches!(
+            self,
+            RotateError::Aborted { .. } | RotateError::Declined { .. }
+        )
+    }
+}
+
+/// A rotation in progress.
+pub struct Rotation<'a> {
+    pub cluster: &'a Cluster,
+    pub policy: &'a Policy,
+    pub settings: &'a RotateSettings,
+    pub hooks: &'a mut [Box<dyn Hook>],
+    pub provider: &'a Provider,
+    pub reporter: &'a dyn Reporter,
+    pub lock: &'a LockGuard,
+}
+
+/// The run-state key of a group's expected Ready node count (an annotation on the lock).
+fn state_key(group: &str) -> String {
+    let valid = group.len() <= 50
+        && group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let name = if valid {
+        group.to_string()
+    } else {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(group.as_bytes())[..12])
+    };
+    format!("rollout-ext.io/expected.{name}")
+}
+
+/// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+impl Rotation<'_> {
+    fn check_lock(&self) -> Result<(), RotateError> {
+        if self.lock.lost() {
+            return Err(RotateError::LockLost);
+        }
+        Ok(())
+    }
+
+    /// Re-reads the cluster and plans `group` from where the rotation stands.
+    async fn replan(
+        &mut self,
+        group: Option<&str>,
+        progress: RunProgress,
+    ) -> Result<(Snapshot, plan::Plan), RotateError> {
+        let snapshot = self.cluster.snapshot().await?;
+        let mut options = self.settings.plan.clone();
+        options.now = jiff::Timestamp::now().as_second();
+        options.staleness.now = options.now;
+        options.progress = progress;
+        if let Some(g) = group {
+            options.instance_groups = vec![g.to_string()];
+        }
+        let (policy, hooks) = (self.policy, &mut *self.hooks);
+        let plan = blocking(|| plan::plan_nodes(&snapshot, policy, &options, hooks))?;
+        Ok((snapshot, plan))
+    }
+
+    /// Rotates every group the plan chooses, in order.
+    pub async fn run(&mut self) -> Result<(), RotateError> {
+        let (_, plan) = self.replan(None, RunProgress::default()).await?;
+        for warning in &plan.warnings {
+            self.reporter.report(Event::Warning {
+                message: warning.clone(),
+            });
+        }
+        let groups: Vec<(String, Role)> = plan
+            .groups
+            .iter()
+            .filter(|g| !g.disabled && g.group.selected > 0)
+            .map(|g| (g.group.name.clone(), g.group.role))
+            .collect();
+        for (group, role) in groups {
+            self.rotate_group(&group, role).await?;
+        }
+        Ok(())
+    }
+
+    fn interval(&self, role: Role) -> Duration {
+        match role {
+            Role::Bastion => self.settings.bastion_interval,
+            Role::ControlPlane => self.settings.master_interval,
+            Role::Node => self.settings.node_interval,
+        }
+    }
+
+    /// Nodes this tool cordoned, in this run or an earlier one: their cordon fails no validation.
+    fn ours(snapshot: &Snapshot) -> Vec<String> {
+        snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.annotations.contains_key(keys::PHASE))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    async fn validate(&self, snapshot: &Snapshot) -> Result<(), RotateError> {
+        if self.settings.plan.cloud_only {
+            return Ok(());
+        }
+        let ours = Self::ours(snapshot);
+        let excused: HashSet<&str> = ours.iter().map(String::as_str).collect();
+        match self
+            .cluster
+            .validate(&self.settings.validation, &excused, self.reporter)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if !self.settings.fail_on_validate_error => {
+                self.reporter.report(Event::Warning {
+                    message: format!("{e}; continuing (--fail-on-validate-error=false)"),
+                });
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn ctx(&self) -> CallContext {
+        CallContext {
+            now: jiff::Timestamp::now().as_second(),
+            run_id: self.lock.identity().to_string(),
+            dry_run: false,
+        }
+    }
+
+    async fn rotate_group(&mut self, group: &str, role: Role) -> Result<(), RotateError> {
+        let mut progress = RunProgress::default();
+        // Validation and the before-group gate, until the gate lets the group start.
+        let chosen = loop {
+            let (snapshot, plan) = self.replan(Some(group), progress).await?;
+            let Some(first) = plan.groups.into_iter().next() else {
+                return Ok(());
+            };
+            if role != Role::Bastion && progress.attempt == 0 {
+                self.validate(&snapshot).await?;
+            }
+            if let Some(reason) = first.aborted {
+                return Err(RotateError::Aborted {
+                    by: "a gate".into(),
+                    reason,
+                });
+            }
+            match &first.gate {
+                Some(gate) if gate.verdict == "wait" => {
+                    let seconds = u64::from(gate.seconds.unwrap_or(1));
+                    self.reporter.report(Event::Waiting {
+                        seconds,
+                        reason: format!(
+                            "{} [{}]",
+                            gate.reason.clone().unwrap_or_default(),
+                            gate.decided_by
+                        ),
+                    });
+                    tokio::time::sleep(Duration::from_secs(seconds)).await;
+                    progress.attempt += 1;
+                }
+                _ => {
+                    let label = self.group_label();
+                    let size = snapshot
+                        .nodes
+                        .iter()
+                        .filter(|n| plan::groups::group_of(n, label) == group)
+                        .count();
+                    let chosen: Vec<String> = first
+                        .instances
+                        .iter()
+                        .filter(|i| i.update)
+                        .map(|i| i.name.clone())
+                        .collect();
+                    break (chosen, size);
+                }
+            }
+        };
+        let (chosen, size) = chosen;
+        // How many Ready nodes the group must have between batches: its size when the group
+        // started, plus surges, minus detached instances terminated. Kept with the lock so that
+        // a resumed run still waits for the replacements the stopped run started.
+        let key = state_key(group);
+        let resumed = self.lock.state(&key).await?;
+        let mut target = match resumed.and_then(|v| v.parse::<usize>().ok()) {
+            Some(expected) => expected,
+            None => {
+                self.lock.set_state(&key, Some(&size.to_string())).await?;
+                size
+            }
+        };
+        progress = RunProgress {
+            started: true,
+            ..Default::default()
+        };
+        self.reporter.report(Event::GroupStarted {
+            group: group.into(),
+            instances: chosen.clone(),
+        });
+        if !self.settings.plan.cloud_only && role != Role::Bastion {
+            for node in &chosen {
+                self.cluster
+                    .taint_prefer_no_schedule(node, &self.settings.taint_key, false, self.reporter)
+                    .await?;
+            }
+        }
+
+        loop {
+            self.check_lock()?;
+            let (snapshot, plan) = self.replan(Some(group), progress).await?;
+            let Some(current) = plan.groups.into_iter().next() else {
+                break;
+            };
+            if let Some(reason) = &current.aborted {
+                return Err(RotateError::Aborted {
+                    by: "a gate".into(),
+                    reason: reason.clone(),
+                });
+            }
+            let Some(step) = current.batches.first().cloned() else {
+                break;
+            };
+            if step.surge {
+                let surges: Vec<BatchPlan> = current
+                    .batches
+                    .iter()
+                    .take_while(|b| b.surge)
+                    .cloned()
+                    .collect();
+                self.surge(group, &snapshot, &surges, &mut target).await?;
+                continue;
+            }
+            if let Some(pause) = &step.pause {
+                self.reporter.report(Event::Waiting {
+                    seconds: pause.seconds,
+                    reason: format!("{} [{}]", pause.reason, pause.decided_by),
+                });
+                tokio::time::sleep(Duration::from_secs(pause.seconds)).await;
+                continue;
+            }
+            if let Some(gate) = &step.gate {
+                match gate.verdict {
+                    "abort" => {
+                        return Err(RotateError::Aborted {
+                            by: gate.decided_by.to_string(),
+                            reason: gate.reason.clone().unwrap_or_default(),
+                        });
+                    }
+                    "wait" => {
+                        let seconds = u64::from(gate.seconds.unwrap_or(1));
+                        self.reporter.report(Event::Waiting {
+                            seconds,
+                            reason: format!(
+                                "{} [{}]",
+                                gate.reason.clone().unwrap_or_default(),
+                                gate.decided_by
+                            ),
+                        });
+                        tokio::time::sleep(Duration::from_secs(seconds)).await;
+                        progress.attempt += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            progress.attempt = 0;
+            self.batch(
+                &current,
+                &step,
+                &snapshot,
+                progress.batches_done,
+                role,
+                &mut target,
+            )
+            .await?;
+            progress.batches_done += 1;
+            progress.updated += step.instances.len() as u32;
+        }
+        if !self.settings.plan.cloud_only {
+            self.wait_ready(group, target).await?;
+        }
+        self.lock.set_state(&key, None).await?;
+        self.reporter.report(Event::GroupDone {
+            group: group.into(),
+        });
+        Ok(())
+    }
+
+    fn target(snapshot: &Snapshot, group: &str, node: &str) -> Target {
+        let provider_id = snapshot
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.provider_id.clone())
+            .unwrap_or_default();
+        Target {
+            node: node.into(),
+            provider_id,
+            group: group.into(),
+        }
+    }
+
+    fn group_label(&self) -> Option<&str> {
+        self.settings
+            .plan
+            .group_label
+            .as_deref()
+            .or(self.policy.group_label.as_deref())
+    }
+
+    /// Ready nodes of `group`.
+    async fn ready_in_group(&self, group: &str) -> Result<usize, RotateError> {
+        let snapshot = self.cluster.snapshot_nodes().await?;
+        let label = self.group_label();
+        Ok(snapshot
+            .nodes
+            .iter()
+            .filter(|n| plan::groups::group_of(n, label) == group && n.ready)
+            .count())
+    }
+
+    /// Waits, by watching nodes, until `group` has `expected` Ready nodes.
+    async fn wait_ready(&self, group: &str, expected: usize) -> Result<(), RotateError> {
+        let timeout = self.settings.validation.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut changes = watcher(
+            Api::<K8sNode>::all(self.cluster.client.clone()),
+            watcher::Config::default(),
+        )
+        .boxed();
+        loop {
+            let ready = self.ready_in_group(group).await?;
+            if ready >= expected {
+                self.reporter.report(Event::Replaced {
+                    group: group.into(),
+                    ready,
+                });
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, changes.next()).await.is_err() {
+                return Err(RotateError::NoReplacement {
+                    group: group.into(),
+                    timeout,
+                    ready,
+                    expected,
+                });
+            }
+        }
+    }
+
+    /// Detaches the surge targets (the canary alone first), waits for their replacements and
+    /// validates.
+    async fn surge(
+        &mut self,
+        group: &str,
+        snapshot: &Snapshot,
+        surges: &[BatchPlan],
+        target: &mut usize,
+    ) -> Result<(), RotateError> {
+        for step in surges {
+            self.check_lock()?;
+            *target += step.instances.len();
+            self.lock
+                .set_state(&state_key(group), Some(&target.to_string()))
+                .await?;
+            self.reporter.report(Event::Surging {
+                group: group.into(),
+                detached: step.instances.clone(),
+                canary: step.canary,
+            });
+            for node in &step.instances {
+                let target = Self::target(snapshot, group, node);
+                self.provider
+                    .detach(&target)
+                    .await
+                    .map_err(|source| RotateError::Provider {
+                        node: node.clone(),
+                        source,
+                    })?;
+                self.annotate(node, keys::DETACHED, "true").await?;
+            }
+            self.wait_ready(group, *target).await?;
+            let fresh = self.cluster.snapshot_nodes().await?;
+            self.validate(&fresh).await?;
+        }
+        Ok(())
+    }
+
+    async fn annotate(&self, node: &str, key: &str, value: &str) -> Result<(), RotateError> {
+        let api: Api<K8sNode> = Api::all(self.cluster.client.clone());
+        api.patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .map_err(|e| {
+            Request {
+                verb: "patch",
+                resource: "nodes",
+                namespace: None,
+            }
+            .error(&self.cluster.server, e)
+        })?;
+        Ok(())
+    }
+
+    /// Asks the operator before a batch (`-i`). Anything but yes stops the run, resumably.
+    fn confirm(group: &str, index: u32, nodes: &[String]) -> bool {
+        eprint!(
+            "Replace batch {} of group {group} ({})? [y/N] ",
+            index + 1,
+            nodes.join(", ")
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer).is_ok()
+            && matches!(answer.trim(), "y" | "Y" | "yes")
+    }
+
+    async fn batch(
+        &mut self,
+        group_plan: &GroupPlan,
+        step: &BatchPlan,
+        snapshot: &Snapshot,
+        index: u32,
+        role: Role,
+        target: &mut usize,
+    ) -> Result<(), RotateError> {
+        let group = group_plan.group.name.as_str();
+        // Replacements of earlier batches first: never disrupt more than the budget.
+        if !self.settings.plan.cloud_only {
+            self.wait_ready(group, *target).await?;
+        }
+        if self.settings.plan.interactive && !Self::confirm(group, index, &step.instances) {
+            return Err(RotateError::Declined {
+                group: group.into(),
+                batch: index + 1,
+            });
+        }
+        self.reporter.report(Event::BatchStarted {
+            group: group.into(),
+            index,
+            nodes: step.instances.clone(),
+            canary: step.canary,
+            decided_by: step.decided_by.to_string(),
+        });
+        let detached = snapshot
+            .nodes
+            .iter()
+            .filter(|n| {
+                step.instances.contains(&n.name) && n.annotations.contains_key(keys::DETACHED)
+            })
+            .count();
+
+        let move_pods = !self.settings.plan.cloud_only && role != Role::Bastion;
+        let results = futures::future::join_all(
+            step.instances
+                .iter()
+                .map(|node| self.drain_one(node, move_pods)),
+        )
+        .await;
+        for result in results {
+            result?;
+        }
+        if move_pods && !self.settings.post_drain_delay.is_zero() {
+            self.reporter.report(Event::Waiting {
+                seconds: self.settings.post_drain_delay.as_secs(),
+                reason: "post-drain delay: connections to the evicted pods close".into(),
+            });
+            tokio::time::sleep(self.settings.post_drain_delay).await;
+        }
+        self.check_lock()?;
+        if detached > 0 {
+            // Detached instances are not replaced: the group shrinks back.
+            *target = target.saturating_sub(detached);
+            self.lock
+                .set_state(&state_key(group), Some(&target.to_string()))
+                .await?;
+        }
+        for node in &step.instances {
+            let target = Self::target(snapshot, group, node);
+            self.delete_node(node).await?;
+            let output = self
+                .provider
+                .terminate(self.cluster, &target)
+                .await
+                .map_err(|source| RotateError::Provider {
+                    node: node.clone(),
+                    source,
+                })?;
+            self.reporter.report(Event::Terminated {
+                node: node.clone(),
+                output,
+            });
+        }
+        let interval = self.interval(role);
+        if !interval.is_zero() {
+            self.reporter.report(Event::Waiting {
+                seconds: interval.as_secs(),
+                reason: format!("{} interval after terminating", role.as_str()),
+            });
+            tokio::time::sleep(interval).await;
+        }
+        if !self.settings.plan.cloud_only {
+            self.wait_ready(group, *target).await?;
+            let fresh = self.cluster.snapshot_nodes().await?;
+            self.validate(&fresh).await?;
+        }
+
+        let health = self.cluster.check_health(&HashSet::new()).await?;
+        let info = BatchInfo {
+            index,
+            instances: step.instances.clone(),
+            canary: step.canary,
+            attempt: 0,
+        };
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let verdict = blocking(|| {
+            decide::gate(
+                hooks,
+                &ctx,
+                Phase::AfterBatch,
+                &info,
+                &health,
+                &mut warnings,
+            )
+        })?;
+        for message in warnings {
+            self.reporter.report(Event::Warning { message });
+        }
+        match verdict.verdict {
+            Verdict::Abort(reason) => Err(RotateError::Aborted {
+                by: verdict.by.to_string(),
+                reason,
+            }),
+            Verdict::Wait { seconds, reason } => {
+                self.reporter.report(Event::Waiting {
+                    seconds: u64::from(seconds),
+                    reason: format!("{reason} [{}]", verdict.by),
+                });
+                tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
+                Ok(())
+            }
+            Verdict::Proceed => Ok(()),
+        }
+    }
+
+    /// Cordons and drains one node (unless pods are not moved), recording the phase.
+    async fn drain_one(&self, node: &str, move_pods: bool) -> Result<(), RotateError> {
+        if !move_pods {
+            return Ok(());
+        }
+        self.cluster.cordon(node, false, self.reporter).await?;
+        match self
+            .cluster
+            .drain(node, &self.settings.drain, self.reporter)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if !self.settings.fail_on_drain_error => {
+                self.reporter.report(Event::Warning {
+                    message: format!("{e}; continuing (--fail-on-drain-error=false)"),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.cluster
+            .set_phase(node, "drained", false, false)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_node(&self, node: &str) -> Result<(), RotateError> {
+        let api: Api<K8sNode> = Api::all(self.cluster.client.clone());
+        match api.delete(node, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Request {
+                verb: "delete",
+                resource: "nodes",
+                namespace: None,
+            }
+            .error(&self.cluster.server, e)
+            .into()),
+        }
+    }
+}

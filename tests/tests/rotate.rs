@@ -1,0 +1,399 @@
+//! `nodes --yes` on the real test bed, driving the simulated cloud through the exec provider:
+//! every outdated node replaced exactly once within the unavailability budget, pods moved by the
+//! real scheduler, the lock respected, a gate's abort obeyed, and a SIGKILLed run resumed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use rollout_ext::cluster::{Cluster, ConnectOptions};
+use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
+use rollout_ext_e2e::{helper_binary, plugin_binary, wasm_module};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Nodes of `group` running an old kubelet, and new instances that come with the new one.
+async fn outdated_group(cluster: &TestCluster, group: &str, n: usize) -> Vec<String> {
+    cluster.cloud.set_group_spec(
+        group,
+        GroupSpec {
+            kubelet_version: Some("v1.20.2".into()),
+            ..Default::default()
+        },
+    );
+    let mut names = Vec::new();
+    for i in 1..=n {
+        let name = format!("{group}-{i}");
+        cluster
+            .nodes
+            .add(
+                NodeSpec::new(&name, group)
+                    .zone(["a", "b"][i % 2])
+                    .kubelet("v1.19.7"),
+            )
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    names
+}
+
+/// A policy whose provider is the simulated cloud, plus any extra spec lines.
+fn policy(cluster: &TestCluster, dir: &Path, extra: &str) -> PathBuf {
+    let cloud = helper_binary("sim-cloud");
+    let socket = cluster.cloud.socket.display();
+    let text = format!(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [\"{}\", --socket, \"{socket}\", terminate, \"{{node}}\"]\n      detach: [\"{}\", --socket, \"{socket}\", detach, \"{{node}}\"]\n{extra}",
+        cloud.display(),
+        cloud.display()
+    );
+    let path = dir.join("policy.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -> Vec<String> {
+    [
+        "nodes",
+        "--yes",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--instance-group",
+        group,
+        "--kubelet-version",
+        "v1.20.2",
+        "--validate-count",
+        "1",
+        "--post-drain-delay",
+        "0s",
+        "--node-interval",
+        "0s",
+        "--validation-timeout",
+        "60s",
+        "--drain-timeout",
+        "60s",
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run(args: &[String]) -> Output {
+    Command::new(plugin_binary()).args(args).output().unwrap()
+}
+
+fn terminated(cluster: &TestCluster, group: &str) -> Vec<String> {
+    cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.verb == "terminate" && c.target.starts_with(&format!("{group}-")))
+        .map(|c| c.target)
+        .collect()
+}
+
+async fn nodes_of(client: &Client, group: &str) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client.clone());
+    api.list(&ListParams::default().labels(&format!("kops.k8s.io/instancegroup={group}")))
+        .await
+        .unwrap()
+        .items
+}
+
+fn available(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let schedulable = !node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    ready && schedulable
+}
+
+/// Watches a group's nodes and records the fewest available (Ready and schedulable) at once.
+fn watch_availability(
+    client: Client,
+    group: &str,
+) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
+    let fewest = Arc::new(Mutex::new(usize::MAX));
+    let record = fewest.clone();
+    let api: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().labels(&format!("kops.k8s.io/instancegroup={group}"));
+    let task = tokio::spawn(async move {
+        let mut state: HashMap<String, bool> = HashMap::new();
+        let mut listed = false;
+        let mut events = watcher(api, config).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                    state.insert(n.name_any(), available(&n));
+                }
+                watcher::Event::Delete(n) => {
+                    state.remove(&n.name_any());
+                }
+                watcher::Event::Init => {}
+                watcher::Event::InitDone => listed = true,
+            }
+            // Count only once the initial listing is complete.
+            if listed {
+                let now = state.values().filter(|a| **a).count();
+                let mut f = record.lock().unwrap();
+                *f = (*f).min(now);
+            }
+        }
+    });
+    (fewest, task)
+}
+
+#[tokio::test]
+async fn a_group_is_replaced_once_within_the_budget() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let originals = outdated_group(cluster, "rot", 6).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "rot"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "rot");
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": "rot"},
+                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
+    }))
+    .unwrap();
+    rss.create(&PostParams::default(), &rs).await.unwrap();
+    let ready4 = |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(4)
+    };
+    tokio::time::timeout(WAIT, await_condition(rss.clone(), "web", ready4))
+        .await
+        .unwrap()
+        .unwrap();
+
+    let (fewest, watch) = watch_availability(client.clone(), "rot");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(cluster, dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, "rot");
+    args.extend(["--max-unavailable".to_string(), "1".into()]);
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    watch.abort();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Every original node terminated exactly once.
+    let mut gone = terminated(cluster, "rot");
+    gone.sort();
+    assert_eq!(gone, originals);
+    // Never more than one node unavailable.
+    assert_eq!(
+        *fewest.lock().unwrap(),
+        5,
+        "at most maxUnavailable=1 node unavailable at once"
+    );
+    // Six Ready replacements with the new kubelet, and the workload whole again.
+    let nodes = nodes_of(&client, "rot").await;
+    assert_eq!(nodes.len(), 6);
+    for n in &nodes {
+        assert!(available(n), "{} is Ready and schedulable", n.name_any());
+        assert_eq!(
+            n.status
+                .as_ref()
+                .unwrap()
+                .node_info
+                .as_ref()
+                .unwrap()
+                .kubelet_version,
+            "v1.20.2"
+        );
+    }
+    tokio::time::timeout(WAIT, await_condition(rss, "web", ready4))
+        .await
+        .unwrap()
+        .unwrap();
+    // The JSON events tell the story: a canary batch first, then batches of one.
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let batches: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "batch-started")
+        .collect();
+    assert_eq!(batches.len(), 6);
+    assert_eq!(batches[0]["canary"], true);
+    assert!(
+        batches
+            .iter()
+            .all(|b| b["nodes"].as_array().unwrap().len() == 1)
+    );
+    assert_eq!(events.last().unwrap()["event"], "done");
+    // The lock was given back.
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    assert!(leases.get_opt("rollout-ext").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_held_lock_refuses_a_second_rotation_and_changes_nothing() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    outdated_group(cluster, "locked", 2).await;
+    let live = Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(cluster, dir.path(), "");
+    let args = rotate_args(cluster, &policy, "locked");
+    let held = live.lock("someone@elsewhere/pid-1", false).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    held.release().await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("someone@elsewhere/pid-1"));
+    assert!(terminated(cluster, "locked").is_empty());
+    let client = cluster.client().await;
+    assert!(
+        nodes_of(&client, "locked").await.iter().all(available),
+        "nothing was cordoned"
+    );
+}
+
+#[tokio::test]
+async fn a_gate_abort_stops_before_anything_is_terminated() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    outdated_group(cluster, "gated", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("hostile.wasm");
+    std::fs::copy(wasm_module("hostile-hook"), &hook).unwrap();
+    let policy = policy(
+        cluster,
+        dir.path(),
+        "  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
+    );
+    let args = rotate_args(cluster, &policy, "gated");
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hostile gate says stop") && stderr.contains("run the same command again"),
+        "{stderr}"
+    );
+    assert!(terminated(cluster, "gated").is_empty());
+}
+
+#[tokio::test]
+async fn a_killed_rotation_resumes_without_doing_anything_twice() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = outdated_group(cluster, "resume", 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(cluster, dir.path(), "");
+    let args = rotate_args(cluster, &policy, "resume");
+
+    // First run: killed right after its first termination.
+    let first = args.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(plugin_binary())
+            .args(&first)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        for line in stdout.lines() {
+            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if event["event"] == "terminated" {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        terminated(cluster, "resume").len(),
+        1,
+        "killed after one termination"
+    );
+
+    // The same command again finishes the job (taking over the dead run's lock).
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut gone = terminated(cluster, "resume");
+    gone.sort();
+    assert_eq!(
+        gone, originals,
+        "each original node terminated exactly once"
+    );
+    let client = cluster.client().await;
+    let versions: BTreeMap<String, String> = nodes_of(&client, "resume")
+        .await
+        .into_iter()
+        .map(|n| {
+            (
+                n.name_any(),
+                n.status.unwrap().node_info.unwrap().kubelet_version,
+            )
+        })
+        .collect();
+    assert_eq!(versions.len(), 4);
+    assert!(versions.values().all(|v| v == "v1.20.2"), "{versions:?}");
+}
