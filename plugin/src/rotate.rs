@@ -147,7 +147,18 @@ impl Rotation<'_> {
             options.instance_groups = vec![g.to_string()];
         }
         let (policy, hooks) = (self.policy, &mut *self.hooks);
-        let plan = blocking(|| plan::plan_nodes(&snapshot, policy, &options, hooks))?;
+        let plan = match blocking(|| plan::plan_nodes(&snapshot, policy, &options, hooks)) {
+            // Every node of the group is gone (terminated, replacements not yet registered):
+            // nothing is left to plan in it.
+            Err(PlanError::UnknownGroup { .. }) if group.is_some() => plan::Plan {
+                api_version: plan::PLAN_API_VERSION,
+                kind: "Plan",
+                groups: Vec::new(),
+                warnings: Vec::new(),
+                stopped: None,
+            },
+            other => other?,
+        };
         Ok((snapshot, plan))
     }
 

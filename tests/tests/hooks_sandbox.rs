@@ -23,8 +23,7 @@ const SNAPSHOT: &str = r#"{"kind": "List", "apiVersion": "v1", "items": [
 fn runtime() -> &'static HookRuntime {
     static RUNTIME: OnceLock<HookRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        let cache =
-            std::env::temp_dir().join(format!("rollout-ext-test-cache-{}", std::process::id()));
+        let cache = rollout_ext_e2e::workspace_root().join("target/test-hook-cache");
         HookRuntime::new(Some(cache)).expect("the runtime starts")
     })
 }
@@ -54,8 +53,12 @@ fn load(spec: &HookSpec) -> Result<Box<dyn Hook>, LoadError> {
 }
 
 fn plan_with(spec: HookSpec) -> Result<Plan, PlanError> {
+    plan_loaded(vec![load(&spec).expect("the hostile module loads")])
+}
+
+/// Plans the three-node snapshot with hooks already loaded (loading is not part of a call's time).
+fn plan_loaded(mut hooks: Vec<Box<dyn Hook>>) -> Result<Plan, PlanError> {
     let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
-    let mut hooks = vec![load(&spec).expect("the hostile module loads")];
     let options = PlanOptions {
         rolling_update: rollout_ext::policy::RollingUpdate {
             max_surge: None,
@@ -76,8 +79,9 @@ fn hostile(point: HookPoint, key: &str, mode: &str) -> HookSpec {
 
 /// Runs the hostile module in `mode` and returns the fault it must end in.
 fn fault_of(point: HookPoint, key: &str, mode: &str) -> (HookFault, Duration) {
+    let hooks = vec![load(&hostile(point, key, mode)).expect("the hostile module loads")];
     let started = Instant::now();
-    let result = plan_with(hostile(point, key, mode));
+    let result = plan_loaded(hooks);
     let elapsed = started.elapsed();
     match result {
         Err(PlanError::Hook(HookFailed { hook, fault, .. })) => {
@@ -93,6 +97,36 @@ fn an_infinite_loop_times_out_on_time() {
     let (fault, elapsed) = fault_of(HookPoint::Select, "select", "loop");
     assert_eq!(fault, HookFault::Timeout(Duration::from_millis(300)));
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+}
+
+#[test]
+fn deadlines_hold_after_the_runtime_that_loaded_the_hook_is_gone() {
+    let hook = {
+        let runtime = HookRuntime::new(None).unwrap();
+        let spec = hostile(HookPoint::Select, "select", "loop");
+        runtime.load(&spec, objects(), Arc::new(vec![])).unwrap()
+    };
+    let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
+    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(hook)];
+    let started = Instant::now();
+    let err = plan_nodes(
+        &snapshot,
+        &Policy::default(),
+        &PlanOptions::default(),
+        &mut hooks,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PlanError::Hook(HookFailed {
+                fault: HookFault::Timeout(_),
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 #[test]

@@ -397,3 +397,167 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
     assert_eq!(versions.len(), 4);
     assert!(versions.values().all(|v| v == "v1.20.2"), "{versions:?}");
 }
+
+fn events_of(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn surge_creates_capacity_first_and_never_goes_below_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let originals = outdated_group(cluster, "surge", 4).await;
+    let (fewest, watch) = watch_availability(client.clone(), "surge");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(cluster, dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, "surge");
+    args.extend(["--max-surge".to_string(), "2".into()]);
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    watch.abort();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let events = events_of(&out);
+    let surging: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "surging").collect();
+    assert_eq!(surging.len(), 2, "a canary surge alone, then the other");
+    assert_eq!(surging[0]["canary"], true);
+    assert_eq!(surging[0]["detached"], json!(["surge-4"]));
+    assert_eq!(surging[1]["detached"], json!(["surge-3"]));
+    let first_batch = events
+        .iter()
+        .position(|e| e["event"] == "batch-started")
+        .unwrap();
+    let last_surge = events
+        .iter()
+        .rposition(|e| e["event"] == "surging")
+        .unwrap();
+    assert!(last_surge < first_batch, "surges come before any drain");
+
+    let calls: Vec<(String, String)> = cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.target.starts_with("surge-"))
+        .map(|c| (c.verb, c.target))
+        .collect();
+    let detached: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "detach")
+        .map(|c| c.1.as_str())
+        .collect();
+    assert_eq!(detached, ["surge-4", "surge-3"]);
+    let mut gone = terminated(cluster, "surge");
+    gone.sort();
+    assert_eq!(gone, originals);
+    // maxUnavailable is 0 with a surge: never fewer than the original four available.
+    assert!(
+        *fewest.lock().unwrap() >= 4,
+        "fewest available: {}",
+        fewest.lock().unwrap()
+    );
+    // Detached instances are not replaced: the group is back to four.
+    let nodes = nodes_of(&client, "surge").await;
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.iter().all(available));
+}
+
+#[tokio::test]
+async fn a_failing_hook_stops_the_rotation_before_anything_changes() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    outdated_group(cluster, "hooked", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = policy(
+        cluster,
+        dir.path(),
+        "  hooks:\n  - {name: spinner, module: hostile.wasm, points: [select], timeout: 200ms, config: {select: loop}}\n",
+    );
+    let args = rotate_args(cluster, &policy, "hooked");
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hook spinner failed at the select point: timed out"),
+        "{stderr}"
+    );
+    assert!(terminated(cluster, "hooked").is_empty());
+    let client = cluster.client().await;
+    assert!(
+        nodes_of(&client, "hooked").await.iter().all(available),
+        "nothing was cordoned"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_drain_stops_unless_told_to_go_on_and_cloudonly_skips_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let names = outdated_group(cluster, "stubborn", 1).await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "stubborn"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let bare: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pet"},
+        "spec": {"nodeName": names[0], "containers": [{"name": "main", "image": "registry.invalid/pet:1"}]}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "stubborn")
+        .create(&PostParams::default(), &bare)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(cluster, dir.path(), "");
+
+    // By default the unmanaged pod stops the rotation, and nothing is terminated.
+    let args = rotate_args(cluster, &policy, "stubborn");
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stubborn/pet declares no controller"),
+        "{stderr}"
+    );
+    assert!(terminated(cluster, "stubborn").is_empty());
+
+    // --cloudonly neither cordons nor drains: it terminates.
+    let mut args = rotate_args(cluster, &policy, "stubborn");
+    args.push("--cloudonly".into());
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events_of(&out);
+    assert!(
+        events
+            .iter()
+            .all(|e| e["event"] != "cordoned" && e["event"] != "evicted")
+    );
+    assert_eq!(terminated(cluster, "stubborn"), names);
+}

@@ -14,7 +14,6 @@ mod objects;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -105,13 +104,6 @@ pub struct HookRuntime {
     engine: Engine,
     linker: Arc<Linker<CallState>>,
     cache_dir: Option<PathBuf>,
-    stop_ticker: Arc<AtomicBool>,
-}
-
-impl Drop for HookRuntime {
-    fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
-    }
 }
 
 impl HookRuntime {
@@ -127,13 +119,14 @@ impl HookRuntime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         bindings::Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
 
-        // The epoch ticks on its own thread so deadlines hold however busy the host is.
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        let (ticker_engine, stop) = (engine.weak(), stop_ticker.clone());
+        // The epoch ticks on its own thread so deadlines hold however busy the host is. It
+        // ticks as long as the engine lives: the runtime and every loaded hook hold it, so a hook
+        // outliving the runtime that loaded it keeps its deadline.
+        let ticker_engine = engine.weak();
         std::thread::Builder::new()
             .name("hook-epoch".into())
             .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     std::thread::sleep(EPOCH_TICK);
                     match ticker_engine.upgrade() {
                         Some(engine) => engine.increment_epoch(),
@@ -147,7 +140,6 @@ impl HookRuntime {
             engine,
             linker: Arc::new(linker),
             cache_dir,
-            stop_ticker,
         })
     }
 
