@@ -367,6 +367,35 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
         1,
         "killed after one termination"
     );
+    // `status` shows the interrupted run: its holder and what it still expects.
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+    let status = |kubeconfig: String| {
+        let out = run(&[
+            "status".to_string(),
+            "--kubeconfig".into(),
+            kubeconfig,
+            "-o".into(),
+            "json".into(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let interrupted = status(kubeconfig.clone());
+    assert!(
+        interrupted["lock"]["holder"]
+            .as_str()
+            .unwrap()
+            .contains("/pid-"),
+        "{interrupted}"
+    );
+    assert_eq!(
+        interrupted["lock"]["state"]["rollout-ext.io/expected.resume"],
+        "4"
+    );
 
     // The same command again finishes the job (taking over the dead run's lock).
     let out = tokio::task::spawn_blocking(move || run(&args))
@@ -396,6 +425,11 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
         .collect();
     assert_eq!(versions.len(), 4);
     assert!(versions.values().all(|v| v == "v1.20.2"), "{versions:?}");
+    let finished = status(kubeconfig);
+    assert!(
+        finished["lock"].is_null(),
+        "the finished run removed its state: {finished}"
+    );
 }
 
 fn events_of(out: &Output) -> Vec<serde_json::Value> {

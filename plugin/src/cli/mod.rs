@@ -106,6 +106,13 @@ pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
 pub enum Command {
     /// Plan (and with --yes, run) a rotation of the cluster's nodes.
     Nodes(Box<nodes::NodesArgs>),
+    /// Show an ongoing or interrupted rotation: the lock's holder, the run's state, and the
+    /// nodes it has touched.
+    Status {
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+    },
     /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans.
     Snapshot {
         /// Where to write it ("-" for stdout).
@@ -208,6 +215,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Nodes(args) => nodes::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
         Command::Snapshot { output } => snapshot(&cli.kube, &output),
+        Command::Status { output } => status(&cli.kube, output),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(
@@ -216,6 +224,68 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 "kubectl-rollout_ext",
                 &mut std::io::stdout(),
             );
+            Ok(())
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    lock: Option<crate::cluster::lock::LockStatus>,
+    /// Nodes carrying the rotation's annotations: name → phase (or "detached").
+    nodes: std::collections::BTreeMap<String, String>,
+}
+
+fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
+    let runtime = tokio_runtime()?;
+    let status = runtime.block_on(async {
+        let cluster = crate::cluster::Cluster::connect(&kube.connect_options()?).await?;
+        let lock = cluster.lock_status().await?;
+        let snapshot = cluster.snapshot_nodes().await?;
+        let nodes = snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let phase = n.annotations.get(crate::keys::PHASE).cloned();
+                let detached = n.annotations.contains_key(crate::keys::DETACHED);
+                match (phase, detached) {
+                    (_, true) => Some((n.name.clone(), "detached".to_string())),
+                    (Some(p), false) => Some((n.name.clone(), p)),
+                    (None, false) => None,
+                }
+            })
+            .collect();
+        Ok::<_, Failure>(Status { lock, nodes })
+    })?;
+    match format {
+        OutputFormat::Json | OutputFormat::Yaml => print_structured(&status, format),
+        _ => {
+            match &status.lock {
+                None => println!("No rotation is running, and none was left unfinished."),
+                Some(l) if l.holder.is_empty() => println!(
+                    "No rotation is running; an unfinished one left its state (run the same command again to resume)."
+                ),
+                Some(l) => println!(
+                    "Rotation running: {} (lock renewed {} ago)",
+                    l.holder,
+                    l.renewed_seconds_ago
+                        .map(crate::plan::groups::human_duration)
+                        .unwrap_or_else(|| "never".into())
+                ),
+            }
+            if let Some(l) = &status.lock {
+                for (key, value) in &l.state {
+                    if let Some(group) = key.strip_prefix("rollout-ext.io/expected.") {
+                        println!("  group {group}: {value} Ready nodes expected");
+                    }
+                }
+            }
+            if !status.nodes.is_empty() {
+                let mut rows = vec![vec!["NODE".to_string(), "PHASE".to_string()]];
+                rows.extend(status.nodes.iter().map(|(n, p)| vec![n.clone(), p.clone()]));
+                print!("{}", output::align(&rows));
+            }
             Ok(())
         }
     }

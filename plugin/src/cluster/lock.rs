@@ -268,3 +268,41 @@ impl LockGuard {
         }
     }
 }
+
+/// What the lock says about the current or last run, for `status`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockStatus {
+    /// Empty when no run holds the lock.
+    pub holder: String,
+    pub renewed_seconds_ago: Option<i64>,
+    /// The run's state entries (expected Ready nodes per group being rotated).
+    pub state: std::collections::BTreeMap<String, String>,
+}
+
+impl Cluster {
+    /// Reads the lock without taking it; `None` when no run holds or left it.
+    pub async fn lock_status(&self) -> Result<Option<LockStatus>, ClusterError> {
+        let Some(lease) = api(self)
+            .get_opt(LOCK_NAME)
+            .await
+            .map_err(|e| lease_request("get").error(&self.server, e))?
+        else {
+            return Ok(None);
+        };
+        let spec = lease.spec.unwrap_or_default();
+        Ok(Some(LockStatus {
+            holder: spec.holder_identity.unwrap_or_default(),
+            renewed_seconds_ago: spec
+                .renew_time
+                .map(|t| jiff::Timestamp::now().duration_since(t.0).as_secs()),
+            state: lease
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("rollout-ext.io/"))
+                .collect(),
+        }))
+    }
+}

@@ -24,6 +24,9 @@ pub use process::Processes;
 
 const K8S_VERSION: &str = "1.20.2";
 const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
+/// A user with no permissions of its own, for RBAC tests (bind roles to `operator`).
+pub const OPERATOR_TOKEN: &str = "rollout-ext-test-operator-token";
+pub const OPERATOR_USER: &str = "operator";
 
 /// Where the control-plane binaries are cached.
 pub fn binaries_dir() -> PathBuf {
@@ -124,7 +127,9 @@ impl TestCluster {
         let tokens = root.join("tokens.csv");
         std::fs::write(
             &tokens,
-            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
+            format!(
+                "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{OPERATOR_TOKEN},{OPERATOR_USER},operator\n"
+            ),
         )?;
 
         processes.spawn(

@@ -1,0 +1,139 @@
+//! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
+//! the shipped ClusterRole, it plans and rotates.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
+use rollout_ext_e2e::{helper_binary, plugin_binary, workspace_root};
+
+fn plugin(args: &[&str]) -> Output {
+    Command::new(plugin_binary()).args(args).output().unwrap()
+}
+
+fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
+    let cluster = TestCluster::shared();
+    cluster.cloud.set_group_spec(
+        "least",
+        GroupSpec {
+            kubelet_version: Some("v1.20.2".into()),
+            ..Default::default()
+        },
+    );
+    cluster
+        .nodes
+        .add(NodeSpec::new("least-1", "least").kubelet("v1.19.7"))
+        .await
+        .unwrap();
+    let operator = cluster.dir().join("operator.kubeconfig");
+    cluster
+        .kubeconfig_for(&operator, OPERATOR_TOKEN, OPERATOR_USER)
+        .unwrap();
+    let operator = operator.to_str().unwrap().to_string();
+    let admin = cluster.kubeconfig.to_str().unwrap().to_string();
+
+    // No rights: the error names the verb and the resource.
+    let denied = plugin(&["nodes", "--kubeconfig", &operator]);
+    assert_eq!(denied.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("forbidden: this user may not list nodes at cluster scope"),
+        "{stderr}"
+    );
+
+    // Bound to the shipped role.
+    let role = workspace_root().join("deploy/clusterrole.yaml");
+    let applied = kubectl(&admin, &["apply", "-f", role.to_str().unwrap()]);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let bound = kubectl(
+        &admin,
+        &[
+            "create",
+            "clusterrolebinding",
+            "rollout-ext-operator",
+            "--clusterrole=rollout-ext",
+            &format!("--user={OPERATOR_USER}"),
+        ],
+    );
+    assert!(
+        bound.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bound.stderr)
+    );
+    // The authorizer sees the binding through its own informer: wait until it answers yes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !kubectl(
+        &operator,
+        &["auth", "can-i", "create", "pods", "--subresource=eviction"],
+    )
+    .status
+    .success()
+    {
+        assert!(Instant::now() < deadline, "the binding never took effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let plan = plugin(&["nodes", "--kubeconfig", &operator, "-o", "json"]);
+    assert!(
+        plan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let cloud = helper_binary("sim-cloud");
+    let socket = cluster.cloud.socket.display();
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [\"{}\", --socket, \"{socket}\", terminate, \"{{node}}\"]\n",
+            cloud.display()
+        ),
+    )
+    .unwrap();
+    let rotated = plugin(&[
+        "nodes",
+        "--yes",
+        "--kubeconfig",
+        &operator,
+        "--policy",
+        policy.to_str().unwrap(),
+        "--kubelet-version",
+        "v1.20.2",
+        "--validate-count",
+        "1",
+        "--post-drain-delay",
+        "0s",
+        "--node-interval",
+        "0s",
+        "--validation-timeout",
+        "60s",
+    ]);
+    assert!(
+        rotated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
+    let calls: Vec<String> = cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .map(|c| c.target)
+        .collect();
+    assert_eq!(calls, ["least-1"]);
+}
