@@ -196,6 +196,51 @@ impl Reporter for Lines {
     }
 }
 
+/// Progress bars for a person at a terminal: how many instances are replaced, with each event
+/// printed above the bar. No colours, so `NO_COLOR` terminals look the same.
+pub struct Bars {
+    bar: indicatif::ProgressBar,
+}
+
+impl Bars {
+    pub fn new() -> Self {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "[{elapsed_precise}] {bar:30} {pos}/{len} instances replaced  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        Bars { bar }
+    }
+}
+
+impl Default for Bars {
+    fn default() -> Self {
+        Bars::new()
+    }
+}
+
+impl Reporter for Bars {
+    fn report(&self, event: Event) {
+        match &event {
+            Event::GroupStarted { instances, .. } => self.bar.inc_length(instances.len() as u64),
+            Event::Terminated { .. } => self.bar.inc(1),
+            Event::Done => self.bar.finish_with_message("done"),
+            _ => {}
+        }
+        let line = event.describe();
+        match &event {
+            // Frequent, short-lived states go to the bar's message rather than the scrollback.
+            Event::EvictionBlocked { .. } | Event::Waiting { .. } | Event::Validated { .. } => {
+                self.bar.set_message(line);
+            }
+            _ => self.bar.println(line),
+        }
+    }
+}
+
 /// One JSON object per line on stdout (`-o json`).
 pub struct JsonLines;
 

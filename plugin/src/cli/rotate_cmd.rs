@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
 use crate::plan::PlanOptions;
 use crate::policy::Policy;
-use crate::progress::{JsonLines, Lines, Reporter};
+use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::provider::Provider;
 use crate::rotate::{RotateSettings, Rotation};
 
@@ -70,8 +70,10 @@ pub fn run(
             ));
         }
     };
+    use std::io::IsTerminal;
     let reporter: Box<dyn Reporter> = match args.output {
         OutputFormat::Json => Box::new(JsonLines),
+        _ if std::io::stderr().is_terminal() => Box::new(Bars::new()),
         _ => Box::new(Lines),
     };
     let mut plan = plan;
