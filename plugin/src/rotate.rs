@@ -27,7 +27,9 @@ use crate::cluster::{Cluster, ClusterError, Request};
 use crate::keys;
 use crate::plan::decide::{self, HookFailed, Verdict};
 use crate::plan::hook::{BatchInfo, CallContext, Hook, Phase};
-use crate::plan::{self, BatchPlan, GroupPlan, PlanError, PlanOptions, Role, RunProgress};
+use crate::plan::{
+    self, BatchPlan, GateStep, GroupPlan, PlanError, PlanOptions, Role, RunProgress,
+};
 use crate::policy::Policy;
 use crate::progress::{Event, Reporter};
 use crate::provider::{Provider, ProviderError, Target};
@@ -125,6 +127,26 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 impl Rotation<'_> {
+    /// Reports a wait and sleeps through it.
+    async fn hold(&self, duration: Duration, reason: String) {
+        self.reporter.report(Event::Waiting {
+            seconds: duration.as_secs(),
+            reason,
+        });
+        tokio::time::sleep(duration).await;
+    }
+
+    /// Sleeps through a gate's `wait`.
+    async fn hold_for_gate(&self, gate: &GateStep) {
+        let seconds = u64::from(gate.seconds.unwrap_or(1));
+        let reason = format!(
+            "{} [{}]",
+            gate.reason.clone().unwrap_or_default(),
+            gate.decided_by
+        );
+        self.hold(Duration::from_secs(seconds), reason).await;
+    }
+
     fn check_lock(&self) -> Result<(), RotateError> {
         if self.lock.lost() {
             return Err(RotateError::LockLost);
@@ -249,16 +271,7 @@ impl Rotation<'_> {
             }
             match &first.gate {
                 Some(gate) if gate.verdict == "wait" => {
-                    let seconds = u64::from(gate.seconds.unwrap_or(1));
-                    self.reporter.report(Event::Waiting {
-                        seconds,
-                        reason: format!(
-                            "{} [{}]",
-                            gate.reason.clone().unwrap_or_default(),
-                            gate.decided_by
-                        ),
-                    });
-                    tokio::time::sleep(Duration::from_secs(seconds)).await;
+                    self.hold_for_gate(gate).await;
                     progress.attempt += 1;
                 }
                 _ => {
@@ -333,11 +346,8 @@ impl Rotation<'_> {
                 continue;
             }
             if let Some(pause) = &step.pause {
-                self.reporter.report(Event::Waiting {
-                    seconds: pause.seconds,
-                    reason: format!("{} [{}]", pause.reason, pause.decided_by),
-                });
-                tokio::time::sleep(Duration::from_secs(pause.seconds)).await;
+                let reason = format!("{} [{}]", pause.reason, pause.decided_by);
+                self.hold(Duration::from_secs(pause.seconds), reason).await;
                 continue;
             }
             if let Some(gate) = &step.gate {
@@ -349,16 +359,7 @@ impl Rotation<'_> {
                         });
                     }
                     "wait" => {
-                        let seconds = u64::from(gate.seconds.unwrap_or(1));
-                        self.reporter.report(Event::Waiting {
-                            seconds,
-                            reason: format!(
-                                "{} [{}]",
-                                gate.reason.clone().unwrap_or_default(),
-                                gate.decided_by
-                            ),
-                        });
-                        tokio::time::sleep(Duration::from_secs(seconds)).await;
+                        self.hold_for_gate(gate).await;
                         progress.attempt += 1;
                         continue;
                     }
@@ -567,11 +568,11 @@ impl Rotation<'_> {
             result?;
         }
         if move_pods && !self.settings.post_drain_delay.is_zero() {
-            self.reporter.report(Event::Waiting {
-                seconds: self.settings.post_drain_delay.as_secs(),
-                reason: "post-drain delay: connections to the evicted pods close".into(),
-            });
-            tokio::time::sleep(self.settings.post_drain_delay).await;
+            self.hold(
+                self.settings.post_drain_delay,
+                "post-drain delay: connections to the evicted pods close".into(),
+            )
+            .await;
         }
         self.check_lock()?;
         if detached > 0 {
@@ -599,11 +600,11 @@ impl Rotation<'_> {
         }
         let interval = self.interval(role);
         if !interval.is_zero() {
-            self.reporter.report(Event::Waiting {
-                seconds: interval.as_secs(),
-                reason: format!("{} interval after terminating", role.as_str()),
-            });
-            tokio::time::sleep(interval).await;
+            self.hold(
+                interval,
+                format!("{} interval after terminating", role.as_str()),
+            )
+            .await;
         }
         if !self.settings.plan.cloud_only {
             self.wait_ready(group, *target).await?;
@@ -640,11 +641,9 @@ impl Rotation<'_> {
                 reason,
             }),
             Verdict::Wait { seconds, reason } => {
-                self.reporter.report(Event::Waiting {
-                    seconds: u64::from(seconds),
-                    reason: format!("{reason} [{}]", verdict.by),
-                });
-                tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
+                let reason = format!("{reason} [{}]", verdict.by);
+                self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                    .await;
                 Ok(())
             }
             Verdict::Proceed => Ok(()),

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
-use rollout_ext_e2e::{helper_binary, plugin_binary, workspace_root};
+use rollout_ext_e2e::{plugin_binary, workspace_root};
 
 fn plugin(args: &[&str]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
@@ -95,17 +95,7 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    let cloud = helper_binary("sim-cloud");
-    let socket = cluster.cloud.socket.display();
-    std::fs::write(
-        &policy,
-        format!(
-            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [\"{}\", --socket, \"{socket}\", terminate, \"{{node}}\"]\n",
-            cloud.display()
-        ),
-    )
-    .unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
     let rotated = plugin(&[
         "nodes",
         "--yes",

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
-use rollout_ext_e2e::{helper_binary, plugin_binary, wasm_module};
+use rollout_ext_e2e::{plugin_binary, wasm_module};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -51,20 +51,6 @@ async fn outdated_group(cluster: &TestCluster, group: &str, n: usize) -> Vec<Str
         names.push(name);
     }
     names
-}
-
-/// A policy whose provider is the simulated cloud, plus any extra spec lines.
-fn policy(cluster: &TestCluster, dir: &Path, extra: &str) -> PathBuf {
-    let cloud = helper_binary("sim-cloud");
-    let socket = cluster.cloud.socket.display();
-    let text = format!(
-        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [\"{}\", --socket, \"{socket}\", terminate, \"{{node}}\"]\n      detach: [\"{}\", --socket, \"{socket}\", detach, \"{{node}}\"]\n{extra}",
-        cloud.display(),
-        cloud.display()
-    );
-    let path = dir.join("policy.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -> Vec<String> {
@@ -201,7 +187,7 @@ async fn a_group_is_replaced_once_within_the_budget() {
 
     let (fewest, watch) = watch_availability(client.clone(), "rot");
     let dir = tempfile::tempdir().unwrap();
-    let policy = policy(cluster, dir.path(), "");
+    let policy = cluster.exec_policy(dir.path(), "");
     let mut args = rotate_args(cluster, &policy, "rot");
     args.extend(["--max-unavailable".to_string(), "1".into()]);
     let out = tokio::task::spawn_blocking(move || run(&args))
@@ -279,7 +265,7 @@ async fn a_held_lock_refuses_a_second_rotation_and_changes_nothing() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policy = policy(cluster, dir.path(), "");
+    let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, "locked");
     let held = live.lock("someone@elsewhere/pid-1", false).await.unwrap();
     let out = tokio::task::spawn_blocking(move || run(&args))
@@ -309,8 +295,7 @@ async fn a_gate_abort_stops_before_anything_is_terminated() {
     let dir = tempfile::tempdir().unwrap();
     let hook = dir.path().join("hostile.wasm");
     std::fs::copy(wasm_module("hostile-hook"), &hook).unwrap();
-    let policy = policy(
-        cluster,
+    let policy = cluster.exec_policy(
         dir.path(),
         "  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
     );
@@ -338,7 +323,7 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
     let cluster = TestCluster::shared();
     let originals = outdated_group(cluster, "resume", 4).await;
     let dir = tempfile::tempdir().unwrap();
-    let policy = policy(cluster, dir.path(), "");
+    let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, "resume");
 
     // First run: killed right after its first termination.
@@ -447,7 +432,7 @@ async fn surge_creates_capacity_first_and_never_goes_below_it() {
     let originals = outdated_group(cluster, "surge", 4).await;
     let (fewest, watch) = watch_availability(client.clone(), "surge");
     let dir = tempfile::tempdir().unwrap();
-    let policy = policy(cluster, dir.path(), "");
+    let policy = cluster.exec_policy(dir.path(), "");
     let mut args = rotate_args(cluster, &policy, "surge");
     args.extend(["--max-surge".to_string(), "2".into()]);
     let out = tokio::task::spawn_blocking(move || run(&args))
@@ -512,8 +497,7 @@ async fn a_failing_hook_stops_the_rotation_before_anything_changes() {
     outdated_group(cluster, "hooked", 2).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = policy(
-        cluster,
+    let policy = cluster.exec_policy(
         dir.path(),
         "  hooks:\n  - {name: spinner, module: hostile.wasm, points: [select], timeout: 200ms, config: {select: loop}}\n",
     );
@@ -561,7 +545,7 @@ async fn a_refused_drain_stops_unless_told_to_go_on_and_cloudonly_skips_it() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policy = policy(cluster, dir.path(), "");
+    let policy = cluster.exec_policy(dir.path(), "");
 
     // By default the unmanaged pod stops the rotation, and nothing is terminated.
     let args = rotate_args(cluster, &policy, "stubborn");

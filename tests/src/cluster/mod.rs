@@ -224,6 +224,19 @@ impl TestCluster {
             .block_on(future)
     }
 
+    /// Writes `policy.yaml` into `dir`: an exec provider driving this cluster's simulated cloud
+    /// through the `sim-cloud` binary, plus `extra` lines under `spec:`.
+    pub fn exec_policy(&self, dir: &Path, extra: &str) -> PathBuf {
+        let cloud = crate::helper_binary("sim-cloud");
+        let (cloud, socket) = (cloud.display(), self.cloud.socket.display());
+        let text = format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [\"{cloud}\", --socket, \"{socket}\", terminate, \"{{node}}\"]\n      detach: [\"{cloud}\", --socket, \"{socket}\", detach, \"{{node}}\"]\n{extra}"
+        );
+        let path = dir.join("policy.yaml");
+        std::fs::write(&path, text).expect("the policy is written");
+        path
+    }
+
     /// Writes a kubeconfig for another user of this cluster (for RBAC tests).
     pub fn kubeconfig_for(&self, path: &Path, token: &str, user: &str) -> anyhow::Result<()> {
         write_kubeconfig(path, &self.server, token, user)
