@@ -579,3 +579,28 @@ async fn a_refused_drain_stops_unless_told_to_go_on_and_cloudonly_skips_it() {
     );
     assert_eq!(terminated(cluster, "stubborn"), names);
 }
+
+#[tokio::test]
+async fn a_usage_error_changes_nothing_and_exits_2() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, "no-such-group");
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"no-such-group\" not found"));
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await, "kube-system");
+    let lease = leases.get_opt("rollout-ext").await.unwrap();
+    assert!(
+        lease.is_none(),
+        "nothing to resume, so no lock is left behind"
+    );
+}

@@ -178,6 +178,9 @@ async fn rotate(
         result = rotation.run() => match result {
             Ok(()) => Ok(()),
             Err(e) if e.is_abort() => Err(Failure { code: 3, message: format!("{e}; {RESUME}") }),
+            Err(crate::rotate::RotateError::Plan(e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }))) => {
+                Err(Failure::usage(e.to_string()))
+            }
             Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
         },
         _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),

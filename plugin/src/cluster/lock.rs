@@ -227,6 +227,15 @@ impl LockGuard {
         else {
             return Ok(());
         };
+        let has_state = current
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.keys().any(|k| k.starts_with("rollout-ext.io/")));
+        if !has_state {
+            // Nothing to resume: no trace is left.
+            return self.release().await;
+        }
         let spec = current.spec.get_or_insert_with(Default::default);
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
             return Ok(());
