@@ -370,3 +370,97 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
         .count();
     assert_eq!(evicted, 2);
 }
+
+#[tokio::test]
+async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
+    let cluster = TestCluster::shared();
+    cluster
+        .nodes
+        .add(NodeSpec::new("dry-1", "drain-dry").annotation("rollout-ext.io/needs-update", ""))
+        .await
+        .unwrap();
+    let client = cluster.client().await;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "drain-dry"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    replica_set(&client, "drain-dry", "web", 2).await;
+    let live = Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let version = live.policy_version().await.unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "drain-dry", &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = |p: Option<&DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["expectedPods"] == 2
+                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs, "web", computed))
+        .await
+        .unwrap()
+        .unwrap();
+
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(rollout_ext_e2e::plugin_binary())
+            .args([
+                "nodes",
+                "--dry-run=server",
+                "--kubeconfig",
+                &kubeconfig,
+                "--instance-group",
+                "drain-dry",
+                "-o",
+                "json",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refusals: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refusals = refusals.as_array().unwrap();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    for r in refusals {
+        assert_eq!(r["node"], "dry-1");
+        assert!(
+            r["call"]
+                .as_str()
+                .unwrap()
+                .starts_with("evict drain-dry/web-")
+        );
+        assert_eq!(
+            r["reason"],
+            format!("blocked by PodDisruptionBudget drain-dry/web (0 disruptions allowed)")
+        );
+    }
+    // Nothing changed: the node is schedulable and both pods still run on it.
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get("dry-1")
+        .await
+        .unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    assert_eq!(pods_on(&client, "drain-dry", "dry-1").await.len(), 2);
+}

@@ -8,6 +8,7 @@ mod hooks_cmd;
 mod nodes;
 mod output;
 mod rotate_cmd;
+mod server_dry_run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

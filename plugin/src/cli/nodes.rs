@@ -27,8 +27,14 @@ pub struct NodesArgs {
     pub policy: Option<PathBuf>,
 
     /// Perform the rotation. Without it only the plan is shown.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     pub yes: bool,
+
+    /// `client` (the default without --yes): show the plan. `server`: also send the plan's
+    /// cordons, evictions and node deletions to the API server as dry-run requests and report
+    /// what it would refuse now (PodDisruptionBudgets, permissions). Nothing changes.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "client")]
+    pub dry_run: Option<DryRun>,
 
     /// Rotate every instance of the chosen groups, outdated or not (kops' --force).
     #[arg(long)]
@@ -154,6 +160,13 @@ pub struct NodesArgs {
     pub output: OutputFormat,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    None,
+    Client,
+    Server,
+}
+
 /// Providers that need no configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProviderArg {
@@ -202,6 +215,14 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
     };
     if args.yes {
         return super::rotate_cmd::run(kube, args, &policy, plan_options(args, &policy));
+    }
+    if args.dry_run == Some(DryRun::Server) {
+        if args.from_snapshot.is_some() {
+            return Err(Failure::usage(
+                "--dry-run=server asks the API server: it cannot be used with --from-snapshot",
+            ));
+        }
+        return super::server_dry_run::run(kube, args, &policy, plan_options(args, &policy));
     }
     let options = plan_options(args, &policy);
     let plan = match &args.from_snapshot {

@@ -150,6 +150,19 @@ impl Cluster {
         Ok(())
     }
 
+    /// Deletes a Node object as a server dry-run: is it allowed now?
+    pub async fn delete_node_dry_run(&self, node: &str) -> Result<(), ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let params = DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        api.delete(node, &params)
+            .await
+            .map(|_| ())
+            .map_err(|e| server_error(self, "delete", "nodes", None, e))
+    }
+
     /// The pods bound to a node.
     pub async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let path = format!(
@@ -199,7 +212,7 @@ impl Cluster {
     }
 
     /// Names the budgets covering `pod` and what they allow, for a refused eviction.
-    async fn why_blocked(&self, pod: &Pod, version: &str, server_message: &str) -> String {
+    pub async fn why_blocked(&self, pod: &Pod, version: &str, server_message: &str) -> String {
         let budgets = match self.budgets_in(&pod.namespace, version).await {
             Ok(b) => b,
             Err(_) => return server_message.to_string(),

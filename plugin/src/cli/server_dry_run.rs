@@ -1,0 +1,122 @@
+//! `nodes --dry-run=server`: the plan's mutating calls (cordon, evictions, node deletion) sent to
+//! the API server with `dryRun=All`. The server checks budgets, admission and permissions and
+//! changes nothing; every refusal is reported. Instances are not terminated, and nothing waits.
+
+use std::sync::Arc;
+
+use super::nodes::NodesArgs;
+use super::{Failure, KubeFlags, OutputFormat, output, tokio_runtime};
+use crate::cluster::eviction::Eviction;
+use crate::cluster::{Cluster, LiveObjects};
+use crate::hooks::ObjectSource;
+use crate::plan::PlanOptions;
+use crate::plan::drain::{PodFate, classify};
+use crate::policy::Policy;
+use crate::progress::{Collect, Event, Lines, Reporter};
+
+/// What the server said about one planned call.
+#[derive(Debug, serde::Serialize)]
+struct Refusal {
+    node: String,
+    call: String,
+    reason: String,
+}
+
+pub fn run(
+    kube: &KubeFlags,
+    args: &NodesArgs,
+    policy: &Policy,
+    options: PlanOptions,
+) -> Result<(), Failure> {
+    // Structured output is the list of refusals alone; people also see each accepted call.
+    let reporter: Box<dyn Reporter> = match args.output {
+        OutputFormat::Json | OutputFormat::Yaml => Box::new(Collect::default()),
+        _ => Box::new(Lines),
+    };
+    let runtime = tokio_runtime()?;
+    let cluster = runtime.block_on(Cluster::connect(&kube.connect_options()?))?;
+    let snapshot = runtime.block_on(cluster.snapshot())?;
+    let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+        cluster: cluster.clone(),
+        handle: runtime.handle().clone(),
+    });
+    let plan = super::nodes::plan_with_hooks(&snapshot, policy, &options, objects)?;
+    let refusals = runtime.block_on(async {
+        let version = cluster.policy_version().await?;
+        let mut refusals = Vec::new();
+        for group in plan.groups.iter().filter(|g| !g.disabled) {
+            for instance in group.instances.iter().filter(|i| i.update) {
+                let node = instance.name.as_str();
+                let refuse = |call: String, reason: String| Refusal {
+                    node: node.to_string(),
+                    call,
+                    reason,
+                };
+                if !options.cloud_only {
+                    if let Err(e) = cluster.cordon(node, true, reporter.as_ref()).await {
+                        refusals.push(refuse("cordon".into(), e.to_string()));
+                    }
+                    for pod in cluster.pods_on(node).await? {
+                        let id = format!("{}/{}", pod.namespace, pod.name);
+                        match classify(&pod, &options.drain) {
+                            PodFate::Refuse(reason) => {
+                                refusals.push(refuse(format!("drain {id}"), reason.to_string()))
+                            }
+                            PodFate::Skip(_) => {}
+                            PodFate::Evict { .. } => {
+                                let grace = (args.grace_period >= 0).then_some(args.grace_period);
+                                match cluster
+                                    .evict(version, &pod.namespace, &pod.name, grace, true)
+                                    .await
+                                {
+                                    Ok(Eviction::Evicted) => reporter.report(Event::Evicted {
+                                        node: node.into(),
+                                        pod: id,
+                                    }),
+                                    Ok(Eviction::Gone) => {}
+                                    Ok(Eviction::Blocked { message }) => {
+                                        let why =
+                                            cluster.why_blocked(&pod, version, &message).await;
+                                        refusals.push(refuse(format!("evict {id}"), why));
+                                    }
+                                    Err(e) => {
+                                        refusals.push(refuse(format!("evict {id}"), e.to_string()))
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Err(e) = cluster.delete_node_dry_run(node).await {
+                    refusals.push(refuse("delete node".into(), e.to_string()));
+                }
+            }
+        }
+        Ok::<_, Failure>(refusals)
+    })?;
+    match args.output {
+        OutputFormat::Json | OutputFormat::Yaml => super::print_structured(&refusals, args.output)?,
+        _ if refusals.is_empty() => println!("The API server would accept every planned call."),
+        _ => {
+            let mut rows = vec![vec![
+                "NODE".to_string(),
+                "CALL".into(),
+                "REFUSED BECAUSE".into(),
+            ]];
+            rows.extend(
+                refusals
+                    .iter()
+                    .map(|r| vec![r.node.clone(), r.call.clone(), r.reason.clone()]),
+            );
+            print!("{}", output::align(&rows));
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::failed(format!(
+            "the API server would refuse {} planned call(s) now",
+            refusals.len()
+        )))
+    }
+}
