@@ -54,7 +54,6 @@ fn settings(live_version: &'static str, timeout: Duration, options: DrainOptions
         options,
         grace_period: -1,
         timeout,
-        server_dry_run: false,
         policy_version: live_version,
     }
 }

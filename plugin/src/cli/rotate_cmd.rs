@@ -148,7 +148,6 @@ async fn rotate(
             options: plan.drain.clone(),
             grace_period: args.grace_period,
             timeout: args.drain_timeout,
-            server_dry_run: false,
             policy_version,
         },
         plan,

@@ -30,8 +30,6 @@ pub struct DrainSettings {
     pub grace_period: i64,
     /// The whole drain, evictions and waits, must finish within this.
     pub timeout: Duration,
-    /// Send every mutating call with dryRun=All: nothing changes, refusals are reported.
-    pub server_dry_run: bool,
     /// `policy/v1` or `policy/v1beta1`, as the server serves it.
     pub policy_version: &'static str,
 }
@@ -311,14 +309,14 @@ impl Cluster {
         let grace = (settings.grace_period >= 0).then_some(settings.grace_period);
         loop {
             let outcome = if settings.options.disable_eviction {
-                self.delete_pod(pod, grace, settings.server_dry_run).await?
+                self.delete_pod(pod, grace).await?
             } else {
                 self.evict(
                     settings.policy_version,
                     &pod.namespace,
                     &pod.name,
                     grace,
-                    settings.server_dry_run,
+                    false,
                 )
                 .await?
             };
@@ -349,9 +347,6 @@ impl Cluster {
                 }
             }
         }
-        if settings.server_dry_run {
-            return Ok(true);
-        }
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(
@@ -375,16 +370,10 @@ impl Cluster {
         }
     }
 
-    async fn delete_pod(
-        &self,
-        pod: &Pod,
-        grace: Option<i64>,
-        dry_run: bool,
-    ) -> Result<Eviction, ClusterError> {
+    async fn delete_pod(&self, pod: &Pod, grace: Option<i64>) -> Result<Eviction, ClusterError> {
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let params = DeleteParams {
             grace_period_seconds: grace.map(|g| g as u32),
-            dry_run,
             ..Default::default()
         };
         match api.delete(&pod.name, &params).await {
