@@ -82,6 +82,34 @@ async fn replica_set(client: &Client, group: &str, name: &str, replicas: i32) ->
     api
 }
 
+/// A PodDisruptionBudget `web` over the two `app=web` pods of `namespace` that allows no
+/// disruption, once the disruption controller has computed its status.
+async fn blocking_budget(client: &Client, namespace: &str, version: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = |p: Option<&DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["expectedPods"] == 2
+                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", computed))
+        .await
+        .expect("the budget's status is computed")
+        .unwrap();
+    pdbs
+}
+
 async fn pods_on(client: &Client, namespace: &str, node: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -271,28 +299,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     live.cordon(&nodes[1], false, &reporter).await.unwrap();
     replica_set(&client, "drain-pdb", "web", 2).await;
 
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "drain-pdb", &resource);
-    let pdb: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    let computed = |p: Option<&DynamicObject>| {
-        p.is_some_and(|p| {
-            p.data["status"]["expectedPods"] == 2
-                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
-        })
-    };
-    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", computed))
-        .await
-        .unwrap()
-        .unwrap();
+    let pdbs = blocking_budget(&client, "drain-pdb", version).await;
 
     // A short timeout: the drain stops, names what is left, and evicted nothing.
     live.cordon(&nodes[0], false, &reporter).await.unwrap();
@@ -392,28 +399,7 @@ async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
     .await
     .unwrap();
     let version = live.policy_version().await.unwrap();
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "drain-dry", &resource);
-    let pdb: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    let computed = |p: Option<&DynamicObject>| {
-        p.is_some_and(|p| {
-            p.data["status"]["expectedPods"] == 2
-                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
-        })
-    };
-    tokio::time::timeout(WAIT, await_condition(pdbs, "web", computed))
-        .await
-        .unwrap()
-        .unwrap();
+    blocking_budget(&client, "drain-dry", version).await;
 
     let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
     let out = tokio::task::spawn_blocking(move || {

@@ -83,6 +83,19 @@ fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -
     .collect()
 }
 
+/// Rotates a fresh two-node `group` with the hostile test hook configured by `hook` (a YAML flow
+/// mapping of one hooks entry).
+async fn rotate_with_hostile_hook(cluster: &TestCluster, group: &str, hook: &str) -> Output {
+    outdated_group(cluster, group, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = cluster.exec_policy(dir.path(), &format!("  hooks:\n  - {hook}\n"));
+    let args = rotate_args(cluster, &policy, group);
+    tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap()
+}
+
 fn run(args: &[String]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
 }
@@ -291,18 +304,12 @@ async fn a_held_lock_refuses_a_second_rotation_and_changes_nothing() {
 async fn a_gate_abort_stops_before_anything_is_terminated() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
-    outdated_group(cluster, "gated", 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let hook = dir.path().join("hostile.wasm");
-    std::fs::copy(wasm_module("hostile-hook"), &hook).unwrap();
-    let policy = cluster.exec_policy(
-        dir.path(),
-        "  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
-    );
-    let args = rotate_args(cluster, &policy, "gated");
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
+    let out = rotate_with_hostile_hook(
+        cluster,
+        "gated",
+        "{name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}",
+    )
+    .await;
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -494,17 +501,12 @@ async fn surge_creates_capacity_first_and_never_goes_below_it() {
 async fn a_failing_hook_stops_the_rotation_before_anything_changes() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
-    outdated_group(cluster, "hooked", 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = cluster.exec_policy(
-        dir.path(),
-        "  hooks:\n  - {name: spinner, module: hostile.wasm, points: [select], timeout: 200ms, config: {select: loop}}\n",
-    );
-    let args = rotate_args(cluster, &policy, "hooked");
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
+    let out = rotate_with_hostile_hook(
+        cluster,
+        "hooked",
+        "{name: spinner, module: hostile.wasm, points: [select], timeout: 200ms, config: {select: loop}}",
+    )
+    .await;
     assert_eq!(
         out.status.code(),
         Some(1),

@@ -159,7 +159,8 @@ impl NodeSim {
             "metadata": {"name": spec.name, "labels": spec.all_labels(), "annotations": spec.annotations},
             "spec": {"providerID": format!("sim:///{}/{}", spec.group, spec.name)},
         }))?;
-        api.create(&PostParams::default(), &node).await?;
+        // The instance exists (for the cloud's `list`) before its Node object does, as in a
+        // real cloud: whoever sees the Node can find the instance.
         self.state.lock().unwrap().nodes.insert(
             spec.name.clone(),
             SimNode {
@@ -167,6 +168,10 @@ impl NodeSim {
                 ready: true,
             },
         );
+        if let Err(e) = api.create(&PostParams::default(), &node).await {
+            self.state.lock().unwrap().nodes.remove(&spec.name);
+            return Err(e.into());
+        }
         self.report_status(&spec.name).await
     }
 
