@@ -41,6 +41,20 @@ pub fn plugin_binary() -> PathBuf {
     file
 }
 
+/// `nodes --yes` timings for tests: one validation, no fixed delays, bounded waits.
+pub const FAST_ROTATION: &[&str] = &[
+    "--validate-count",
+    "1",
+    "--post-drain-delay",
+    "0s",
+    "--node-interval",
+    "0s",
+    "--validation-timeout",
+    "60s",
+    "--drain-timeout",
+    "60s",
+];
+
 /// The demo's snapshot and policy.
 pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)

@@ -110,6 +110,18 @@ async fn blocking_budget(client: &Client, namespace: &str, version: &str) -> Api
     pdbs
 }
 
+/// Makes a node schedulable again, as `kubectl uncordon` does.
+async fn uncordon(client: &Client, node: &str) {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .unwrap();
+}
+
 async fn pods_on(client: &Client, namespace: &str, node: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -160,14 +172,7 @@ async fn managed_pods_move_and_daemon_pods_stay() {
         .expect("the DaemonSet runs a pod on the first node");
 
     // Swap: the second node takes new pods, the first is cordoned and drained.
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .patch(
-            &nodes[1],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
-        )
-        .await
-        .unwrap();
+    uncordon(&client, &nodes[1]).await;
     live.cordon(&nodes[0], false, &reporter).await.unwrap();
     live.drain(
         &nodes[0],
@@ -333,14 +338,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     );
 
     // Again with time to spare: relaxing the budget lets the drain through.
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .patch(
-            &nodes[1],
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
-        )
-        .await
-        .unwrap();
+    uncordon(&client, &nodes[1]).await;
     let watcher = Arc::new(FirstBlock::default());
     let drain = {
         let (live, node, watcher) = (live.clone(), nodes[0].clone(), watcher.clone());

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
-use rollout_ext_e2e::{plugin_binary, workspace_root};
+use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
 
 fn plugin(args: &[&str]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
@@ -96,24 +96,22 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
 
     let dir = tempfile::tempdir().unwrap();
     let policy = cluster.exec_policy(dir.path(), "");
-    let rotated = plugin(&[
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        &operator,
-        "--policy",
-        policy.to_str().unwrap(),
-        "--kubelet-version",
-        "v1.20.2",
-        "--validate-count",
-        "1",
-        "--post-drain-delay",
-        "0s",
-        "--node-interval",
-        "0s",
-        "--validation-timeout",
-        "60s",
-    ]);
+    let rotated = plugin(
+        &[
+            "nodes",
+            "--yes",
+            "--kubeconfig",
+            &operator,
+            "--policy",
+            policy.to_str().unwrap(),
+            "--kubelet-version",
+            "v1.20.2",
+        ]
+        .iter()
+        .chain(FAST_ROTATION)
+        .copied()
+        .collect::<Vec<_>>(),
+    );
     assert!(
         rotated.status.success(),
         "{}",

@@ -19,7 +19,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
-use rollout_ext_e2e::{plugin_binary, wasm_module};
+use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, wasm_module};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -65,20 +65,11 @@ fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -
         group,
         "--kubelet-version",
         "v1.20.2",
-        "--validate-count",
-        "1",
-        "--post-drain-delay",
-        "0s",
-        "--node-interval",
-        "0s",
-        "--validation-timeout",
-        "60s",
-        "--drain-timeout",
-        "60s",
         "-o",
         "json",
     ]
     .iter()
+    .chain(FAST_ROTATION)
     .map(|s| s.to_string())
     .collect()
 }
