@@ -31,3 +31,17 @@ pub const PHASE: &str = "rollout-ext.io/phase";
 
 /// The default PreferNoSchedule taint put on nodes chosen for replacement.
 pub const SCHEDULED_FOR_UPDATE: &str = "rollout-ext.io/scheduled-for-update";
+
+/// On the next controller of a rolling update: `<old name>:<old uid>` (legacy kubectl's key).
+pub const LEGACY_SOURCE_ID: &str = "kubectl.kubernetes.io/update-source-id";
+/// On the controller being scaled up: the replicas it should end with.
+pub const LEGACY_DESIRED_REPLICAS: &str = "kubectl.kubernetes.io/desired-replicas";
+/// On the old controller: its replicas before the update began (written once; rollback uses it).
+pub const LEGACY_ORIGINAL_REPLICAS: &str = "kubectl.kubernetes.io/original-replicas";
+/// On the old controller: the name of the next one (the seed's "update-partner").
+pub const LEGACY_NEXT_CONTROLLER: &str = "kubectl.kubernetes.io/next-controller-id";
+/// Which pods a ReplicaSet or ReplicationController removes first (servers from 1.22).
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// On pods of a controller being renamed: the controller to create under its final name, kept
+/// until the rename completes so that an interrupted rename can be finished.
+pub const RENAME_RECORD: &str = "rollout-ext.io/rename";

@@ -13,3 +13,4 @@ pub mod provider;
 pub mod report;
 pub mod rotate;
 pub mod snapshot;
+pub mod workload;

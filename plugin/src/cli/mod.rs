@@ -7,6 +7,7 @@
 mod hooks_cmd;
 mod nodes;
 mod output;
+mod rolling_update;
 mod rotate_cmd;
 mod server_dry_run;
 
@@ -107,6 +108,9 @@ pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
 pub enum Command {
     /// Plan (and with --yes, run) a rotation of the cluster's nodes.
     Nodes(Box<nodes::NodesArgs>),
+    /// Roll a ReplicationController (NAME) or ReplicaSet (rs/NAME) to a new template step by
+    /// step, legacy `kubectl rolling-update` style; resumable by running it again.
+    RollingUpdate(Box<rolling_update::RollingUpdateArgs>),
     /// Show an ongoing or interrupted rotation: the lock's holder, the run's state, and the
     /// nodes it has touched.
     Status {
@@ -214,6 +218,7 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Nodes(args) => nodes::run(&cli.kube, &args),
+        Command::RollingUpdate(args) => rolling_update::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
         Command::Snapshot { output } => snapshot(&cli.kube, &output),
         Command::Status { output } => status(&cli.kube, output),

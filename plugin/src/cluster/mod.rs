@@ -2,6 +2,7 @@
 //! discovering which policy API version this server serves. Everything that talks to the
 //! cluster lives under this module; nothing here decides what to do.
 
+pub mod controllers;
 pub mod drain;
 pub mod eviction;
 pub mod lock;

@@ -71,7 +71,8 @@ pub fn resolve(
     })
 }
 
-fn scaled(value: IntOrPercent, size: u32, round_up: bool) -> u32 {
+/// A count or a percentage of `size`, rounded up or down.
+pub fn scaled(value: IntOrPercent, size: u32, round_up: bool) -> u32 {
     match value {
         IntOrPercent::Int(n) => n,
         IntOrPercent::Percent(p) => {

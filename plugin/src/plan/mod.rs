@@ -188,7 +188,7 @@ pub struct GateStep {
 }
 
 impl GateStep {
-    fn from_decision(d: GateDecision) -> Option<GateStep> {
+    pub(crate) fn from_decision(d: GateDecision) -> Option<GateStep> {
         if d.by == DecidedBy::BuiltIn {
             return None;
         }

@@ -1,0 +1,554 @@
+//! `rolling-update`: the "simple rolling update" of a ReplicationController or ReplicaSet, with
+//! legacy kubectl's flags and annotations, the policy's hooks at every step, and a plan with
+//! `--dry-run`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::nodes::DryRun;
+use super::{Failure, KubeFlags, OutputFormat, output};
+use crate::cluster::{Cluster, LiveObjects};
+use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
+use crate::plan::hook::{CallContext, Hook};
+use crate::policy::{IntOrPercent, Policy, parse_duration};
+use crate::workload::controller::{Controller, Kind};
+use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
+use crate::workload::plan::{self, PlanInput, RollingUpdatePlan, Side};
+use crate::workload::pods::PodInfo;
+use crate::workload::prepare::{NextSource, view_pair};
+use crate::workload::steps;
+
+#[derive(Debug, Args)]
+pub struct RollingUpdateArgs {
+    /// The controller to update: NAME or rc/NAME (a ReplicationController), rs/NAME (a
+    /// ReplicaSet).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// Name of the next controller. Given: it keeps its name and the old controller is deleted.
+    /// Omitted: NAME-<hash> (or the name an update in progress recorded), renamed to NAME at
+    /// the end.
+    #[arg(value_name = "NEXT")]
+    pub next: Option<String>,
+
+    /// The new image of the container.
+    #[arg(long, conflicts_with = "filename")]
+    pub image: Option<String>,
+
+    /// The container whose image changes (needed when the pod has several).
+    #[arg(long, requires = "image")]
+    pub container: Option<String>,
+
+    /// The next controller, from a file (JSON or YAML); its selector must differ from the old
+    /// one's in the value of some key.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub filename: Option<PathBuf>,
+
+    /// Roll an update in progress back to the old controller, at its original size.
+    #[arg(long, conflicts_with_all = ["image", "filename"])]
+    pub rollback: bool,
+
+    /// Time to wait between scaling up and scaling down.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub update_period: Duration,
+
+    /// How long to wait for a change before checking the pods again.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// Give up when no step was possible for this long.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// The label that tells the old pods from the new ones.
+    #[arg(long, default_value = "deployment", value_name = "KEY")]
+    pub deployment_label_key: String,
+
+    /// The next container's imagePullPolicy (required to roll to the image already running).
+    #[arg(long, value_enum, requires = "image")]
+    pub image_pull_policy: Option<PullPolicy>,
+
+    /// Pods above the desired count during the update (count or percent, rounded up).
+    #[arg(long, default_value = "1", value_parser = str::parse::<IntOrPercent>)]
+    pub max_surge: IntOrPercent,
+
+    /// Pods below the desired count during the update (count or percent, rounded down).
+    #[arg(long, default_value = "0", value_parser = str::parse::<IntOrPercent>)]
+    pub max_unavailable: IntOrPercent,
+
+    /// `client`: print the plan. `server`: also send the next controller's creation to the API
+    /// server as a dry run. `none` (the default): perform the update.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "client")]
+    pub dry_run: Option<DryRun>,
+
+    /// Plan offline from a v1 List holding the controllers and their pods (implies
+    /// --dry-run=client).
+    #[arg(long, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+
+    /// The RolloutPolicy file whose hooks size the steps, gate them and order the pods.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// What to do when a gate aborts: stop (resumable), or roll back to the old controller.
+    #[arg(long, value_enum, default_value_t = OnAbort::Stop)]
+    pub on_abort: OnAbort,
+
+    /// Output format of the plan.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PullPolicy {
+    Always,
+    Never,
+    IfNotPresent,
+}
+
+impl PullPolicy {
+    fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::Never => "Never",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnAbort {
+    Stop,
+    Rollback,
+}
+
+const RESUME: &str = "run the same command again to resume";
+
+fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Failure> {
+    match (&args.image, &args.filename, args.rollback) {
+        (Some(image), None, false) => Ok(Some(NextSource::Image {
+            image: image.clone(),
+            container: args.container.clone(),
+            pull_policy: args.image_pull_policy.map(|p| p.as_str().to_string()),
+        })),
+        (None, Some(path), false) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+            let value: serde_json::Value = serde_saphyr::from_str(&text)
+                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let file = Controller::from_value(value)
+                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            if file.kind != kind {
+                return Err(Failure::usage(format!(
+                    "{} holds a {}, but {} names a {} (write rs/NAME for a ReplicaSet)",
+                    path.display(),
+                    file.kind.as_str(),
+                    args.name,
+                    kind.as_str()
+                )));
+            }
+            Ok(Some(NextSource::File(file)))
+        }
+        (None, None, true) => Ok(None),
+        _ => Err(Failure::usage(
+            "give exactly one of --image or -f/--filename (or --rollback, alone)",
+        )),
+    }
+}
+
+pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
+    let (kind, old_name) = Kind::parse_ref(&args.name).map_err(Failure::usage)?;
+    if args.next.as_deref() == Some(old_name.as_str()) {
+        return Err(Failure::usage(format!(
+            "the next controller cannot have the same name as the old one ({old_name})"
+        )));
+    }
+    let source = source(args, kind)?;
+    let policy = match &args.policy {
+        Some(p) => Policy::load(p)?,
+        None => Policy {
+            source: "<built-in>".into(),
+            ..Default::default()
+        },
+    };
+    let dry_run = match (args.dry_run, &args.from_snapshot) {
+        (Some(DryRun::Server), Some(_)) => {
+            return Err(Failure::usage(
+                "--dry-run=server asks the API server: it cannot be used with --from-snapshot",
+            ));
+        }
+        (Some(DryRun::None), Some(_)) => {
+            return Err(Failure::usage(
+                "--from-snapshot can only be planned: drop --dry-run=none",
+            ));
+        }
+        (None | Some(DryRun::Client), Some(_)) => DryRun::Client,
+        (mode, None) => mode.unwrap_or(DryRun::None),
+    };
+    if let Some(path) = &args.from_snapshot {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;
+        let list: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
+        let namespace = kube.namespace.clone().unwrap_or_else(|| "default".into());
+        let objects = SnapshotView::from_list(&list, &namespace)
+            .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
+        let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
+        let plan = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
+        return print(&plan, args.output);
+    }
+    let runtime = super::tokio_runtime()?;
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let namespace = kube
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.default_namespace.clone());
+        let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+            cluster: cluster.clone(),
+            handle: tokio::runtime::Handle::current(),
+        });
+        let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
+        if dry_run != DryRun::None {
+            let view = SnapshotView::live(&cluster, kind, &namespace, &old_name, args).await?;
+            let plan = tokio::task::block_in_place(|| {
+                plan_from(&view, kind, &old_name, args, source.as_ref(), std::mem::take(&mut hooks))
+            })?;
+            let mut plan = plan;
+            if let Some(minor) = cluster.server_minor_version().await
+                && minor < 22
+                && plan.deletion_order.is_some()
+            {
+                plan.warnings.push(format!(
+                    "this server (1.{minor}) ignores {}: the hook's pod order is applied but not honoured before 1.22",
+                    crate::keys::POD_DELETION_COST
+                ));
+            }
+            if dry_run == DryRun::Server {
+                server_dry_run(&cluster, &view, kind, &old_name, args, source.as_ref(), &namespace)
+                    .await?;
+            }
+            return print(&plan, args.output);
+        }
+        let settings = Settings {
+            update_period: args.update_period,
+            poll_interval: args.poll_interval,
+            timeout: args.timeout,
+            max_surge: args.max_surge,
+            max_unavailable: args.max_unavailable,
+            deployment_key: args.deployment_label_key.clone(),
+            rollback_on_abort: args.on_abort == OnAbort::Rollback,
+        };
+        let request = Request {
+            kind,
+            namespace,
+            old_name,
+            next_name: args.next.clone(),
+            action: match source {
+                Some(s) => Action::Roll(s),
+                None => Action::Rollback,
+            },
+        };
+        let mut out = |line: &str| println!("{line}");
+        let mut updater = Updater {
+            cluster: &cluster,
+            settings: &settings,
+            hooks: &mut hooks,
+            run_id: format!("rolling-update-{}", std::process::id()),
+            out: &mut out,
+        };
+        tokio::select! {
+            result = updater.run(&request) => result.map_err(failure),
+            _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+        }
+    })
+}
+
+fn failure(e: UpdateError) -> Failure {
+    match e {
+        UpdateError::Invalid(m) => Failure::usage(m),
+        UpdateError::Aborted(m) => Failure {
+            code: 3,
+            message: format!("{m}; {RESUME}"),
+        },
+        other => Failure::failed(format!("{other}; {RESUME}")),
+    }
+}
+
+fn load_hooks(
+    policy: &Policy,
+    objects: Arc<dyn ObjectSource>,
+) -> Result<Vec<Box<dyn Hook>>, Failure> {
+    if policy.hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
+        .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
+    Ok(crate::hooks::load_all(&runtime, policy, objects)?)
+}
+
+/// The objects a plan is made from: the two controllers (if they exist) and the pods.
+struct SnapshotView {
+    controllers: Vec<Controller>,
+    pods: Vec<PodInfo>,
+}
+
+impl SnapshotView {
+    fn from_list(list: &serde_json::Value, namespace: &str) -> Result<SnapshotView, String> {
+        let items = list["items"]
+            .as_array()
+            .ok_or("not a v1 List: there is no items array")?;
+        let in_namespace = |item: &&serde_json::Value| {
+            item["metadata"]["namespace"]
+                .as_str()
+                .is_none_or(|n| n == namespace)
+        };
+        Ok(SnapshotView {
+            controllers: items
+                .iter()
+                .filter(in_namespace)
+                .filter_map(|i| Controller::from_value(i.clone()).ok())
+                .collect(),
+            pods: items
+                .iter()
+                .filter(in_namespace)
+                .filter(|i| i["kind"] == "Pod")
+                .map(PodInfo::from_value)
+                .collect(),
+        })
+    }
+
+    async fn live(
+        cluster: &Cluster,
+        kind: Kind,
+        namespace: &str,
+        old_name: &str,
+        args: &RollingUpdateArgs,
+    ) -> Result<SnapshotView, Failure> {
+        let mut controllers = Vec::new();
+        let old = cluster.get_controller(kind, namespace, old_name).await?;
+        let next_name = args.next.clone().or_else(|| {
+            old.as_ref()
+                .and_then(|o| o.annotation(crate::keys::LEGACY_NEXT_CONTROLLER))
+                .map(String::from)
+        });
+        let mut pods = Vec::new();
+        if let Some(old) = old {
+            pods.extend(
+                cluster
+                    .list_pods(namespace, &old.selector_string())
+                    .await?
+                    .into_iter()
+                    .map(|(_, p)| p),
+            );
+            controllers.push(old);
+        }
+        if let Some(name) = next_name
+            && let Some(next) = cluster.get_controller(kind, namespace, &name).await?
+        {
+            pods.extend(
+                cluster
+                    .list_pods(namespace, &next.selector_string())
+                    .await?
+                    .into_iter()
+                    .map(|(_, p)| p),
+            );
+            controllers.push(next);
+        }
+        Ok(SnapshotView { controllers, pods })
+    }
+
+    fn find(&self, kind: Kind, name: &str) -> Option<&Controller> {
+        self.controllers
+            .iter()
+            .find(|c| c.kind == kind && c.name() == name)
+    }
+}
+
+fn plan_from(
+    view: &SnapshotView,
+    kind: Kind,
+    old_name: &str,
+    args: &RollingUpdateArgs,
+    source: Option<&NextSource>,
+    mut hooks: Vec<Box<dyn Hook>>,
+) -> Result<RollingUpdatePlan, Failure> {
+    let old = view.find(kind, old_name).ok_or_else(|| {
+        Failure::usage(format!(
+            "{} {old_name:?} not found{}",
+            kind.as_str(),
+            if args.from_snapshot.is_some() {
+                " in the snapshot"
+            } else {
+                ""
+            }
+        ))
+    })?;
+    let next_name = args.next.clone().or_else(|| {
+        old.annotation(crate::keys::LEGACY_NEXT_CONTROLLER)
+            .map(String::from)
+    });
+    let existing = next_name.as_deref().and_then(|n| view.find(kind, n));
+    let pair = view_pair(
+        old,
+        args.next.as_deref().or(next_name.as_deref()),
+        existing,
+        source,
+        &args.deployment_label_key,
+    )
+    .map_err(Failure::usage)?;
+    let input = PlanInput {
+        old: &pair.from,
+        old_pods: &view.pods,
+        next_name: pair.to_name.clone(),
+        next_replicas: pair.to_replicas,
+        next_exists: pair.to_exists,
+        desired: pair.desired,
+        budgets: steps::budgets(
+            args.max_surge,
+            args.max_unavailable,
+            pair.desired,
+            pair.from.replicas(),
+        ),
+        cleanup: if args.next.is_some() || source.is_none() {
+            plan::Cleanup::DeleteOld
+        } else {
+            plan::Cleanup::Rename
+        },
+        ctx: CallContext {
+            now: jiff::Timestamp::now().as_second(),
+            run_id: "plan".into(),
+            dry_run: true,
+        },
+    };
+    Ok(plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?)
+}
+
+async fn server_dry_run(
+    cluster: &Cluster,
+    view: &SnapshotView,
+    kind: Kind,
+    old_name: &str,
+    args: &RollingUpdateArgs,
+    source: Option<&NextSource>,
+    namespace: &str,
+) -> Result<(), Failure> {
+    let Some(old) = view.find(kind, old_name) else {
+        return Ok(());
+    };
+    let existing = args.next.as_deref().and_then(|n| view.find(kind, n));
+    let pair = view_pair(
+        old,
+        args.next.as_deref(),
+        existing,
+        source,
+        &args.deployment_label_key,
+    )
+    .map_err(Failure::usage)?;
+    if let Some(next) = &pair.to_create {
+        use crate::cluster::controllers::Write;
+        cluster
+            .create_controller(namespace, next, Write::ServerDryRun)
+            .await?;
+        cluster
+            .patch_controller(
+                kind,
+                namespace,
+                old.name(),
+                &serde_json::json!({"metadata": {"annotations": {crate::keys::LEGACY_NEXT_CONTROLLER: next.name()}}}),
+                Write::ServerDryRun,
+            )
+            .await?;
+        eprintln!(
+            "server dry run: the API server accepts creating {} and annotating {}",
+            next.display(),
+            old.display()
+        );
+    }
+    Ok(())
+}
+
+fn print(plan: &RollingUpdatePlan, format: OutputFormat) -> Result<(), Failure> {
+    for w in &plan.warnings {
+        crate::report::log(crate::report::Level::Warn, w);
+    }
+    match format {
+        OutputFormat::Json | OutputFormat::Yaml => super::print_structured(plan, format),
+        OutputFormat::Table | OutputFormat::Wide => {
+            println!(
+                "Rolling {} {} ({} replicas) to {} ({}, {} desired); maxSurge {}, maxUnavailable {}",
+                plan.old.kind.as_str(),
+                plan.old.name,
+                plan.old.replicas,
+                plan.next.name,
+                if plan.next.exists {
+                    format!("exists with {} replicas", plan.next.replicas)
+                } else {
+                    "to be created".to_string()
+                },
+                plan.next.desired,
+                plan.max_surge,
+                plan.max_unavailable
+            );
+            let mut rows = vec![vec![
+                "STEP".to_string(),
+                "CONTROLLER".into(),
+                "REPLICAS".into(),
+                "DECIDED BY".into(),
+                "NOTE".into(),
+            ]];
+            for (i, step) in plan.steps.iter().enumerate() {
+                let mut note = Vec::new();
+                if let Some(p) = &step.pause {
+                    note.push(format!(
+                        "after a {}s pause ({}): {}",
+                        p.seconds, p.decided_by, p.reason
+                    ));
+                }
+                if let Some(g) = &step.gate {
+                    note.push(format!(
+                        "gate {} ({}){}",
+                        g.verdict,
+                        g.decided_by,
+                        g.reason
+                            .as_ref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
+                    ));
+                }
+                rows.push(vec![
+                    (i + 1).to_string(),
+                    match step.controller {
+                        Side::Old => plan.old.name.clone(),
+                        Side::Next => plan.next.name.clone(),
+                    },
+                    step.replicas.to_string(),
+                    step.decided_by.to_string(),
+                    note.join("; "),
+                ]);
+            }
+            print!("{}", output::align(&rows));
+            if let Some(order) = &plan.deletion_order {
+                println!(
+                    "Old pods go in the order of {}: {}",
+                    order.decided_by,
+                    order.pods.join(", ")
+                );
+            }
+            match &plan.stopped {
+                Some(reason) => println!("Stops: {reason}"),
+                None => match plan.cleanup {
+                    plan::Cleanup::Rename => println!(
+                        "Then: delete {} and rename {} to {}",
+                        plan.old.name, plan.next.name, plan.old.name
+                    ),
+                    plan::Cleanup::DeleteOld => println!("Then: delete {}", plan.old.name),
+                },
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The dry-run plan of a rolling update: the scale operations the loop would make, assuming
+//! every new pod becomes available at once, with the batching and gate hooks consulted at each
+//! step exactly as a live run consults them. Pure: controllers, pods and hook answers in, plan
+//! out. The executor shares [`step_amount`] and [`gate_after`] with it.
+
+use serde::Serialize;
+
+use super::controller::{Controller, Kind};
+use super::pods::PodInfo;
+use super::steps::{self, Budgets};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
+use crate::plan::hook::{
+    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Phase, Progress,
+};
+use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role};
+
+/// The most simulated time hooks may pause a plan for before it stops: a week.
+const MAX_SIMULATED_PAUSE: i64 = 7 * 24 * 3600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Old,
+    Next,
+}
+
+/// What happens once the next controller is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cleanup {
+    /// One-name form: the next controller takes the old one's name.
+    Rename,
+    /// Two-name form (and rollback): the old controller is deleted, the next keeps its name.
+    DeleteOld,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OldSide {
+    pub kind: Kind,
+    pub name: String,
+    pub replicas: i32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NextSide {
+    pub name: String,
+    pub replicas: i32,
+    pub desired: i32,
+    pub exists: bool,
+}
+
+fn is_built_in(by: &DecidedBy) -> bool {
+    *by == DecidedBy::BuiltIn
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleStep {
+    pub controller: Side,
+    pub replicas: i32,
+    #[serde(skip_serializing_if = "is_built_in")]
+    pub decided_by: DecidedBy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseStep>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateStep>,
+}
+
+/// The order in which the selection hook wants the old pods removed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionOrder {
+    pub pods: Vec<String>,
+    pub decided_by: DecidedBy,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdatePlan {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub old: OldSide,
+    pub next: NextSide,
+    pub max_surge: i32,
+    pub max_unavailable: i32,
+    pub steps: Vec<ScaleStep>,
+    pub cleanup: Cleanup,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion_order: Option<DeletionOrder>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Set when a gate would stop the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+/// Where the loop stands, as the hooks see it.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopState {
+    pub old: i32,
+    pub next: i32,
+    pub next_available: i32,
+    pub desired: i32,
+    pub steps_done: u32,
+}
+
+/// The controller pair as a "group" for the hooks: size is the desired count, up to date the
+/// next controller's replicas, selected the old one's.
+pub fn group_info(name: &str, state: &LoopState, budgets: &Budgets) -> GroupInfo {
+    GroupInfo {
+        name: name.to_string(),
+        role: Role::Node,
+        size: state.desired.max(0) as u32,
+        up_to_date: state.next.max(0) as u32,
+        selected: state.old.max(0) as u32,
+        max_surge: budgets.max_surge.max(0) as u32,
+        max_unavailable: budgets.max_unavailable.max(0) as u32,
+    }
+}
+
+/// The size of one scale step: the built-in amount, or less if a batching hook says so.
+pub fn step_amount(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    group: &GroupInfo,
+    state: &LoopState,
+    pending: &[Candidate],
+    built_in: i32,
+    warnings: &mut Vec<String>,
+) -> Result<BatchDecision, HookFailed> {
+    let progress = Progress {
+        group,
+        batches_done: state.steps_done,
+        updated: state.next_available.max(0) as u32,
+        pending,
+        max_batch: built_in.max(0) as u32,
+    };
+    decide::batch_size(hooks, ctx, &progress, warnings)
+}
+
+/// The gates' verdict after a scale step of `controller`.
+#[allow(clippy::too_many_arguments)]
+pub fn gate_after(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    controller: &str,
+    state: &LoopState,
+    pods_not_ready: u32,
+    attempt: u32,
+    warnings: &mut Vec<String>,
+) -> Result<GateDecision, HookFailed> {
+    let batch = BatchInfo {
+        index: state.steps_done.saturating_sub(1),
+        instances: vec![controller.to_string()],
+        canary: false,
+        attempt,
+    };
+    let summary = HealthSummary {
+        pods_total: (state.old.max(0) + state.next.max(0)) as u32,
+        pods_not_ready,
+        ..Default::default()
+    };
+    decide::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, warnings)
+}
+
+/// Everything the plan is made from.
+pub struct PlanInput<'a> {
+    pub old: &'a Controller,
+    pub old_pods: &'a [PodInfo],
+    pub next_name: String,
+    pub next_replicas: i32,
+    pub next_exists: bool,
+    pub desired: i32,
+    pub budgets: Budgets,
+    pub cleanup: Cleanup,
+    pub ctx: CallContext,
+}
+
+/// Plans the scale steps, asking the hooks as a live run would.
+pub fn plan(
+    input: &PlanInput,
+    hooks: &mut [Box<dyn Hook>],
+) -> Result<RollingUpdatePlan, HookFailed> {
+    let mut warnings = Vec::new();
+    let mut ctx = input.ctx.clone();
+    let owned = super::pods::owned_by(input.old_pods, input.old.uid());
+    let candidates: Vec<Candidate> = owned
+        .iter()
+        .map(|p| p.candidate(input.old.name()))
+        .collect();
+    let mut state = LoopState {
+        old: input.old.replicas(),
+        next: input.next_replicas,
+        next_available: input.next_replicas,
+        desired: input.desired,
+        steps_done: 0,
+    };
+    let budgets = input.budgets;
+    let deletion_order = if candidates.is_empty() {
+        None
+    } else {
+        let group = group_info(input.old.name(), &state, &budgets);
+        let selected = decide::select(hooks, &ctx, &group, &candidates, &mut warnings)?;
+        (selected.by != DecidedBy::BuiltIn).then(|| DeletionOrder {
+            pods: selected
+                .chosen
+                .iter()
+                .map(|c| candidates[c.index].name.clone())
+                .collect(),
+            decided_by: selected.by,
+        })
+    };
+
+    let mut plan_steps: Vec<ScaleStep> = Vec::new();
+    let mut stopped = None;
+    let mut paused: i64 = 0;
+    let mut pending_pause: Option<PauseStep> = None;
+    // Each loop turn changes at least one side, so this bounds a plan that hooks keep pausing.
+    let limit = 4 * (state.old.max(0) + state.desired.max(0)) as usize + 8;
+    'outer: while (state.next != state.desired || state.old != 0) && plan_steps.len() < limit {
+        for side in [Side::Next, Side::Old] {
+            let built_in = match side {
+                Side::Next => steps::scale_up(state.old, state.next, state.desired, &budgets),
+                Side::Old => steps::scale_down(
+                    state.old,
+                    state.next,
+                    state.next_available,
+                    state.desired,
+                    &budgets,
+                ),
+            };
+            let Some(built_in) = built_in else { continue };
+            let group = group_info(input.old.name(), &state, &budgets);
+            let pending = &candidates[..(state.old.max(0) as usize).min(candidates.len())];
+            let (amount, by) = loop {
+                match step_amount(
+                    hooks,
+                    &ctx,
+                    &group,
+                    &state,
+                    pending,
+                    built_in,
+                    &mut warnings,
+                )? {
+                    BatchDecision::Size { size, by } => break (size as i32, by),
+                    BatchDecision::Pause {
+                        seconds,
+                        reason,
+                        by,
+                    } => {
+                        paused += i64::from(seconds);
+                        ctx.now += i64::from(seconds);
+                        let step = pending_pause.get_or_insert(PauseStep {
+                            seconds: 0,
+                            reason: reason.clone(),
+                            decided_by: by.clone(),
+                        });
+                        step.seconds += u64::from(seconds);
+                        step.reason = reason;
+                        step.decided_by = by.clone();
+                        if paused > MAX_SIMULATED_PAUSE {
+                            warnings.push(format!(
+                                "{by} kept pausing for more than 7 days; the plan stops here"
+                            ));
+                            break 'outer;
+                        }
+                    }
+                }
+            };
+            let (name, replicas) = match side {
+                Side::Next => {
+                    state.next += amount;
+                    state.next_available = state.next;
+                    (input.next_name.as_str(), state.next)
+                }
+                Side::Old => {
+                    state.old -= amount;
+                    (input.old.name(), state.old)
+                }
+            };
+            state.steps_done += 1;
+            let gate = gate_after(hooks, &ctx, name, &state, 0, 0, &mut warnings)?;
+            let abort = match &gate.verdict {
+                Verdict::Abort(reason) => Some(format!(
+                    "{} aborts after scaling {name} to {replicas}: {reason}",
+                    gate.by
+                )),
+                _ => None,
+            };
+            plan_steps.push(ScaleStep {
+                controller: side,
+                replicas,
+                decided_by: by,
+                pause: pending_pause.take(),
+                gate: GateStep::from_decision(gate),
+            });
+            if abort.is_some() {
+                stopped = abort;
+                break 'outer;
+            }
+        }
+    }
+    Ok(RollingUpdatePlan {
+        api_version: PLAN_API_VERSION,
+        kind: "RollingUpdatePlan",
+        old: OldSide {
+            kind: input.old.kind,
+            name: input.old.name().to_string(),
+            replicas: input.old.replicas(),
+        },
+        next: NextSide {
+            name: input.next_name.clone(),
+            replicas: input.next_replicas,
+            desired: input.desired,
+            exists: input.next_exists,
+        },
+        max_surge: budgets.max_surge,
+        max_unavailable: budgets.max_unavailable,
+        steps: plan_steps,
+        cleanup: input.cleanup,
+        deletion_order,
+        warnings,
+        stopped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::decide::tests::FakeHook;
+    use crate::plan::hook::{BatchAnswer, GateAnswer};
+    use crate::policy::{HookPoint, IntOrPercent};
+    use serde_json::json;
+
+    fn old(replicas: i32) -> Controller {
+        Controller::from_value(json!({
+            "kind": "ReplicationController",
+            "metadata": {"name": "foo", "uid": "u1"},
+            "spec": {"replicas": replicas, "selector": {"app": "foo"}}
+        }))
+        .unwrap()
+    }
+
+    fn input(old: &Controller, surge: IntOrPercent, unavailable: IntOrPercent) -> PlanInput<'_> {
+        let desired = old.replicas();
+        PlanInput {
+            old,
+            old_pods: &[],
+            next_name: "foo-next".into(),
+            next_replicas: 0,
+            next_exists: false,
+            desired,
+            budgets: steps::budgets(surge, unavailable, desired, old.replicas()),
+            cleanup: Cleanup::Rename,
+            ctx: CallContext {
+                now: 0,
+                run_id: "plan".into(),
+                dry_run: true,
+            },
+        }
+    }
+
+    fn summary(plan: &RollingUpdatePlan) -> Vec<(Side, i32)> {
+        plan.steps
+            .iter()
+            .map(|s| (s.controller, s.replicas))
+            .collect()
+    }
+
+    #[test]
+    fn the_documented_example_and_json_shape() {
+        let old = old(10);
+        let plan = plan(
+            &input(&old, IntOrPercent::Int(0), IntOrPercent::Percent(30)),
+            &mut [],
+        )
+        .unwrap();
+        use Side::{Next, Old};
+        assert_eq!(
+            summary(&plan),
+            vec![
+                (Old, 7),
+                (Next, 3),
+                (Old, 4),
+                (Next, 6),
+                (Old, 1),
+                (Next, 9),
+                (Old, 0),
+                (Next, 10)
+            ]
+        );
+        let value = serde_json::to_value(&plan).unwrap();
+        assert_eq!(
+            value,
+            json!({"apiVersion": "rollout-ext/v1alpha1", "kind": "RollingUpdatePlan",
+                   "old": {"kind": "ReplicationController", "name": "foo", "replicas": 10},
+                   "next": {"name": "foo-next", "replicas": 0, "desired": 10, "exists": false},
+                   "maxSurge": 0, "maxUnavailable": 3,
+                   "steps": [{"controller": "old", "replicas": 7}, {"controller": "next", "replicas": 3},
+                             {"controller": "old", "replicas": 4}, {"controller": "next", "replicas": 6},
+                             {"controller": "old", "replicas": 1}, {"controller": "next", "replicas": 9},
+                             {"controller": "old", "replicas": 0}, {"controller": "next", "replicas": 10}],
+                   "cleanup": "rename"})
+        );
+    }
+
+    #[test]
+    fn a_batching_hook_shrinks_steps_and_is_credited() {
+        let old = old(4);
+        let mut hook = FakeHook::new("one", &[HookPoint::Batch]);
+        hook.batch = Box::new(|_| Ok(BatchAnswer::Size(1)));
+        let hook = hook.boxed();
+        let plan = plan(
+            &input(&old, IntOrPercent::Int(0), IntOrPercent::Int(2)),
+            &mut [hook],
+        )
+        .unwrap();
+        assert!(
+            plan.steps
+                .iter()
+                .all(|s| s.decided_by.to_string() == "hook/one")
+        );
+        // One at a time: 4 removals and 4 additions.
+        assert_eq!(plan.steps.len(), 8);
+    }
+
+    #[test]
+    fn a_gate_abort_stops_the_plan() {
+        let old = old(4);
+        let mut hook = FakeHook::new("stop", &[HookPoint::Gate]);
+        hook.gate = Box::new(|batch| {
+            Ok(if batch.index >= 1 {
+                GateAnswer::Abort("error budget spent".into())
+            } else {
+                GateAnswer::Proceed
+            })
+        });
+        let hook = hook.boxed();
+        let plan = plan(
+            &input(&old, IntOrPercent::Int(1), IntOrPercent::Int(0)),
+            &mut [hook],
+        )
+        .unwrap();
+        assert_eq!(plan.steps.len(), 2);
+        assert!(plan.stopped.unwrap().contains("error budget spent"));
+    }
+}
