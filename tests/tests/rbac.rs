@@ -1,11 +1,14 @@
 //! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
-//! the shipped ClusterRole, it plans and rotates.
+//! the shipped ClusterRole, it plans, rotates and rolls a controller.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
+use kube::api::{Api, PostParams};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
+use serde_json::json;
 
 fn plugin(args: &[&str]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
@@ -124,4 +127,43 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         .map(|c| c.target)
         .collect();
     assert_eq!(calls, ["least-1"]);
+
+    // The same role rolls a ReplicationController.
+    let client = cluster.client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "least-ru"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "least-ru");
+    let rc: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "ops"},
+        "spec": {"replicas": 1, "selector": {"app": "ops"},
+                 "template": {"metadata": {"labels": {"app": "ops"}},
+                              "spec": {"containers": [{"name": "main", "image": "registry.invalid/ops:1"}]}}}
+    }))
+    .unwrap();
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    let rolled = plugin(&[
+        "rolling-update",
+        "ops",
+        "--image=registry.invalid/ops:2",
+        "--update-period=1s",
+        "--poll-interval=1s",
+        "-n",
+        "least-ru",
+        "--kubeconfig",
+        &operator,
+    ]);
+    assert!(
+        rolled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rolled.stderr)
+    );
+    let ops = rcs.get("ops").await.unwrap();
+    let image = ops.spec.unwrap().template.unwrap().spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("registry.invalid/ops:2"));
 }

@@ -424,7 +424,7 @@ fn plan_from(
             dry_run: true,
         },
     };
-    Ok(plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?)
+    plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))
 }
 
 async fn server_dry_run(

@@ -113,8 +113,10 @@ impl Cluster {
         patch: &Value,
         write: Write,
     ) -> Result<Controller, ClusterError> {
-        let mut params = PatchParams::default();
-        params.dry_run = write == Write::ServerDryRun;
+        let params = PatchParams {
+            dry_run: write == Write::ServerDryRun,
+            ..Default::default()
+        };
         self.controllers(kind, namespace)
             .patch(name, &params, &Patch::Merge(patch))
             .await

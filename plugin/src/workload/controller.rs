@@ -109,6 +109,19 @@ fn entry<'a>(object: &'a mut Value, path: &[&str]) -> &'a mut Value {
     at
 }
 
+/// Removes null members: the server writes some (`creationTimestamp: null` in templates) that
+/// typed clients drop, and the hash must not depend on which one saved the object.
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 impl Controller {
     /// Wraps an object, checking it is a controller of a kind this tool rolls.
     pub fn from_value(object: Value) -> Result<Controller, String> {
@@ -294,10 +307,14 @@ impl Controller {
         observed >= generation && replicas == i64::from(self.replicas())
     }
 
-    /// md5 hex of the object's JSON: the legacy tool's unique-ifying hash.
+    /// md5 hex of the object's JSON (the legacy tool's unique-ifying hash), taken without the
+    /// server's bookkeeping so that a plan from a snapshot names the same next controller as a
+    /// live run.
     pub fn hash(&self) -> String {
         use md5::Digest;
-        let bytes = serde_json::to_vec(&self.object).expect("JSON values serialize");
+        let mut object = self.for_create();
+        drop_nulls(&mut object);
+        let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
         hex::encode(md5::Md5::digest(&bytes))
     }
 

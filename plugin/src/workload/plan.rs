@@ -444,4 +444,41 @@ mod tests {
         assert_eq!(plan.steps.len(), 2);
         assert!(plan.stopped.unwrap().contains("error budget spent"));
     }
+
+    #[test]
+    fn a_selection_hook_orders_the_old_pods() {
+        let old = old(2);
+        let pods: Vec<PodInfo> = ["foo-a", "foo-b"]
+            .iter()
+            .map(|name| {
+                PodInfo::from_value(&json!({
+                    "metadata": {"name": name, "ownerReferences": [{"uid": "u1", "controller": true}]}
+                }))
+            })
+            .collect();
+        let mut hook = FakeHook::new("order", &[HookPoint::Select]);
+        hook.select = Box::new(|candidates| {
+            assert!(
+                candidates
+                    .iter()
+                    .all(|c| c.kind == crate::plan::hook::InstanceKind::Pod)
+            );
+            Ok(crate::plan::hook::SelectAnswer::Choose(
+                candidates
+                    .iter()
+                    .rev()
+                    .map(|c| crate::plan::hook::Choice {
+                        name: c.name.clone(),
+                        reason: "newest first".into(),
+                    })
+                    .collect(),
+            ))
+        });
+        let mut input = input(&old, IntOrPercent::Int(1), IntOrPercent::Int(0));
+        input.old_pods = &pods;
+        let plan = plan(&input, &mut [hook.boxed()]).unwrap();
+        let order = plan.deletion_order.unwrap();
+        assert_eq!(order.pods, vec!["foo-b", "foo-a"]);
+        assert_eq!(order.decided_by.to_string(), "hook/order");
+    }
 }

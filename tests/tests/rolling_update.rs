@@ -1,0 +1,789 @@
+//! `rolling-update` on the real test bed: the controller-manager creates the pods, the scheduler
+//! places them on simulated nodes, and the plugin rolls ReplicationControllers and ReplicaSets
+//! within their budgets, resumes after SIGKILL, finishes legacy rollouts and rolls back.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ReplicationController};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::{plugin_binary, wasm_module};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(120);
+const V1: &str = "registry.invalid/app:1";
+const V2: &str = "registry.invalid/app:2";
+/// Short waits: the loop's pace is set by the pods, not by timers.
+const FAST: &[&str] = &["--update-period=1s", "--poll-interval=1s", "--timeout=90s"];
+
+/// A namespace with a simulated node of its own.
+async fn setup(cluster: &TestCluster, ns: &str) -> Client {
+    let client = cluster.client().await;
+    cluster
+        .nodes
+        .add(NodeSpec::new(&format!("{ns}-node"), ns))
+        .await
+        .unwrap();
+    let api: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    api.create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    client
+}
+
+fn template(app: &str, image: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": app}},
+        "spec": {"containers": [{"name": "main", "image": image}]}
+    })
+}
+
+async fn create_rc(client: &Client, ns: &str, name: &str, replicas: i32) -> ReplicationController {
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let rc: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"app": name}, "template": template(name, V1)}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &rc).await.unwrap();
+    wait_ready(&api, name, replicas).await;
+    api.get(name).await.unwrap()
+}
+
+/// Waits until the controller `name` reports `n` ready replicas.
+async fn wait_ready<K>(api: &Api<K>, name: &str, n: i32)
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Send
+        + 'static,
+{
+    let ready = move |obj: Option<&K>| {
+        obj.is_some_and(|o| {
+            let v = serde_json::to_value(o).unwrap();
+            v["status"]["readyReplicas"].as_i64().unwrap_or(0) == i64::from(n)
+                && v["status"]["replicas"].as_i64().unwrap_or(0) == i64::from(n)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(api.clone(), name, ready))
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not get {n} ready replicas within {WAIT:?}"))
+        .unwrap();
+}
+
+fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(plugin_binary());
+    cmd.arg("rolling-update").args(args).args([
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-n",
+        ns,
+    ]);
+    cmd
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Runs the command and SIGKILLs it at the first stdout line containing `at`; returns the lines.
+async fn run_until(mut cmd: Command, at: &'static str) -> Vec<String> {
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut seen = Vec::new();
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            let stop = line.contains(at);
+            seen.push(line);
+            if stop {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+        seen
+    })
+    .await
+    .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn available(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Records the fewest available pods labelled `app=<app>` seen from now on.
+fn watch_available(
+    client: &Client,
+    ns: &str,
+    app: &str,
+) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
+    let fewest = Arc::new(Mutex::new(usize::MAX));
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().labels(&format!("app={app}"));
+    let record = fewest.clone();
+    let task = tokio::spawn(async move {
+        let mut state: HashMap<String, bool> = HashMap::new();
+        let mut initialized = false;
+        let mut events = std::pin::pin!(watcher(api, config));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) => {
+                    state.insert(p.name_any(), available(&p));
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    state.remove(&p.name_any());
+                }
+                Ok(watcher::Event::InitDone) => initialized = true,
+                _ => {}
+            }
+            if initialized {
+                let count = state.values().filter(|a| **a).count();
+                let mut f = record.lock().unwrap();
+                *f = (*f).min(count);
+            }
+        }
+    });
+    (fewest, task)
+}
+
+async fn pods_of(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+fn image_of(pod: &Pod) -> String {
+    pod.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
+fn owner_uid(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
+/// The update ended on the new template under the old name, and the pods the next controller
+/// created were adopted, not replaced.
+async fn assert_renamed(client: &Client, ns: &str, name: &str, replicas: i32, next_prefix: &str) {
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    wait_ready(&api, name, replicas).await;
+    let rc = api.get(name).await.unwrap();
+    let annotations = rc.annotations();
+    assert!(
+        !annotations
+            .keys()
+            .any(|k| k.starts_with("kubectl.kubernetes.io/")),
+        "update annotations are cleared: {annotations:?}"
+    );
+    let image = rc
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .as_ref()
+        .unwrap()
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some(V2));
+    let pods = pods_of(client, ns, name).await;
+    assert_eq!(pods.len(), replicas as usize, "{pods:?}");
+    for pod in &pods {
+        assert_eq!(image_of(pod), V2);
+        assert_eq!(
+            owner_uid(pod).as_deref(),
+            rc.metadata.uid.as_deref(),
+            "{} is adopted",
+            pod.name_any()
+        );
+        assert!(
+            pod.name_any().starts_with(next_prefix),
+            "{} was created by the next controller ({next_prefix}…), then adopted",
+            pod.name_any()
+        );
+    }
+    let others: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| n != name)
+        .collect();
+    assert!(others.is_empty(), "no controller left over: {others:?}");
+}
+
+#[tokio::test]
+async fn a_replication_controller_rolls_within_its_budget_and_keeps_its_name() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-rename";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "foo", 3).await;
+    let (fewest, watcher) = watch_available(&client, ns, "foo");
+
+    let out = run({
+        let mut c = plugin(cluster, ns, &["foo", &format!("--image={V2}")]);
+        c.args(FAST);
+        c
+    })
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    watcher.abort();
+    // maxSurge 1, maxUnavailable 0: never fewer than 3 available pods.
+    assert_eq!(*fewest.lock().unwrap(), 3, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let next = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Created "))
+        .expect("the next controller is created")
+        .to_string();
+    assert!(
+        next.starts_with("foo-") && next.len() == "foo-".len() + 32,
+        "{next}"
+    );
+    assert!(
+        stdout.contains(&format!("Renaming {next} to foo")),
+        "{stdout}"
+    );
+    assert_renamed(&client, ns, "foo", 3, &format!("{next}-")).await;
+}
+
+#[tokio::test]
+async fn a_replica_set_rolls_in_the_two_name_form() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-replicaset";
+    let client = setup(cluster, ns).await;
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}}, "template": template("web", V1)}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &rs).await.unwrap();
+    wait_ready(&api, "web", 4).await;
+    let (fewest, watcher) = watch_available(&client, ns, "web");
+
+    let out = run({
+        let mut c = plugin(
+            cluster,
+            ns,
+            &[
+                "rs/web",
+                "web-v2",
+                &format!("--image={V2}"),
+                "--max-surge=0",
+                "--max-unavailable=50%",
+            ],
+        );
+        c.args(FAST);
+        c
+    })
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    watcher.abort();
+    assert!(
+        *fewest.lock().unwrap() >= 2,
+        "never below 4 - 50%: {}",
+        text(&out)
+    );
+    assert!(
+        api.get_opt("web").await.unwrap().is_none(),
+        "the old ReplicaSet is deleted"
+    );
+    wait_ready(&api, "web-v2", 4).await;
+    let next = api.get("web-v2").await.unwrap();
+    assert!(
+        next.annotations()
+            .get("kubectl.kubernetes.io/desired-replicas")
+            .is_none()
+    );
+    let pods = pods_of(&client, ns, "web").await;
+    assert_eq!(pods.len(), 4);
+    assert!(
+        pods.iter()
+            .all(|p| image_of(p) == V2 && owner_uid(p) == next.metadata.uid)
+    );
+}
+
+#[tokio::test]
+async fn a_killed_update_resumes_and_a_killed_rename_completes() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-resume";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "app", 3).await;
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+
+    // Killed right after its first scale-down.
+    let mut first = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
+    first.args(FAST);
+    let lines = run_until(first, " up to 2").await;
+    let next = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("Created "))
+        .expect("created before the kill")
+        .to_string();
+    let old = api.get("app").await.unwrap();
+    assert_eq!(old.spec.as_ref().unwrap().replicas, Some(2), "{lines:?}");
+    assert_eq!(
+        old.annotations()
+            .get("kubectl.kubernetes.io/next-controller-id"),
+        Some(&next)
+    );
+
+    // Rerun: continues with the same next controller, killed again while renaming.
+    let mut second = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
+    second.args(FAST);
+    let lines = run_until(second, "Renaming").await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == &format!("Continuing update with existing controller {next}.")),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("Created ")),
+        "{lines:?}"
+    );
+
+    // Third run finishes whatever the rename left.
+    let mut third = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
+    third.args(FAST);
+    let out = run(third).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_renamed(&client, ns, "app", 3, &format!("{next}-")).await;
+    let records = pods_of(&client, ns, "app")
+        .await
+        .iter()
+        .filter(|p| p.annotations().contains_key("rollout-ext.io/rename"))
+        .count();
+    assert_eq!(records, 0, "the rename records are removed");
+}
+
+#[tokio::test]
+async fn an_orphaned_rename_is_finished_from_its_record() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-orphans";
+    let client = setup(cluster, ns).await;
+    // The state a kill between deleting the next controller and creating the final one leaves:
+    // no controller, orphaned pods carrying the record.
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let labels = json!({"app": "svc", "deployment": "h2"});
+    let next: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "svc-h2"},
+        "spec": {"replicas": 2, "selector": labels,
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "main", "image": V2}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &next).await.unwrap();
+    wait_ready(&api, "svc-h2", 2).await;
+    let mut final_object = serde_json::to_value(&next).unwrap();
+    final_object["metadata"]["name"] = json!("svc");
+    final_object["apiVersion"] = json!("v1");
+    final_object["kind"] = json!("ReplicationController");
+    let record = json!({"kind": "ReplicationController", "name": "svc", "object": final_object});
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods = pods_of(&client, ns, "svc").await;
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    pods_api
+        .patch(
+            &names[0],
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"rollout-ext.io/rename": record.to_string()}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let uid = api.get("svc-h2").await.unwrap().metadata.uid.unwrap();
+    api.delete("svc-h2", &DeleteParams::orphan()).await.unwrap();
+    tokio::time::timeout(
+        WAIT,
+        await_condition(
+            api.clone(),
+            "svc-h2",
+            kube::runtime::conditions::is_deleted(&uid),
+        ),
+    )
+    .await
+    .expect("the next controller is deleted")
+    .unwrap();
+
+    let out = run(plugin(cluster, ns, &["svc", &format!("--image={V2}")])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Finishing an interrupted rename"),
+        "{}",
+        text(&out)
+    );
+    wait_ready(&api, "svc", 2).await;
+    let svc = api.get("svc").await.unwrap();
+    let mut adopted: Vec<String> = pods_of(&client, ns, "svc")
+        .await
+        .iter()
+        .filter(|p| owner_uid(p) == svc.metadata.uid)
+        .map(|p| p.name_any())
+        .collect();
+    adopted.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(adopted, expected, "the same pods, adopted");
+}
+
+#[tokio::test]
+async fn a_rollout_started_by_legacy_kubectl_is_finished() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-legacy";
+    let client = setup(cluster, ns).await;
+    let old = create_rc(&client, ns, "foo", 3).await;
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    // What kubectl 1.17 left after one step: the old controller labelled and shrunk, the next
+    // one annotated with its source and desired size.
+    let old_labels = json!({"app": "foo", "deployment": "0ld-orig"});
+    api.patch(
+        "foo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": {"annotations": {
+                "kubectl.kubernetes.io/next-controller-id": "foo-next",
+                "kubectl.kubernetes.io/original-replicas": "3"}},
+            "spec": {"template": {"metadata": {"labels": old_labels}}}
+        })),
+    )
+    .await
+    .unwrap();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for pod in pods_of(&client, ns, "foo").await {
+        pods_api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"deployment": "0ld-orig"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    api.patch(
+        "foo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 2, "selector": old_labels}})),
+    )
+    .await
+    .unwrap();
+    let next_labels = json!({"app": "foo", "deployment": "n3w"});
+    let next: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "foo-next", "annotations": {
+            "kubectl.kubernetes.io/update-source-id": format!("foo:{}", old.metadata.uid.unwrap()),
+            "kubectl.kubernetes.io/desired-replicas": "3"}},
+        "spec": {"replicas": 1, "selector": next_labels,
+                 "template": {"metadata": {"labels": next_labels},
+                              "spec": {"containers": [{"name": "main", "image": V2}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &next).await.unwrap();
+    wait_ready(&api, "foo-next", 1).await;
+
+    let mut cmd = plugin(cluster, ns, &["foo", &format!("--image={V2}")]);
+    cmd.args(FAST);
+    let out = run(cmd).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("Continuing update with existing controller foo-next."),
+        "{}",
+        text(&out)
+    );
+    assert_renamed(&client, ns, "foo", 3, "foo-next-").await;
+}
+
+#[tokio::test]
+async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-rollback";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "api", 3).await;
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap().to_string();
+
+    // A gate abort stops after the first step, resumable, exit 3.
+    let mut cmd = plugin(
+        cluster,
+        ns,
+        &[
+            "api",
+            "api-v2",
+            &format!("--image={V2}"),
+            "--policy",
+            &policy,
+        ],
+    );
+    cmd.args(FAST);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hook/stopper") && stderr.contains("hostile gate says stop"),
+        "{stderr}"
+    );
+    let next = api.get("api-v2").await.unwrap();
+    assert_eq!(
+        next.spec.as_ref().unwrap().replicas,
+        Some(1),
+        "stopped after one step"
+    );
+    assert_eq!(
+        api.get("api")
+            .await
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .replicas,
+        Some(3)
+    );
+
+    // --rollback: the next controller goes, the old one is back at its original size.
+    let out = run({
+        let mut c = plugin(cluster, ns, &["api", "api-v2", "--rollback"]);
+        c.args(FAST);
+        c
+    })
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(api.get_opt("api-v2").await.unwrap().is_none());
+    wait_ready(&api, "api", 3).await;
+    let old = api.get("api").await.unwrap();
+    assert!(
+        !old.annotations()
+            .keys()
+            .any(|k| k.starts_with("kubectl.kubernetes.io/")),
+        "{:?}",
+        old.annotations()
+    );
+    assert!(
+        pods_of(&client, ns, "api")
+            .await
+            .iter()
+            .all(|p| image_of(p) == V1)
+    );
+
+    // --on-abort=rollback does the same by itself after the gate's abort.
+    let mut cmd = plugin(
+        cluster,
+        ns,
+        &[
+            "api",
+            "api-v3",
+            &format!("--image={V2}"),
+            "--policy",
+            &policy,
+            "--on-abort=rollback",
+        ],
+    );
+    cmd.args(FAST);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rolled back"),
+        "{}",
+        text(&out)
+    );
+    assert!(api.get_opt("api-v3").await.unwrap().is_none());
+    wait_ready(&api, "api", 3).await;
+    assert!(
+        pods_of(&client, ns, "api")
+            .await
+            .iter()
+            .all(|p| image_of(p) == V1)
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_fail_with_a_usage_error_and_change_nothing() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-errors";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "db", 2).await;
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let before = api.get("db").await.unwrap().metadata.resource_version;
+    let dir = tempfile::tempdir().unwrap();
+    let same_selector = dir.path().join("same.yaml");
+    std::fs::write(
+        &same_selector,
+        format!("apiVersion: v1\nkind: ReplicationController\nmetadata: {{name: db-v2}}\nspec:\n  replicas: 2\n  selector: {{app: db}}\n  template:\n    metadata: {{labels: {{app: db}}}}\n    spec: {{containers: [{{name: main, image: \"{V2}\"}}]}}\n"),
+    )
+    .unwrap();
+    let file = same_selector.to_str().unwrap();
+    let image = format!("--image={V2}");
+    let same_image = format!("--image={V1}");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["db"], "exactly one of --image or -f"),
+        (vec!["db", &image, "-f", file], "cannot be used with"),
+        (vec!["db", "--rollback", &image], "cannot be used with"),
+        (vec!["db", "db", &image], "same name"),
+        (vec!["db", &same_image], "--image-pull-policy"),
+        (vec!["db", "-f", file], "different value"),
+        (vec!["nope", &image], "not found"),
+        (vec!["db", "--rollback"], "no rollout in progress"),
+        (vec!["deploy/db", &image], "cannot be rolled"),
+        (
+            vec!["db", &image, "--max-surge=150%"],
+            "percentage from 0% to 100%",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = run(plugin(cluster, ns, &args)).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in {stderr}"
+        );
+    }
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(names, vec!["db".to_string()], "nothing was created");
+    assert_eq!(
+        api.get("db").await.unwrap().metadata.resource_version,
+        before,
+        "db unchanged"
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-plan";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "big", 4).await;
+    let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let plan_args = [
+        "big",
+        "--image",
+        V2,
+        "--max-surge=0",
+        "--max-unavailable=50%",
+        "-o",
+        "json",
+    ];
+    let live = run({
+        let mut c = plugin(cluster, ns, &plan_args);
+        c.arg("--dry-run=server");
+        c
+    })
+    .await;
+    assert!(live.status.success(), "{}", text(&live));
+    let live_plan: Value = serde_json::from_slice(&live.stdout).unwrap();
+    let steps: Vec<(String, i64)> = live_plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["controller"].as_str().unwrap().to_string(),
+                s["replicas"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, i64)> = [("old", 2), ("next", 2), ("old", 0), ("next", 4)]
+        .iter()
+        .map(|(s, n)| (s.to_string(), *n))
+        .collect();
+    assert_eq!(steps, expected);
+    assert_eq!(live_plan["cleanup"], "rename");
+    assert_eq!(live_plan["next"]["exists"], false);
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        1,
+        "a dry run creates nothing"
+    );
+
+    // The same objects as a v1 List give the same plan.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut items = vec![serde_json::to_value(api.get("big").await.unwrap()).unwrap()];
+    items[0]["kind"] = json!("ReplicationController");
+    items[0]["apiVersion"] = json!("v1");
+    for pod in pods.list(&ListParams::default()).await.unwrap().items {
+        let mut v = serde_json::to_value(pod).unwrap();
+        v["kind"] = json!("Pod");
+        items.push(v);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("list.json");
+    std::fs::write(
+        &snapshot,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let offline = Command::new(plugin_binary())
+        .arg("rolling-update")
+        .args(plan_args)
+        .args(["-n", ns, "--from-snapshot", snapshot.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(offline.status.success(), "{}", text(&offline));
+    let offline_plan: Value = serde_json::from_slice(&offline.stdout).unwrap();
+    assert_eq!(offline_plan, live_plan);
+}
