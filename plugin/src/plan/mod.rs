@@ -30,7 +30,7 @@ use hook::{
 pub const PLAN_API_VERSION: &str = "rollout-ext/v1alpha1";
 
 /// How long the simulation follows a hook's pauses before giving up on a group.
-const MAX_SIMULATED_PAUSE: i64 = 7 * 24 * 3600;
+pub(crate) const MAX_SIMULATED_PAUSE: i64 = 7 * 24 * 3600;
 
 /// The role of an instance group, in update order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -174,6 +174,26 @@ pub struct PauseStep {
     pub seconds: u64,
     pub reason: String,
     pub decided_by: DecidedBy,
+}
+
+impl PauseStep {
+    /// Adds a hook's pause to the one pending before the next step; the latest reason and hook
+    /// are shown.
+    pub(crate) fn add_to(
+        pending: &mut Option<PauseStep>,
+        seconds: u32,
+        reason: String,
+        by: DecidedBy,
+    ) {
+        let step = pending.get_or_insert(PauseStep {
+            seconds: 0,
+            reason: String::new(),
+            decided_by: by.clone(),
+        });
+        step.seconds += u64::from(seconds);
+        step.reason = reason;
+        step.decided_by = by;
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -570,14 +590,7 @@ impl Planner<'_> {
                 } => {
                     paused += i64::from(seconds);
                     self.now += i64::from(seconds);
-                    let step = pending_pause.get_or_insert(PauseStep {
-                        seconds: 0,
-                        reason: reason.clone(),
-                        decided_by: by.clone(),
-                    });
-                    step.seconds += u64::from(seconds);
-                    step.reason = reason;
-                    step.decided_by = by.clone();
+                    PauseStep::add_to(&mut pending_pause, seconds, reason, by.clone());
                     if paused > MAX_SIMULATED_PAUSE {
                         self.warnings.push(format!(
                             "group {}: {by} kept pausing for more than 7 days; the plan stops here and {} instance(s) stay pending",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::controller::{Controller, Kind};
-use super::plan::{self, Cleanup, LoopState};
+use super::plan::{self, Cleanup, LoopState, Side};
 use super::pods::{self, PodInfo};
 use super::prepare::{self, NextSource};
 use super::steps::{self, Budgets};
@@ -519,13 +519,21 @@ impl Updater<'_> {
         let mut deadline = Instant::now() + self.settings.timeout;
         while to.replicas() != desired || from.replicas() != 0 {
             let before = (from.replicas(), to.replicas());
-            let mut scaled_up = false;
-            if let Some(built_in) =
-                steps::scale_up(from.replicas(), to.replicas(), desired, &budgets)
-            {
+            for side in [Side::Next, Side::Old] {
                 let pods = self.pods_of(&from, &to, ns).await?;
                 let state = self.state(&from, &to, &pods, desired, steps_done);
-                if let Some(amount) = self
+                let built_in = match side {
+                    Side::Next => steps::scale_up(state.old, state.next, desired, &budgets),
+                    Side::Old => steps::scale_down(
+                        state.old,
+                        state.next,
+                        state.next_available,
+                        desired,
+                        &budgets,
+                    ),
+                };
+                let Some(built_in) = built_in else { continue };
+                let Some(amount) = self
                     .amount(
                         with_hooks,
                         &from,
@@ -536,54 +544,25 @@ impl Updater<'_> {
                         &mut warnings,
                     )
                     .await?
-                {
-                    let target = to.replicas() + amount;
-                    self.say(&format!("Scaling {} up to {target}", to.name()));
-                    to = self.scale(&to, ns, target).await?;
-                    steps_done += 1;
-                    scaled_up = true;
-                    self.after_step(
-                        with_hooks,
-                        &from,
-                        &to,
-                        ns,
-                        desired,
-                        steps_done,
-                        &mut warnings,
-                    )
-                    .await?;
+                else {
+                    continue;
+                };
+                match side {
+                    Side::Next => {
+                        let target = to.replicas() + amount;
+                        self.say(&format!("Scaling {} up to {target}", to.name()));
+                        to = self.scale(&to, ns, target).await?;
+                    }
+                    Side::Old => {
+                        if with_hooks {
+                            self.order_deletions(&from, &state, &pods, amount, ns, &mut warnings)
+                                .await?;
+                        }
+                        let target = from.replicas() - amount;
+                        self.say(&format!("Scaling {} down to {target}", from.name()));
+                        from = self.scale(&from, ns, target).await?;
+                    }
                 }
-            }
-            if scaled_up {
-                tokio::time::sleep(self.settings.update_period).await;
-            }
-            let pods = self.pods_of(&from, &to, ns).await?;
-            let state = self.state(&from, &to, &pods, desired, steps_done);
-            if let Some(built_in) = steps::scale_down(
-                from.replicas(),
-                to.replicas(),
-                state.next_available,
-                desired,
-                &budgets,
-            ) && let Some(amount) = self
-                .amount(
-                    with_hooks,
-                    &from,
-                    &state,
-                    &pods,
-                    &budgets,
-                    built_in,
-                    &mut warnings,
-                )
-                .await?
-            {
-                let target = from.replicas() - amount;
-                if with_hooks {
-                    self.order_deletions(&from, &state, &pods, amount, ns, &mut warnings)
-                        .await?;
-                }
-                self.say(&format!("Scaling {} down to {target}", from.name()));
-                from = self.scale(&from, ns, target).await?;
                 steps_done += 1;
                 self.after_step(
                     with_hooks,
@@ -595,6 +574,10 @@ impl Updater<'_> {
                     &mut warnings,
                 )
                 .await?;
+                if side == Side::Next {
+                    // Legacy kubectl's pause between scaling up and scaling down.
+                    tokio::time::sleep(self.settings.update_period).await;
+                }
             }
             for w in warnings.drain(..) {
                 crate::report::log(crate::report::Level::Warn, &w);

@@ -12,10 +12,7 @@ use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict
 use crate::plan::hook::{
     BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Phase, Progress,
 };
-use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role};
-
-/// The most simulated time hooks may pause a plan for before it stops: a week.
-const MAX_SIMULATED_PAUSE: i64 = 7 * 24 * 3600;
+use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -250,14 +247,7 @@ pub fn plan(
                     } => {
                         paused += i64::from(seconds);
                         ctx.now += i64::from(seconds);
-                        let step = pending_pause.get_or_insert(PauseStep {
-                            seconds: 0,
-                            reason: reason.clone(),
-                            decided_by: by.clone(),
-                        });
-                        step.seconds += u64::from(seconds);
-                        step.reason = reason;
-                        step.decided_by = by.clone();
+                        PauseStep::add_to(&mut pending_pause, seconds, reason, by.clone());
                         if paused > MAX_SIMULATED_PAUSE {
                             warnings.push(format!(
                                 "{by} kept pausing for more than 7 days; the plan stops here"
