@@ -84,9 +84,10 @@ where
         .unwrap();
 }
 
+/// `rolling-update ARGS` against `ns`, with short waits.
 fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(plugin_binary());
-    cmd.arg("rolling-update").args(args).args([
+    cmd.arg("rolling-update").args(args).args(FAST).args([
         "--kubeconfig",
         cluster.kubeconfig.to_str().unwrap(),
         "-n",
@@ -179,6 +180,11 @@ fn watch_available(
     (fewest, task)
 }
 
+async fn controller_names(api: &Api<ReplicationController>) -> Vec<String> {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items.iter().map(|c| c.name_any()).collect()
+}
+
 async fn pods_of(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default().labels(&format!("app={app}")))
@@ -249,16 +255,11 @@ async fn assert_renamed(client: &Client, ns: &str, name: &str, replicas: i32, ne
             pod.name_any()
         );
     }
-    let others: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .filter(|n| n != name)
-        .collect();
-    assert!(others.is_empty(), "no controller left over: {others:?}");
+    assert_eq!(
+        controller_names(&api).await,
+        [name],
+        "no controller left over"
+    );
 }
 
 #[tokio::test]
@@ -269,12 +270,7 @@ async fn a_replication_controller_rolls_within_its_budget_and_keeps_its_name() {
     create_rc(&client, ns, "foo", 3).await;
     let (fewest, watcher) = watch_available(&client, ns, "foo");
 
-    let out = run({
-        let mut c = plugin(cluster, ns, &["foo", &format!("--image={V2}")]);
-        c.args(FAST);
-        c
-    })
-    .await;
+    let out = run(plugin(cluster, ns, &["foo", &format!("--image={V2}")])).await;
     assert!(out.status.success(), "{}", text(&out));
     watcher.abort();
     // maxSurge 1, maxUnavailable 0: never fewer than 3 available pods.
@@ -311,21 +307,17 @@ async fn a_replica_set_rolls_in_the_two_name_form() {
     wait_ready(&api, "web", 4).await;
     let (fewest, watcher) = watch_available(&client, ns, "web");
 
-    let out = run({
-        let mut c = plugin(
-            cluster,
-            ns,
-            &[
-                "rs/web",
-                "web-v2",
-                &format!("--image={V2}"),
-                "--max-surge=0",
-                "--max-unavailable=50%",
-            ],
-        );
-        c.args(FAST);
-        c
-    })
+    let out = run(plugin(
+        cluster,
+        ns,
+        &[
+            "rs/web",
+            "web-v2",
+            &format!("--image={V2}"),
+            "--max-surge=0",
+            "--max-unavailable=50%",
+        ],
+    ))
     .await;
     assert!(out.status.success(), "{}", text(&out));
     watcher.abort();
@@ -362,8 +354,7 @@ async fn a_killed_update_resumes_and_a_killed_rename_completes() {
     let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
 
     // Killed right after its first scale-down.
-    let mut first = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
-    first.args(FAST);
+    let first = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
     let lines = run_until(first, " up to 2").await;
     let next = lines
         .iter()
@@ -379,8 +370,7 @@ async fn a_killed_update_resumes_and_a_killed_rename_completes() {
     );
 
     // Rerun: continues with the same next controller, killed again while renaming.
-    let mut second = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
-    second.args(FAST);
+    let second = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
     let lines = run_until(second, "Renaming").await;
     assert!(
         lines
@@ -394,8 +384,7 @@ async fn a_killed_update_resumes_and_a_killed_rename_completes() {
     );
 
     // Third run finishes whatever the rename left.
-    let mut third = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
-    third.args(FAST);
+    let third = plugin(cluster, ns, &["app", &format!("--image={V2}")]);
     let out = run(third).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_renamed(&client, ns, "app", 3, &format!("{next}-")).await;
@@ -531,8 +520,7 @@ async fn a_rollout_started_by_legacy_kubectl_is_finished() {
     api.create(&PostParams::default(), &next).await.unwrap();
     wait_ready(&api, "foo-next", 1).await;
 
-    let mut cmd = plugin(cluster, ns, &["foo", &format!("--image={V2}")]);
-    cmd.args(FAST);
+    let cmd = plugin(cluster, ns, &["foo", &format!("--image={V2}")]);
     let out = run(cmd).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
@@ -562,7 +550,7 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
     let policy = policy.to_str().unwrap().to_string();
 
     // A gate abort stops after the first step, resumable, exit 3.
-    let mut cmd = plugin(
+    let cmd = plugin(
         cluster,
         ns,
         &[
@@ -573,7 +561,6 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
             &policy,
         ],
     );
-    cmd.args(FAST);
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -599,12 +586,7 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
     );
 
     // --rollback: the next controller goes, the old one is back at its original size.
-    let out = run({
-        let mut c = plugin(cluster, ns, &["api", "api-v2", "--rollback"]);
-        c.args(FAST);
-        c
-    })
-    .await;
+    let out = run(plugin(cluster, ns, &["api", "api-v2", "--rollback"])).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(api.get_opt("api-v2").await.unwrap().is_none());
     wait_ready(&api, "api", 3).await;
@@ -624,7 +606,7 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
     );
 
     // --on-abort=rollback does the same by itself after the gate's abort.
-    let mut cmd = plugin(
+    let cmd = plugin(
         cluster,
         ns,
         &[
@@ -636,7 +618,6 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
             "--on-abort=rollback",
         ],
     );
-    cmd.args(FAST);
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
@@ -696,15 +677,7 @@ async fn bad_requests_fail_with_a_usage_error_and_change_nothing() {
             "{args:?}: expected {expected:?} in {stderr}"
         );
     }
-    let names: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
-    assert_eq!(names, vec!["db".to_string()], "nothing was created");
+    assert_eq!(controller_names(&api).await, ["db"], "nothing was created");
     assert_eq!(
         api.get("db").await.unwrap().metadata.resource_version,
         before,
@@ -755,8 +728,8 @@ async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
     assert_eq!(live_plan["cleanup"], "rename");
     assert_eq!(live_plan["next"]["exists"], false);
     assert_eq!(
-        api.list(&ListParams::default()).await.unwrap().items.len(),
-        1,
+        controller_names(&api).await,
+        ["big"],
         "a dry run creates nothing"
     );
 
