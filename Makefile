@@ -6,7 +6,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane lint
+.PHONY: demo test wasm wasm-target control-plane lint release
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 demo: wasm
@@ -36,3 +36,9 @@ wasm: wasm-target
 ## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
 control-plane:
 	bash tests/cluster/install-control-plane.sh
+
+## release: the release binary packed with LICENSE into dist/ for this platform, its sha256 written
+## into krew-manifest.yaml.
+release:
+	$(CARGO) build --release -p rollout-ext --bin kubectl-rollout_ext
+	bash deploy/release.sh target/release/kubectl-rollout_ext dist
