@@ -1,0 +1,171 @@
+//! kubectl's habits: KUBECONFIG with several files merged, the namespace from the context,
+//! impersonation, output formats, completion scripts and the version line.
+
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
+use kube::api::{Api, PostParams};
+use rollout_ext_e2e::cluster::{OPERATOR_USER, TestCluster};
+use rollout_ext_e2e::plugin_binary;
+use serde_json::{Value, json};
+
+fn plugin(args: &[&str], kubeconfig_env: Option<&str>) -> Output {
+    let mut cmd = Command::new(plugin_binary());
+    cmd.args(args).env_remove("KUBECONFIG");
+    if let Some(k) = kubeconfig_env {
+        cmd.env("KUBECONFIG", k);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn kubeconfig_files_merge_and_the_context_names_the_namespace() {
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "from-context"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "from-context");
+    let rc: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "ctx"},
+        "spec": {"replicas": 2, "selector": {"app": "ctx"},
+                 "template": {"metadata": {"labels": {"app": "ctx"}},
+                              "spec": {"containers": [{"name": "main", "image": "registry.invalid/ctx:1"}]}}}
+    }))
+    .unwrap();
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+
+    // The test kubeconfig split in two: clusters and users in one file, the context (with its
+    // namespace) in the other.
+    let full: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&cluster.kubeconfig).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds.yaml");
+    let context = dir.path().join("context.yaml");
+    std::fs::write(
+        &creds,
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "Config",
+            "clusters": full["clusters"], "users": full["users"]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let user = full["users"][0]["name"].clone();
+    let cluster_name = full["clusters"][0]["name"].clone();
+    std::fs::write(
+        &context,
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "Config",
+            "contexts": [{"name": "elsewhere", "context": {"cluster": cluster_name, "user": user, "namespace": "from-context"}}],
+            "current-context": "elsewhere"}))
+        .unwrap(),
+    )
+    .unwrap();
+    let merged = format!("{}:{}", creds.display(), context.display());
+    let out = plugin(
+        &[
+            "rolling-update",
+            "ctx",
+            "--image=registry.invalid/ctx:2",
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+        Some(&merged),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        plan["old"]["name"], "ctx",
+        "found in the context's namespace"
+    );
+    assert_eq!(plan["next"]["desired"], 2);
+    // -n overrides the context's namespace.
+    let out = plugin(
+        &[
+            "rolling-update",
+            "ctx",
+            "--image=registry.invalid/ctx:2",
+            "--dry-run",
+            "-n",
+            "default",
+        ],
+        Some(&merged),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
+}
+
+#[test]
+fn impersonation_reaches_the_api_server() {
+    let cluster = TestCluster::shared();
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap();
+    let out = plugin(
+        &["nodes", "--kubeconfig", kubeconfig, "--as", OPERATOR_USER],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("forbidden: this user may not list nodes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = plugin(
+        &[
+            "nodes",
+            "--kubeconfig",
+            kubeconfig,
+            "--as",
+            OPERATOR_USER,
+            "--as-group",
+            "system:masters",
+            "-o",
+            "yaml",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(plan["kind"], "Plan");
+    assert!(
+        out.stderr.is_empty() || !stderr(&out).contains("error"),
+        "data on stdout only"
+    );
+}
+
+#[test]
+fn completion_scripts_and_version_come_from_the_command_definitions() {
+    for shell in ["bash", "zsh", "fish", "powershell"] {
+        let out = plugin(&["completion", shell], None);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("rolling-update") && script.contains("max-unavailable"),
+            "{shell}"
+        );
+    }
+    let out = plugin(&["completion", "tcsh"], None);
+    assert_eq!(out.status.code(), Some(2));
+    let out = plugin(&["--version"], None);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with(&format!(
+            "kubectl rollout-ext {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{version}"
+    );
+    assert!(
+        version.contains("hook contract rollout-ext:policy@0.1.0"),
+        "{version}"
+    );
+    let out = plugin(&["nodes", "--no-such-flag"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty() && stderr(&out).contains("--no-such-flag"));
+}
