@@ -12,6 +12,16 @@ pub enum Level {
 }
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+static NO_COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--no-color` was given.
+pub fn set_no_color(no_color: bool) {
+    NO_COLOR.store(no_color, Ordering::Relaxed);
+}
+
+pub fn no_color() -> bool {
+    NO_COLOR.load(Ordering::Relaxed)
+}
 
 /// Sets the most detailed level printed.
 pub fn set_verbosity(level: Level) {

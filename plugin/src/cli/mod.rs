@@ -35,6 +35,10 @@ pub struct Cli {
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
+    /// No colour in the output (also when the NO_COLOR environment variable is set).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -201,6 +205,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    report::set_no_color(cli.no_color);
     report::set_verbosity(match cli.verbose {
         0 => report::Level::Warn,
         1 => report::Level::Info,

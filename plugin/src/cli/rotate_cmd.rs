@@ -73,7 +73,9 @@ pub fn run(
     use std::io::IsTerminal;
     let reporter: Box<dyn Reporter> = match args.output {
         OutputFormat::Json => Box::new(JsonLines),
-        _ if std::io::stderr().is_terminal() => Box::new(Bars::new()),
+        _ if std::io::stderr().is_terminal() => Box::new(Bars::new(
+            crate::progress::color_allowed(crate::report::no_color()),
+        )),
         _ => Box::new(Lines),
     };
     let mut plan = plan;
