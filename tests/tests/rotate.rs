@@ -597,3 +597,103 @@ async fn a_usage_error_changes_nothing_and_exits_2() {
         "nothing to resume, so no lock is left behind"
     );
 }
+
+#[tokio::test]
+async fn interactive_asks_before_each_batch_and_a_no_stops_resumably() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    outdated_group(cluster, "asked", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, "asked");
+    args.push("-i".into());
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(plugin_binary())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Yes to the first batch, no to the second.
+        child.stdin.take().unwrap().write_all(b"y\nn\n").unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(
+        stderr.matches("? [y/N]").count(),
+        2,
+        "asked once per batch: {stderr}"
+    );
+    assert!(
+        stderr.contains("stopped at the operator's request before batch 2"),
+        "{stderr}"
+    );
+    assert_eq!(
+        terminated(cluster, "asked"),
+        ["asked-1"],
+        "only the accepted batch"
+    );
+}
+
+#[tokio::test]
+async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = outdated_group(cluster, "interrupt", 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, "interrupt");
+
+    let first = args.clone();
+    let (code, stderr) = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(plugin_binary())
+            .args(&first)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        for line in stdout.lines() {
+            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if event["event"] == "terminated" {
+                // What Ctrl-C sends.
+                unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+                break;
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("run the same command again"),
+        "{stderr}"
+    );
+    let after_interrupt = terminated(cluster, "interrupt");
+    assert!(
+        !after_interrupt.is_empty() && after_interrupt.len() < originals.len(),
+        "{after_interrupt:?}"
+    );
+
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut gone = terminated(cluster, "interrupt");
+    gone.sort();
+    assert_eq!(gone, originals, "each node terminated exactly once");
+}
