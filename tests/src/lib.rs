@@ -61,6 +61,7 @@ pub fn demo_file(name: &str) -> PathBuf {
 }
 
 pub mod cluster;
+pub mod synthetic;
 
 /// A helper binary of this crate, built by `cargo build --bins`.
 pub fn helper_binary(name: &str) -> PathBuf {

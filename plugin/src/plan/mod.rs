@@ -264,7 +264,6 @@ pub fn plan_nodes(
     });
 
     let mut planner = Planner {
-        snapshot,
         index: &index,
         policy,
         options,
@@ -312,7 +311,6 @@ pub fn plan_nodes(
 }
 
 struct Planner<'a> {
-    snapshot: &'a Snapshot,
     index: &'a Index<'a>,
     policy: &'a Policy,
     options: &'a PlanOptions,
@@ -517,7 +515,7 @@ impl Planner<'_> {
             }
         }
         let info = plan.group.clone();
-        self.plan_batches(&mut plan, &info, &order, budget)?;
+        self.plan_batches(&mut plan, &info, &order, budget, cluster_health)?;
         Ok(plan)
     }
 
@@ -528,6 +526,7 @@ impl Planner<'_> {
         info: &GroupInfo,
         order: &[&Candidate],
         budget: budget::Budget,
+        cluster_health: &hook::HealthSummary,
     ) -> Result<(), PlanError> {
         let canary = info.up_to_date == 0;
         let surge = if self.options.cloud_only {
@@ -560,7 +559,6 @@ impl Planner<'_> {
         let canary_wave = canary_wave && waves == 0;
         let mut paused: i64 = 0;
         let mut pending_pause: Option<PauseStep> = None;
-        let cordoned: HashSet<&str> = HashSet::new();
         while done < order.len() {
             let pending: Vec<Candidate> = order[done..].iter().map(|c| (*c).clone()).collect();
             let limit = if canary_wave && done == 0 {
@@ -607,13 +605,11 @@ impl Planner<'_> {
                 .map(|c| c.name.clone())
                 .collect();
             let refs: Vec<&str> = instances.iter().map(String::as_str).collect();
-            let summary = health::summarize(
-                self.snapshot,
-                self.index,
-                &refs,
-                &cordoned,
-                &self.options.drain,
-            );
+            // The cluster-wide part was judged once for the plan; only the budgets differ.
+            let summary = hook::HealthSummary {
+                budgets: health::budgets_covering(self.index, &refs, &self.options.drain),
+                ..cluster_health.clone()
+            };
             let batch_info = BatchInfo {
                 index: waves,
                 instances: instances.clone(),
