@@ -612,41 +612,48 @@ impl Rotation<'_> {
             self.validate(&fresh).await?;
         }
 
-        let health = self.cluster.check_health(&HashSet::new()).await?;
-        let info = BatchInfo {
-            index,
-            instances: step.instances.clone(),
-            canary: step.canary,
-            attempt: 0,
-        };
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let verdict = blocking(|| {
-            decide::gate(
-                hooks,
-                &ctx,
-                Phase::AfterBatch,
-                &info,
-                &health,
-                &mut warnings,
-            )
-        })?;
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
-        match verdict.verdict {
-            Verdict::Abort(reason) => Err(RotateError::Aborted {
-                by: verdict.by.to_string(),
-                reason,
-            }),
-            Verdict::Wait { seconds, reason } => {
-                let reason = format!("{reason} [{}]", verdict.by);
-                self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                    .await;
-                Ok(())
+        // The gates are asked until they proceed or abort; a wait holds the run and asks again
+        // with the health as it is then.
+        let mut attempt = 0;
+        loop {
+            let health = self.cluster.check_health(&HashSet::new()).await?;
+            let info = BatchInfo {
+                index,
+                instances: step.instances.clone(),
+                canary: step.canary,
+                attempt,
+            };
+            let ctx = self.ctx();
+            let mut warnings = Vec::new();
+            let hooks = &mut *self.hooks;
+            let verdict = blocking(|| {
+                decide::gate(
+                    hooks,
+                    &ctx,
+                    Phase::AfterBatch,
+                    &info,
+                    &health,
+                    &mut warnings,
+                )
+            })?;
+            for message in warnings {
+                self.reporter.report(Event::Warning { message });
             }
-            Verdict::Proceed => Ok(()),
+            match verdict.verdict {
+                Verdict::Abort(reason) => {
+                    return Err(RotateError::Aborted {
+                        by: verdict.by.to_string(),
+                        reason,
+                    });
+                }
+                Verdict::Wait { seconds, reason } => {
+                    let reason = format!("{reason} [{}]", verdict.by);
+                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                        .await;
+                    attempt += 1;
+                }
+                Verdict::Proceed => return Ok(()),
+            }
         }
     }
 

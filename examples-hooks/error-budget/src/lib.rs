@@ -66,7 +66,7 @@ impl Policy for ErrorBudget {
             )));
         }
         Ok(Verdict::Wait(Pause {
-            seconds: cfg.retry_seconds,
+            seconds: cfg.retry_seconds.max(1),
             reason: format!("{reason} (check {failed} of {})", cfg.max_failed_checks),
         }))
     }

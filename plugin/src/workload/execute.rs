@@ -555,8 +555,15 @@ impl Updater<'_> {
                     }
                     Side::Old => {
                         if with_hooks {
-                            self.order_deletions(&from, &state, &pods, amount, ns, &mut warnings)
-                                .await?;
+                            self.order_deletions(
+                                &from,
+                                &state,
+                                &pods,
+                                (amount, &budgets),
+                                ns,
+                                &mut warnings,
+                            )
+                            .await?;
                         }
                         let target = from.replicas() - amount;
                         self.say(&format!("Scaling {} down to {target}", from.name()));
@@ -564,8 +571,13 @@ impl Updater<'_> {
                     }
                 }
                 steps_done += 1;
+                let scaled = match side {
+                    Side::Next => to.name().to_string(),
+                    Side::Old => from.name().to_string(),
+                };
                 self.after_step(
                     with_hooks,
+                    &scaled,
                     &from,
                     &to,
                     ns,
@@ -689,7 +701,7 @@ impl Updater<'_> {
         from: &Controller,
         state: &LoopState,
         pods: &[PodInfo],
-        amount: i32,
+        (amount, budgets): (i32, &Budgets),
         ns: &str,
         warnings: &mut Vec<String>,
     ) -> Result<(), UpdateError> {
@@ -698,15 +710,7 @@ impl Updater<'_> {
         if candidates.is_empty() {
             return Ok(());
         }
-        let group = plan::group_info(
-            from.name(),
-            state,
-            &Budgets {
-                max_surge: 0,
-                max_unavailable: 0,
-                min_available: 0,
-            },
-        );
+        let group = plan::group_info(from.name(), state, budgets);
         let ctx = self.ctx();
         let selected = tokio::task::block_in_place(|| {
             decide::select(self.hooks, &ctx, &group, &candidates, warnings)
@@ -743,6 +747,7 @@ impl Updater<'_> {
     async fn after_step(
         &mut self,
         with_hooks: bool,
+        scaled: &str,
         from: &Controller,
         to: &Controller,
         ns: &str,
@@ -761,13 +766,7 @@ impl Updater<'_> {
             let ctx = self.ctx();
             let gate = tokio::task::block_in_place(|| {
                 plan::gate_after(
-                    self.hooks,
-                    &ctx,
-                    to.name(),
-                    &state,
-                    not_ready,
-                    attempt,
-                    warnings,
+                    self.hooks, &ctx, scaled, &state, not_ready, attempt, warnings,
                 )
             })?;
             match gate.verdict {
