@@ -461,8 +461,15 @@ impl Policy {
     }
 }
 
+/// The parser's message without its own position prefix (`error: line L column C: `), which
+/// the error already gives as `file:line:column`.
 fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or(text).to_string()
+    let line = text.lines().next().unwrap_or(text);
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    match line.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+        Some((position, message)) if position.contains(" column ") => message.to_string(),
+        _ => line.to_string(),
+    }
 }
 
 fn valid_hook_name(name: &str) -> bool {
