@@ -6,7 +6,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane lint release
+.PHONY: demo test wasm wasm-target control-plane lint release python-hook
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 demo: wasm
@@ -15,7 +15,7 @@ demo: wasm
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
 ## test: every test, against real compiled hooks and a real control plane.
-test: wasm control-plane
+test: wasm python-hook control-plane
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
 
@@ -32,6 +32,11 @@ wasm: wasm-target
 	$(CARGO) build --profile wasm --target $(WASM_TARGET) $(WASM_PACKAGES)
 	@mkdir -p $(DEMO_DIR)/hooks
 	@for h in $(EXAMPLE_HOOKS); do cp $(WASM_DIR)/$$h.wasm $(DEMO_DIR)/hooks/; done
+
+## python-hook: the Python example hook (componentize-py, installed once into a cached venv).
+python-hook: $(WASM_DIR)/oldest_first_py.wasm
+$(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/wit/policy.wit
+	bash examples-hooks/oldest-first-py/build.sh $@
 
 ## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
 control-plane:

@@ -466,7 +466,10 @@ impl Policy {
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or(text);
     let line = line.strip_prefix("error: ").unwrap_or(line);
-    match line.strip_prefix("line ").and_then(|rest| rest.split_once(": ")) {
+    match line
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+    {
         Some((position, message)) if position.contains(" column ") => message.to_string(),
         _ => line.to_string(),
     }
