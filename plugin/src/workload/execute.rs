@@ -519,6 +519,8 @@ impl Updater<'_> {
         let mut deadline = Instant::now() + self.settings.timeout;
         while to.replicas() != desired || from.replicas() != 0 {
             let before = (from.replicas(), to.replicas());
+            // A hook's pause is a decision, not a lack of progress.
+            let mut held = false;
             for side in [Side::Next, Side::Old] {
                 let pods = self.pods_of(&from, &to, ns).await?;
                 let state = self.state(&from, &to, &pods, desired, steps_done);
@@ -545,6 +547,7 @@ impl Updater<'_> {
                     )
                     .await?
                 else {
+                    held = true;
                     continue;
                 };
                 match side {
@@ -594,7 +597,7 @@ impl Updater<'_> {
             for w in warnings.drain(..) {
                 crate::report::log(crate::report::Level::Warn, &w);
             }
-            if (from.replicas(), to.replicas()) != before {
+            if (from.replicas(), to.replicas()) != before || held {
                 deadline = Instant::now() + self.settings.timeout;
             } else if Instant::now() > deadline {
                 return Err(UpdateError::NoProgress(self.settings.timeout));
