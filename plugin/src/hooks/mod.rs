@@ -182,7 +182,9 @@ impl HookRuntime {
                 path: path.to_path_buf(),
             });
         }
-        let cached = self.cache_path(&digest);
+        let cached = self
+            .cache_path(&digest)
+            .filter(|f| f.parent().is_none_or(|d| !d.exists() || private_dir(d)));
         if let Some(file) = &cached
             && file.exists()
         {
@@ -287,8 +289,15 @@ fn first_line(text: &str) -> String {
 
 /// Writes through a temporary file and a rename, so a reader never sees half a file.
 fn store_atomically(file: &Path, bytes: &[u8]) {
+    use std::os::unix::fs::DirBuilderExt;
     let Some(dir) = file.parent() else { return };
-    if std::fs::create_dir_all(dir).is_err() {
+    if std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .is_err()
+        || !private_dir(dir)
+    {
         return;
     }
     let tmp = dir.join(format!(
@@ -299,6 +308,16 @@ fn store_atomically(file: &Path, bytes: &[u8]) {
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+}
+
+/// The cache holds native code that is loaded as is: use it only when the directory belongs to
+/// this user and nobody else may write to it.
+fn private_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).is_ok_and(|m| {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        m.is_dir() && m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o022 == 0
+    })
 }
 
 /// Refuses a component built against another version of our WIT package, by its export names,
