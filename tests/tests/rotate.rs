@@ -381,20 +381,7 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
     );
 
     // The same command again finishes the job (taking over the dead run's lock).
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut gone = terminated(cluster, "resume");
-    gone.sort();
-    assert_eq!(
-        gone, originals,
-        "each original node terminated exactly once"
-    );
+    rerun_finishes(cluster, args, "resume", &originals).await;
     let client = cluster.client().await;
     let versions: BTreeMap<String, String> = nodes_of(&client, "resume")
         .await
@@ -685,6 +672,17 @@ async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
         "{after_interrupt:?}"
     );
 
+    rerun_finishes(cluster, args, "interrupt", &originals).await;
+}
+
+/// Runs the same command again: it succeeds, and each of `originals` was terminated exactly once
+/// over both runs.
+async fn rerun_finishes(
+    cluster: &TestCluster,
+    args: Vec<String>,
+    group: &str,
+    originals: &[String],
+) {
     let out = tokio::task::spawn_blocking(move || run(&args))
         .await
         .unwrap();
@@ -693,7 +691,10 @@ async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut gone = terminated(cluster, "interrupt");
+    let mut gone = terminated(cluster, group);
     gone.sort();
-    assert_eq!(gone, originals, "each node terminated exactly once");
+    assert_eq!(
+        gone, originals,
+        "each original node terminated exactly once"
+    );
 }

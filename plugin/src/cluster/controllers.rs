@@ -257,6 +257,18 @@ impl Cluster {
         }
     }
 
+    /// Sets (or, with `None`, removes) one annotation of a pod.
+    pub async fn annotate_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<(), ClusterError> {
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.patch_pod(namespace, name, &patch).await
+    }
+
     /// Returns at the next change to a pod matching `selector`, or after `timeout`.
     pub async fn wait_pod_change(&self, namespace: &str, selector: &str, timeout: Duration) {
         let config = watcher::Config::default().labels(selector);

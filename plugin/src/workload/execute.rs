@@ -730,11 +730,7 @@ impl Updater<'_> {
         for (i, name) in first.iter().enumerate() {
             let cost = (i as i64) - (first.len() as i64);
             self.cluster
-                .patch_pod(
-                    ns,
-                    name,
-                    &json!({"metadata": {"annotations": {keys::POD_DELETION_COST: cost.to_string()}}}),
-                )
+                .annotate_pod(ns, name, keys::POD_DELETION_COST, Some(&cost.to_string()))
                 .await?;
         }
         self.say(&format!(
@@ -927,11 +923,7 @@ impl Updater<'_> {
         let pods = self.cluster.list_pods(ns, &next.selector_string()).await?;
         for (_, pod) in pods.iter().filter(|(_, p)| !p.terminating).take(3) {
             self.cluster
-                .patch_pod(
-                    ns,
-                    &pod.name,
-                    &json!({"metadata": {"annotations": {keys::RENAME_RECORD: text}}}),
-                )
+                .annotate_pod(ns, &pod.name, keys::RENAME_RECORD, Some(&text))
                 .await?;
         }
         Ok(())
@@ -980,11 +972,7 @@ impl Updater<'_> {
             .filter(|(_, p)| p.annotations.contains_key(keys::RENAME_RECORD))
         {
             self.cluster
-                .patch_pod(
-                    ns,
-                    &pod.name,
-                    &json!({"metadata": {"annotations": {keys::RENAME_RECORD: null}}}),
-                )
+                .annotate_pod(ns, &pod.name, keys::RENAME_RECORD, None)
                 .await?;
         }
         self.say(&format!("{}/{} rolling updated", kind.short(), record.name));
