@@ -56,6 +56,28 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Working directories are named `rollout-ext-cluster-<pid>-…` after the test process.
+const DIR_PREFIX: &str = "rollout-ext-cluster-";
+
+/// Removes the working directories of test processes that are gone. A shared cluster lives in a
+/// static, which is never dropped, so its directory outlives its process.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else {
+            continue;
+        };
+        let owner = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = owner.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// A running control plane with simulated nodes and cloud.
 pub struct TestCluster {
     dir: tempfile::TempDir,
@@ -88,8 +110,9 @@ impl TestCluster {
     }
 
     fn start_here(settings: SimSettings) -> anyhow::Result<TestCluster> {
+        remove_stale_dirs();
         let dir = tempfile::Builder::new()
-            .prefix("rollout-ext-cluster-")
+            .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
             .tempdir()?;
         let root = dir.path();
         let processes = Processes::new();
