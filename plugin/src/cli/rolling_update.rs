@@ -18,7 +18,7 @@ use crate::workload::controller::{Controller, Kind};
 use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
 use crate::workload::plan::{self, PlanInput, RollingUpdatePlan, Side};
 use crate::workload::pods::PodInfo;
-use crate::workload::prepare::{NextSource, view_pair};
+use crate::workload::prepare::{NextSource, PairView, view_pair};
 use crate::workload::steps;
 
 #[derive(Debug, Args)]
@@ -197,7 +197,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let objects = SnapshotView::from_list(&list, &namespace)
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
-        let plan = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
+        let (plan, _) = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
         return print(&plan, args.output);
     }
     let runtime = super::tokio_runtime()?;
@@ -214,10 +214,9 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
         if dry_run != DryRun::None {
             let view = SnapshotView::live(&cluster, kind, &namespace, &old_name, args).await?;
-            let plan = tokio::task::block_in_place(|| {
+            let (mut plan, pair) = tokio::task::block_in_place(|| {
                 plan_from(&view, kind, &old_name, args, source.as_ref(), std::mem::take(&mut hooks))
             })?;
-            let mut plan = plan;
             if let Some(minor) = cluster.server_minor_version().await
                 && minor < 22
                 && plan.deletion_order.is_some()
@@ -228,8 +227,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 ));
             }
             if dry_run == DryRun::Server {
-                server_dry_run(&cluster, &view, kind, &old_name, args, source.as_ref(), &namespace)
-                    .await?;
+                server_dry_run(&cluster, &pair, &namespace).await?;
             }
             return print(&plan, args.output);
         }
@@ -375,7 +373,7 @@ fn plan_from(
     args: &RollingUpdateArgs,
     source: Option<&NextSource>,
     mut hooks: Vec<Box<dyn Hook>>,
-) -> Result<RollingUpdatePlan, Failure> {
+) -> Result<(RollingUpdatePlan, PairView), Failure> {
     let old = view.find(kind, old_name).ok_or_else(|| {
         Failure::usage(format!(
             "{} {old_name:?} not found{}",
@@ -394,10 +392,11 @@ fn plan_from(
     let existing = next_name.as_deref().and_then(|n| view.find(kind, n));
     let pair = view_pair(
         old,
-        args.next.as_deref().or(next_name.as_deref()),
+        next_name.as_deref(),
         existing,
         source,
         &args.deployment_label_key,
+        plan::Cleanup::for_next(args.next.is_some()),
     )
     .map_err(Failure::usage)?;
     let input = PlanInput {
@@ -413,61 +412,46 @@ fn plan_from(
             pair.desired,
             pair.from.replicas(),
         ),
-        cleanup: if args.next.is_some() || source.is_none() {
-            plan::Cleanup::DeleteOld
-        } else {
-            plan::Cleanup::Rename
-        },
+        cleanup: pair.cleanup,
         ctx: CallContext {
             now: jiff::Timestamp::now().as_second(),
             run_id: "plan".into(),
             dry_run: true,
         },
     };
-    plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))
+    let plan = plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
+    Ok((plan, pair))
 }
 
+/// Sends what initialization would write (the next controller's creation, the old one's
+/// annotation) as server dry runs; nothing when the next controller exists already.
 async fn server_dry_run(
     cluster: &Cluster,
-    view: &SnapshotView,
-    kind: Kind,
-    old_name: &str,
-    args: &RollingUpdateArgs,
-    source: Option<&NextSource>,
+    pair: &PairView,
     namespace: &str,
 ) -> Result<(), Failure> {
-    let Some(old) = view.find(kind, old_name) else {
+    let Some(next) = &pair.to_create else {
         return Ok(());
     };
-    let existing = args.next.as_deref().and_then(|n| view.find(kind, n));
-    let pair = view_pair(
-        old,
-        args.next.as_deref(),
-        existing,
-        source,
-        &args.deployment_label_key,
-    )
-    .map_err(Failure::usage)?;
-    if let Some(next) = &pair.to_create {
-        use crate::cluster::controllers::Write;
-        cluster
-            .create_controller(namespace, next, Write::ServerDryRun)
-            .await?;
-        cluster
-            .patch_controller(
-                kind,
-                namespace,
-                old.name(),
-                &serde_json::json!({"metadata": {"annotations": {crate::keys::LEGACY_NEXT_CONTROLLER: next.name()}}}),
-                Write::ServerDryRun,
-            )
-            .await?;
-        eprintln!(
-            "server dry run: the API server accepts creating {} and annotating {}",
-            next.display(),
-            old.display()
-        );
-    }
+    use crate::cluster::controllers::Write;
+    let old = &pair.from;
+    cluster
+        .create_controller(namespace, next, Write::ServerDryRun)
+        .await?;
+    cluster
+        .patch_controller(
+            old.kind,
+            namespace,
+            old.name(),
+            &serde_json::json!({"metadata": {"annotations": {crate::keys::LEGACY_NEXT_CONTROLLER: next.name()}}}),
+            Write::ServerDryRun,
+        )
+        .await?;
+    eprintln!(
+        "server dry run: the API server accepts creating {} and annotating {}",
+        next.display(),
+        old.display()
+    );
     Ok(())
 }
 

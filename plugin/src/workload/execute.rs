@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::controller::{Controller, Kind};
 use super::plan::{self, Cleanup, LoopState, Side};
 use super::pods::{self, PodInfo};
-use super::prepare::{self, NextSource};
+use super::prepare::{self, NextSource, source_id};
 use super::steps::{self, Budgets};
 use crate::cluster::controllers::Write;
 use crate::cluster::{Cluster, ClusterError};
@@ -101,10 +101,6 @@ fn parse_count(c: &Controller, key: &str) -> Result<Option<i32>, UpdateError> {
             ))
         }),
     }
-}
-
-fn source_id(c: &Controller) -> String {
-    format!("{}:{}", c.name(), c.uid())
 }
 
 fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
@@ -272,14 +268,7 @@ impl Updater<'_> {
                     &self.settings.deployment_key,
                 )
                 .map_err(UpdateError::Invalid)?;
-                let desired = match source {
-                    NextSource::File(f) if f.object["spec"]["replicas"].is_i64() => f.replicas(),
-                    _ => old.replicas(),
-                };
-                let mut next = prepared.next;
-                next.set_annotation(keys::LEGACY_SOURCE_ID, Some(&source_id(&old)));
-                next.set_annotation(keys::LEGACY_DESIRED_REPLICAS, Some(&desired.to_string()));
-                next.set_replicas(0);
+                let next = prepare::next_to_create(&old, prepared.next, source.desired(&old));
                 let created = self
                     .cluster
                     .create_controller(ns, &next, Write::Apply)
@@ -320,11 +309,7 @@ impl Updater<'_> {
             from: old,
             to: next,
             desired,
-            cleanup: if request.next_name.is_some() {
-                Cleanup::DeleteOld
-            } else {
-                Cleanup::Rename
-            },
+            cleanup: Cleanup::for_next(request.next_name.is_some()),
         }))
     }
 
@@ -399,11 +384,7 @@ impl Updater<'_> {
                 from: next.clone(),
                 to: next,
                 desired,
-                cleanup: if request.next_name.is_some() {
-                    Cleanup::DeleteOld
-                } else {
-                    Cleanup::Rename
-                },
+                cleanup: Cleanup::for_next(request.next_name.is_some()),
             };
             self.say(&format!(
                 "{}/{} is gone; continuing with {}",

@@ -31,6 +31,18 @@ pub enum Cleanup {
     DeleteOld,
 }
 
+impl Cleanup {
+    /// The two-name form (NEXT given) keeps NEXT and deletes the old controller; the one-name
+    /// form renames.
+    pub fn for_next(given: bool) -> Cleanup {
+        if given {
+            Cleanup::DeleteOld
+        } else {
+            Cleanup::Rename
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct OldSide {
     pub kind: Kind,

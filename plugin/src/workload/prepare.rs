@@ -18,6 +18,31 @@ pub enum NextSource {
     File(Controller),
 }
 
+impl NextSource {
+    /// The replicas the next controller ends with: the file's, when it sets them, else the old
+    /// controller's.
+    pub fn desired(&self, old: &Controller) -> i32 {
+        match self {
+            NextSource::File(f) if f.object["spec"]["replicas"].is_i64() => f.replicas(),
+            _ => old.replicas(),
+        }
+    }
+}
+
+/// `<name>:<uid>`: how the next controller names its source (legacy kubectl's format).
+pub fn source_id(c: &Controller) -> String {
+    format!("{}:{}", c.name(), c.uid())
+}
+
+/// The next controller as it is created: at 0 replicas, pointing at its source and carrying
+/// the size it grows to.
+pub fn next_to_create(old: &Controller, mut next: Controller, desired: i32) -> Controller {
+    next.set_replicas(0);
+    next.set_annotation(keys::LEGACY_SOURCE_ID, Some(&source_id(old)));
+    next.set_annotation(keys::LEGACY_DESIRED_REPLICAS, Some(&desired.to_string()));
+    next
+}
+
 /// The next controller to create, and the label value the old controller's pods get.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -206,20 +231,17 @@ pub struct PairView {
 }
 
 /// Works out the pair a rollout (or, with `source` none, a rollback) would scale, without
-/// changing anything: the same decisions the executor's initialization makes.
+/// changing anything: the same decisions the executor's initialization makes. `cleanup` is the
+/// form of the command; a rollback always deletes the next controller.
 pub fn view_pair(
     old: &Controller,
     next_name: Option<&str>,
     existing_next: Option<&Controller>,
     source: Option<&NextSource>,
     deployment_key: &str,
+    cleanup: super::plan::Cleanup,
 ) -> Result<PairView, String> {
     use super::plan::Cleanup;
-    let cleanup = if next_name.is_some() {
-        Cleanup::DeleteOld
-    } else {
-        Cleanup::Rename
-    };
     let Some(source) = source else {
         let next = existing_next.ok_or_else(|| {
             format!(
@@ -263,17 +285,8 @@ pub fn view_pair(
         });
     }
     let prepared = prepare(old, next_name, source, deployment_key)?;
-    let desired = match source {
-        NextSource::File(f) if f.object["spec"]["replicas"].is_i64() => f.replicas(),
-        _ => old.replicas(),
-    };
-    let mut next = prepared.next;
-    next.set_replicas(0);
-    next.set_annotation(
-        keys::LEGACY_SOURCE_ID,
-        Some(&format!("{}:{}", old.name(), old.uid())),
-    );
-    next.set_annotation(keys::LEGACY_DESIRED_REPLICAS, Some(&desired.to_string()));
+    let desired = source.desired(old);
+    let next = next_to_create(old, prepared.next, desired);
     Ok(PairView {
         from: old.clone(),
         to_name: next.name().to_string(),
