@@ -325,26 +325,7 @@ async fn a_killed_rotation_resumes_without_doing_anything_twice() {
     let args = rotate_args(cluster, &policy, "resume");
 
     // First run: killed right after its first termination.
-    let first = args.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(plugin_binary())
-            .args(&first)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        for line in stdout.lines() {
-            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-            if event["event"] == "terminated" {
-                child.kill().unwrap();
-                break;
-            }
-        }
-        child.wait().unwrap();
-    })
-    .await
-    .unwrap();
+    signal_at_first_termination(args.clone(), libc::SIGKILL).await;
     assert_eq!(
         terminated(cluster, "resume").len(),
         1,
@@ -636,31 +617,8 @@ async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, "interrupt");
 
-    let first = args.clone();
-    let (code, stderr) = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(plugin_binary())
-            .args(&first)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        for line in stdout.lines() {
-            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-            if event["event"] == "terminated" {
-                // What Ctrl-C sends.
-                unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-                break;
-            }
-        }
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap();
+    // What Ctrl-C sends.
+    let (code, stderr) = signal_at_first_termination(args.clone(), libc::SIGINT).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("interrupted") && stderr.contains("run the same command again"),
@@ -673,6 +631,35 @@ async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
     );
 
     rerun_finishes(cluster, args, "interrupt", &originals).await;
+}
+
+/// Runs a rotation (`-o json`) and sends it `signal` right after its first termination; returns
+/// its exit code and stderr.
+async fn signal_at_first_termination(args: Vec<String>, signal: i32) -> (Option<i32>, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(plugin_binary())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        for line in stdout.lines() {
+            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if event["event"] == "terminated" {
+                // SAFETY: kill has no memory-safety preconditions; the pid is our live child's.
+                unsafe { libc::kill(child.id() as i32, signal) };
+                break;
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
 }
 
 /// Runs the same command again: it succeeds, and each of `originals` was terminated exactly once
