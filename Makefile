@@ -6,7 +6,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane lint release python-hook
+.PHONY: demo test wasm wasm-target control-plane lint release python-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 demo: wasm
@@ -18,6 +18,13 @@ demo: wasm
 test: wasm python-hook control-plane
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
+
+## bench: the figures of BENCHMARKS.md, each beside its peer (release build, a real test cluster,
+## kubectl on PATH; about ten minutes). Not part of `test`: speed is reported, never asserted.
+## BENCH_ARGS="--runs 3 --only plan,hooks" narrows it.
+bench: wasm control-plane
+	$(CARGO) build --release -p rollout-ext -p rollout-ext-e2e -p zone-spread
+	target/release/bench $(BENCH_ARGS)
 
 ## lint: formatting and clippy, as CI checks them.
 lint:

@@ -11,7 +11,7 @@
 //! post-drain delay, delete the Node, terminate, the role's interval, wait for replacements to be
 //! Ready (a watch), validate, gate `after-batch`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
@@ -104,10 +104,45 @@ pub struct Rotation<'a> {
     pub provider: &'a Provider,
     pub reporter: &'a dyn Reporter,
     pub lock: &'a LockGuard,
+    pub steps: &'a Steps,
+}
+
+/// The steps Ctrl-C must not cut in half: a termination, from its record to the record's
+/// removal, so that an interrupted run never leaves a termination for the next one to repeat.
+/// A step holds a read guard; the command stops once it gets the write guard.
+#[derive(Debug, Default)]
+pub struct Steps {
+    running: tokio::sync::RwLock<()>,
+}
+
+impl Steps {
+    async fn begin(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.running.read().await
+    }
+
+    /// Resolves when no step is running, and keeps new ones from starting.
+    pub async fn settled(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.running.write().await
+    }
 }
 
 /// The run-state key of a group's expected Ready node count (an annotation on the lock).
 fn state_key(group: &str) -> String {
+    run_key("expected", group)
+}
+
+/// The run-state key of a group's termination in progress: written before its Node is deleted
+/// and cleared once the provider terminated the instance, so that a run that dies in between
+/// (the Node gone, the instance perhaps still running) is finished by the next one.
+fn terminating_key(group: &str) -> String {
+    run_key("terminating", group)
+}
+
+const TERMINATING_PREFIX: &str = "rollout-ext.io/terminating.";
+
+/// A run-state key: `rollout-ext.io/<what>.<group>`, the group hashed when it cannot be part
+/// of an annotation key.
+fn run_key(what: &str, group: &str) -> String {
     let valid = group.len() <= 50
         && group
             .chars()
@@ -118,7 +153,7 @@ fn state_key(group: &str) -> String {
         use sha2::Digest;
         hex::encode(&sha2::Sha256::digest(group.as_bytes())[..12])
     };
-    format!("rollout-ext.io/expected.{name}")
+    format!("rollout-ext.io/{what}.{name}")
 }
 
 /// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
@@ -154,17 +189,20 @@ impl Rotation<'_> {
         Ok(())
     }
 
-    /// Re-reads the cluster and plans `group` from where the rotation stands.
+    /// Re-reads the cluster and plans `group` from where the rotation stands; `only` restricts
+    /// the selection to the instances a started group chose.
     async fn replan(
         &mut self,
         group: Option<&str>,
         progress: RunProgress,
+        only: Option<&BTreeSet<String>>,
     ) -> Result<(Snapshot, plan::Plan), RotateError> {
         let snapshot = self.cluster.snapshot().await?;
         let mut options = self.settings.plan.clone();
         options.now = jiff::Timestamp::now().as_second();
         options.staleness.now = options.now;
         options.progress = progress;
+        options.only = only.cloned();
         if let Some(g) = group {
             options.instance_groups = vec![g.to_string()];
         }
@@ -186,10 +224,26 @@ impl Rotation<'_> {
 
     /// Rotates every group the plan chooses, in order.
     pub async fn run(&mut self) -> Result<(), RotateError> {
-        let (_, plan) = self.replan(None, RunProgress::default()).await?;
+        self.finish_terminations().await?;
+        let (_, plan) = self.replan(None, RunProgress::default(), None).await?;
         for warning in &plan.warnings {
             self.reporter.report(Event::Warning {
                 message: warning.clone(),
+            });
+        }
+        // A disabled group is not an error, but it is said: its outdated instances stay.
+        for g in plan
+            .groups
+            .iter()
+            .filter(|g| g.disabled && g.group.selected > 0)
+        {
+            self.reporter.report(Event::Warning {
+                message: format!(
+                    "group {}: {}; its {} out-of-date instances are left as they are",
+                    g.group.name,
+                    g.note.as_deref().unwrap_or("rolling update disabled"),
+                    g.group.selected
+                ),
             });
         }
         let groups: Vec<(String, Role)> = plan
@@ -201,6 +255,76 @@ impl Rotation<'_> {
         for (group, role) in groups {
             self.rotate_group(&group, role).await?;
         }
+        Ok(())
+    }
+
+    /// Finishes the terminations a stopped run began. A Node still there was not deleted yet:
+    /// the rotation replaces it as usual. A Node gone may have left its instance running: it
+    /// is terminated (again, perhaps; it was drained before its termination was recorded, and
+    /// a provider's terminate must accept an instance already gone), and its replacement
+    /// waited for.
+    async fn finish_terminations(&mut self) -> Result<(), RotateError> {
+        let Some(status) = self.cluster.lock_status().await? else {
+            return Ok(());
+        };
+        let records: Vec<(&String, &String)> = status
+            .state
+            .iter()
+            .filter(|(key, _)| key.starts_with(TERMINATING_PREFIX))
+            .collect();
+        if records.is_empty() {
+            return Ok(());
+        }
+        let nodes = self.cluster.snapshot_nodes().await?;
+        for (key, value) in records {
+            let record: serde_json::Value = serde_json::from_str(value).unwrap_or_default();
+            let field = |name: &str| record[name].as_str().unwrap_or_default().to_string();
+            let target = Target {
+                node: field("node"),
+                provider_id: field("providerID"),
+                group: field("group"),
+            };
+            if target.node.is_empty() || nodes.nodes.iter().any(|n| n.name == target.node) {
+                self.lock.set_state(key, None).await?;
+                continue;
+            }
+            self.reporter.report(Event::Warning {
+                message: format!(
+                    "finishing the termination of {}, which a stopped run began",
+                    target.node
+                ),
+            });
+            let _step = self.steps.begin().await;
+            self.terminate(&target, key).await?;
+            let expected = status
+                .state
+                .get(&state_key(&target.group))
+                .and_then(|v| v.parse::<usize>().ok());
+            if let Some(expected) = expected
+                && !self.settings.plan.cloud_only
+            {
+                self.wait_ready(&target.group, expected).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Terminates one instance through the provider, removes its termination record `record`,
+    /// and only then reports it: a run stopped after the report has nothing left to finish.
+    async fn terminate(&self, target: &Target, record: &str) -> Result<(), RotateError> {
+        let output = self
+            .provider
+            .terminate(self.cluster, target)
+            .await
+            .map_err(|source| RotateError::Provider {
+                node: target.node.clone(),
+                source,
+            })?;
+        self.lock.set_state(record, None).await?;
+        self.reporter.report(Event::Terminated {
+            node: target.node.clone(),
+            output,
+        });
         Ok(())
     }
 
@@ -256,7 +380,7 @@ impl Rotation<'_> {
         let mut progress = RunProgress::default();
         // Validation and the before-group gate, until the gate lets the group start.
         let chosen = loop {
-            let (snapshot, plan) = self.replan(Some(group), progress).await?;
+            let (snapshot, plan) = self.replan(Some(group), progress, None).await?;
             let Some(first) = plan.groups.into_iter().next() else {
                 return Ok(());
             };
@@ -320,9 +444,11 @@ impl Rotation<'_> {
             }
         }
 
+        // The group's instances are fixed now; re-plans only order and size what is left.
+        let only: BTreeSet<String> = chosen.iter().cloned().collect();
         loop {
             self.check_lock()?;
-            let (snapshot, plan) = self.replan(Some(group), progress).await?;
+            let (snapshot, plan) = self.replan(Some(group), progress, Some(&only)).await?;
             let Some(current) = plan.groups.into_iter().next() else {
                 break;
             };
@@ -584,19 +710,16 @@ impl Rotation<'_> {
         }
         for node in &step.instances {
             let target = Self::target(snapshot, group, node);
-            self.delete_node(node).await?;
-            let output = self
-                .provider
-                .terminate(self.cluster, &target)
-                .await
-                .map_err(|source| RotateError::Provider {
-                    node: node.clone(),
-                    source,
-                })?;
-            self.reporter.report(Event::Terminated {
-                node: node.clone(),
-                output,
+            let record = serde_json::json!({
+                "node": target.node,
+                "providerID": target.provider_id,
+                "group": target.group,
             });
+            let key = terminating_key(group);
+            let _step = self.steps.begin().await;
+            self.lock.set_state(&key, Some(&record.to_string())).await?;
+            self.delete_node(node).await?;
+            self.terminate(&target, &key).await?;
         }
         let interval = self.interval(role);
         if !interval.is_zero() {

@@ -30,9 +30,20 @@ pub fn wasm_module(crate_name: &str) -> PathBuf {
     file
 }
 
-/// The plugin binary built by `cargo build --bins` (the test command builds it first).
+/// Where the binaries of the running build live: `target/debug` for the tests (which run from
+/// `target/debug/deps`), `target/release` for the benchmarks.
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running executable has a path");
+    let dir = exe.parent().expect("an executable sits in a directory");
+    match dir.file_name() {
+        Some(name) if name == "deps" => dir.parent().unwrap_or(dir).to_path_buf(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// The plugin binary of this build (the test command builds it first with `cargo build --bins`).
 pub fn plugin_binary() -> PathBuf {
-    let file = target_dir().join("debug/kubectl-rollout_ext");
+    let file = build_dir().join("kubectl-rollout_ext");
     assert!(
         file.exists(),
         "{} is missing: run `cargo build --bins` (or the README's test command) first",
@@ -61,11 +72,13 @@ pub fn demo_file(name: &str) -> PathBuf {
 }
 
 pub mod cluster;
+pub mod fingerprint;
+pub mod invariants;
 pub mod synthetic;
 
-/// A helper binary of this crate, built by `cargo build --bins`.
+/// A helper binary of this crate and build, built by `cargo build --bins`.
 pub fn helper_binary(name: &str) -> PathBuf {
-    let file = target_dir().join("debug").join(name);
+    let file = build_dir().join(name);
     assert!(
         file.exists(),
         "{} is missing: run `cargo build --bins` (or the README's test command) first",

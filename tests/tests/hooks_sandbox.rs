@@ -251,6 +251,19 @@ fn the_sandbox_grants_no_files_environment_clock_or_network() {
 }
 
 #[test]
+fn each_escape_attempt_is_denied_on_its_own() {
+    for (mode, seen) in [
+        ("file", "file:denied"),
+        ("env", "env:empty"),
+        ("clock", "clock:frozen"),
+        ("socket", "socket:denied"),
+    ] {
+        let (fault, _) = fault_of(HookPoint::Select, "select", mode);
+        assert_eq!(fault, HookFault::Refused(seen.into()), "{mode}");
+    }
+}
+
+#[test]
 fn list_objects_reads_only_what_the_policy_allows() {
     let spec = hostile(HookPoint::Select, "select", "list-objects");
     let allowed = vec![rollout_ext::policy::ContextResource {

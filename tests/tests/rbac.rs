@@ -1,12 +1,15 @@
 //! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
-//! the shipped ClusterRole, it plans, rotates and rolls a controller.
+//! the shipped ClusterRole, it plans, rotates and rolls a controller; with one verb taken out of
+//! that role, a live run names the verb and the resource before it changes anything.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
 use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
+use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
 use serde_json::json;
 
@@ -23,21 +26,66 @@ fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-#[tokio::test]
-async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
-    let cluster = TestCluster::shared();
-    cluster.cloud.set_group_spec(
-        "least",
-        GroupSpec {
-            kubelet_version: Some("v1.20.2".into()),
-            ..Default::default()
-        },
-    );
-    cluster
-        .nodes
-        .add(NodeSpec::new("least-1", "least").kubelet("v1.19.7"))
+/// A node of `group` running an old kubelet; its replacements come with the new one.
+async fn outdated_node(cluster: &TestCluster, name: &str, group: &str) {
+    let spec = GroupSpec {
+        kubelet_version: Some("v1.20.2".into()),
+        ..Default::default()
+    };
+    cluster.cloud.set_group_spec(group, spec);
+    let node = NodeSpec::new(name, group).kubelet("v1.19.7");
+    cluster.nodes.add(node).await.unwrap();
+}
+
+/// A namespace holding one ReplicationController `ops` of one replica.
+async fn ops_controller(client: &kube::Client, namespace: &str) -> Api<ReplicationController> {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
         .await
         .unwrap();
+    let rc: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "ops"},
+        "spec": {"replicas": 1, "selector": {"app": "ops"},
+                 "template": {"metadata": {"labels": {"app": "ops"}},
+                              "spec": {"containers": [{"name": "main", "image": "registry.invalid/ops:1"}]}}}
+    }))
+    .unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), namespace);
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    rcs
+}
+
+/// One test at a time: the second compares the whole cluster before and after its runs.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until `kubectl auth can-i CAN_I` answers yes: the authorizer sees a new binding through
+/// its own informer, a moment after the binding is created.
+async fn wait_allowed(kubeconfig: &str, can_i: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let args: Vec<&str> = ["auth", "can-i"].iter().chain(can_i).copied().collect();
+    while !kubectl(kubeconfig, &args).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "the binding never took effect ({can_i:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    outdated_node(cluster, "least-1", "least").await;
     let operator = cluster.dir().join("operator.kubeconfig");
     cluster
         .kubeconfig_for(&operator, OPERATOR_TOKEN, OPERATOR_USER)
@@ -77,18 +125,7 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         "{}",
         String::from_utf8_lossy(&bound.stderr)
     );
-    // The authorizer sees the binding through its own informer: wait until it answers yes.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !kubectl(
-        &operator,
-        &["auth", "can-i", "create", "pods", "--subresource=eviction"],
-    )
-    .status
-    .success()
-    {
-        assert!(Instant::now() < deadline, "the binding never took effect");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_allowed(&operator, &["create", "pods", "--subresource=eviction"]).await;
 
     let plan = plugin(&["nodes", "--kubeconfig", &operator, "-o", "json"]);
     assert!(
@@ -107,6 +144,9 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
             &operator,
             "--policy",
             policy.to_str().unwrap(),
+            // Only its own group: the other test leaves an outdated node behind.
+            "--instance-group",
+            "least",
             "--kubelet-version",
             "v1.20.2",
         ]
@@ -130,21 +170,7 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
 
     // The same role rolls a ReplicationController.
     let client = cluster.client().await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "least-ru"}})).unwrap();
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "least-ru");
-    let rc: ReplicationController = serde_json::from_value(json!({
-        "metadata": {"name": "ops"},
-        "spec": {"replicas": 1, "selector": {"app": "ops"},
-                 "template": {"metadata": {"labels": {"app": "ops"}},
-                              "spec": {"containers": [{"name": "main", "image": "registry.invalid/ops:1"}]}}}
-    }))
-    .unwrap();
-    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    let rcs = ops_controller(&client, "least-ru").await;
     let rolled = plugin(&[
         "rolling-update",
         "ops",
@@ -166,4 +192,161 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("registry.invalid/ops:2"));
+}
+
+/// The shipped ClusterRole without `verb` on `resource`, bound to `user` (who is impersonated
+/// through the admin's kubeconfig).
+async fn bind_role_without(admin: &str, user: &str, verb: &str, resource: &str) {
+    let shipped =
+        std::fs::read_to_string(workspace_root().join("deploy/clusterrole.yaml")).unwrap();
+    let mut role: serde_json::Value = serde_saphyr::from_str(&shipped).unwrap();
+    let name = format!("rollout-ext-{user}");
+    role["metadata"]["name"] = json!(name);
+    let rules = role["rules"].as_array_mut().unwrap();
+    let at = rules
+        .iter()
+        .position(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(resource))
+        })
+        .expect("the shipped role has a rule for the resource");
+    let verbs = rules[at]["verbs"].as_array_mut().unwrap();
+    let before = verbs.len();
+    verbs.retain(|v| v != verb);
+    assert_eq!(
+        verbs.len(),
+        before - 1,
+        "the shipped role grants {verb} on {resource}"
+    );
+    if verbs.is_empty() {
+        // A rule must grant something: without its only verb, the rule goes.
+        rules.remove(at);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("role.json");
+    std::fs::write(&file, role.to_string()).unwrap();
+    succeeded(&kubectl(admin, &["apply", "-f", file.to_str().unwrap()]));
+    succeeded(&kubectl(
+        admin,
+        &[
+            "create",
+            "clusterrolebinding",
+            &name,
+            &format!("--clusterrole={name}"),
+            &format!("--user={user}"),
+        ],
+    ));
+    wait_allowed(admin, &["--as", user, "list", "nodes"]).await;
+}
+
+/// With one verb taken out of the shipped role, a live run is refused before it changes anything,
+/// naming the verb and the resource (SelfSubjectAccessReviews up front).
+#[tokio::test]
+async fn one_missing_verb_is_named_before_anything_changes() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    outdated_node(cluster, "lacking-1", "lacking").await;
+    let rcs = ops_controller(&client, "lacking").await;
+    let ready = |rc: Option<&ReplicationController>| {
+        rc.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(1)
+    };
+    tokio::time::timeout(Duration::from_secs(120), await_condition(rcs, "ops", ready))
+        .await
+        .expect("the pod becomes Ready")
+        .unwrap();
+    wait_settled(cluster, &["lacking-1"]).await;
+
+    let admin = cluster.kubeconfig.to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let policy = policy.to_str().unwrap();
+    let rotate = |user: &str| -> Vec<String> {
+        [
+            "nodes",
+            "--yes",
+            "--kubeconfig",
+            &admin,
+            "--as",
+            user,
+            "--policy",
+            policy,
+            "--instance-group",
+            "lacking",
+            "--kubelet-version",
+            "v1.20.2",
+        ]
+        .iter()
+        .chain(FAST_ROTATION)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let roll = |user: &str| -> Vec<String> {
+        [
+            "rolling-update",
+            "ops",
+            "--image=registry.invalid/ops:2",
+            "-n",
+            "lacking",
+            "--kubeconfig",
+            &admin,
+            "--as",
+            user,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let cases = [
+        (
+            "no-node-delete",
+            "delete",
+            "nodes",
+            rotate("no-node-delete"),
+            "missing permission: delete on nodes (cluster-wide)",
+        ),
+        (
+            "no-eviction",
+            "create",
+            "pods/eviction",
+            rotate("no-eviction"),
+            "missing permission: create on pods/eviction (cluster-wide)",
+        ),
+        (
+            "no-lease-create",
+            "create",
+            "leases",
+            rotate("no-lease-create"),
+            "missing permission: create on leases.coordination.k8s.io (in namespace kube-system)",
+        ),
+        (
+            "no-rc-delete",
+            "delete",
+            "replicationcontrollers",
+            roll("no-rc-delete"),
+            "missing permission: delete on replicationcontrollers (in namespace lacking)",
+        ),
+    ];
+    for (user, verb, resource, _, _) in &cases {
+        bind_role_without(&admin, user, verb, resource).await;
+    }
+    let before = Fingerprint::take(cluster).await;
+    for (user, _, _, args, message) in &cases {
+        let args = args.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(plugin_binary()).args(&args).output().unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{user}: {stderr}");
+        assert!(stderr.contains(message), "{user}: {stderr}");
+        assert!(stderr.contains("nothing was changed"), "{user}: {stderr}");
+        // Only the one verb is missing: the rest of the role is in effect.
+        assert!(!stderr.contains("missing permissions"), "{user}: {stderr}");
+        before.assert_unchanged(cluster, user).await;
+    }
 }

@@ -18,7 +18,7 @@ use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext::cluster::{Cluster, ConnectOptions};
-use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
+use rollout_ext_e2e::cluster::TestCluster;
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, wasm_module};
 use serde_json::json;
 
@@ -29,28 +29,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Nodes of `group` running an old kubelet, and new instances that come with the new one.
 async fn outdated_group(cluster: &TestCluster, group: &str, n: usize) -> Vec<String> {
-    cluster.cloud.set_group_spec(
-        group,
-        GroupSpec {
-            kubelet_version: Some("v1.20.2".into()),
-            ..Default::default()
-        },
-    );
-    let mut names = Vec::new();
-    for i in 1..=n {
-        let name = format!("{group}-{i}");
-        cluster
-            .nodes
-            .add(
-                NodeSpec::new(&name, group)
-                    .zone(["a", "b"][i % 2])
-                    .kubelet("v1.19.7"),
-            )
-            .await
-            .unwrap();
-        names.push(name);
-    }
-    names
+    cluster.outdated_group(group, n).await.unwrap()
 }
 
 fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -> Vec<String> {
@@ -253,6 +232,79 @@ async fn a_group_is_replaced_once_within_the_budget() {
     );
     assert_eq!(events.last().unwrap()["event"], "done");
     // The lock was given back.
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    assert!(leases.get_opt("rollout-ext").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_termination_a_stopped_run_began_is_finished_by_the_next_run() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = outdated_group(cluster, "halfway", 2).await;
+    let client = cluster.client().await;
+    let live = Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Given a run that stopped between deleting halfway-1's Node and terminating its instance:
+    // the record of the termination on the lock it let go of, the Node gone, the instance up.
+    let stopped = live.lock("someone@here/pid-1", false).await.unwrap();
+    let record =
+        json!({"node": "halfway-1", "providerID": "sim:///halfway/halfway-1", "group": "halfway"});
+    stopped
+        .set_state(
+            "rollout-ext.io/terminating.halfway",
+            Some(&record.to_string()),
+        )
+        .await
+        .unwrap();
+    stopped
+        .set_state("rollout-ext.io/expected.halfway", Some("2"))
+        .await
+        .unwrap();
+    stopped.abandon().await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .delete("halfway-1", &Default::default())
+        .await
+        .unwrap();
+    assert!(terminated(cluster, "halfway").is_empty());
+
+    // When the same command runs, then it terminates that instance first, once, and finishes.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, "halfway");
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = String::from_utf8_lossy(&out.stdout);
+    let first_termination = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "terminated" || e["event"] == "warning")
+        .unwrap();
+    assert_eq!(
+        first_termination["message"],
+        "finishing the termination of halfway-1, which a stopped run began",
+        "{events}"
+    );
+    assert_eq!(terminated(cluster, "halfway"), originals);
+    assert!(
+        cluster
+            .cloud
+            .calls()
+            .iter()
+            .filter(|c| c.target.starts_with("halfway-"))
+            .all(|c| c.effective),
+        "no call for an instance already gone"
+    );
     let leases: Api<Lease> = Api::namespaced(client, "kube-system");
     assert!(leases.get_opt("rollout-ext").await.unwrap().is_none());
 }

@@ -77,6 +77,11 @@ pub struct KubeFlags {
     /// Timeout of a single API request (e.g. 30s; 0 = none).
     #[arg(long, global = true, value_name = "DURATION")]
     pub request_timeout: Option<String>,
+    /// How long a request failing transiently (connection refused or reset, timeout, 5xx, 429)
+    /// is retried, with backoff and a message per retry, before the command stops (default 2m;
+    /// 0 = never retry).
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub retry_timeout: Option<String>,
 }
 
 impl KubeFlags {
@@ -87,6 +92,12 @@ impl KubeFlags {
             .map(crate::policy::parse_duration)
             .transpose()
             .map_err(|e| Failure::usage(format!("--request-timeout: {e}")))?;
+        let retry_for = self
+            .retry_timeout
+            .as_deref()
+            .map(crate::policy::parse_duration)
+            .transpose()
+            .map_err(|e| Failure::usage(format!("--retry-timeout: {e}")))?;
         Ok(crate::cluster::ConnectOptions {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
@@ -95,6 +106,7 @@ impl KubeFlags {
             as_user: self.as_user.clone(),
             as_groups: self.as_group.clone(),
             request_timeout,
+            retry_for,
         })
     }
 }
@@ -181,6 +193,16 @@ impl From<crate::cluster::ClusterError> for Failure {
         match e {
             crate::cluster::ClusterError::Kubeconfig(_) => Failure::usage(e.to_string()),
             _ => Failure::failed(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::cluster::access::AccessError> for Failure {
+    fn from(e: crate::cluster::access::AccessError) -> Self {
+        use crate::cluster::access::AccessError;
+        match e {
+            AccessError::Missing(_) => Failure::failed(e.to_string()),
+            AccessError::Review(c) => Failure::from(c),
         }
     }
 }

@@ -59,11 +59,11 @@ pub struct NodesArgs {
     pub group_label: Option<String>,
 
     /// Cluster-wide maxSurge, over the policy's (a number or a percentage like 25%).
-    #[arg(long, value_name = "N|P%")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N|P%")]
     pub max_surge: Option<IntOrPercent>,
 
     /// Cluster-wide maxUnavailable, over the policy's (a number or a percentage like 25%).
-    #[arg(long, value_name = "N|P%")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N|P%")]
     pub max_unavailable: Option<IntOrPercent>,
 
     /// Instances whose kubelet runs another version are out of date.
@@ -303,5 +303,6 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             disable_eviction: args.disable_eviction,
         },
         progress: Default::default(),
+        only: None,
     }
 }

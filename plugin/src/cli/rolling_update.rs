@@ -72,11 +72,11 @@ pub struct RollingUpdateArgs {
     pub image_pull_policy: Option<PullPolicy>,
 
     /// Pods above the desired count during the update (count or percent, rounded up).
-    #[arg(long, default_value = "1", value_parser = str::parse::<IntOrPercent>)]
+    #[arg(long, allow_negative_numbers = true, default_value = "1", value_parser = str::parse::<IntOrPercent>)]
     pub max_surge: IntOrPercent,
 
     /// Pods below the desired count during the update (count or percent, rounded down).
-    #[arg(long, default_value = "0", value_parser = str::parse::<IntOrPercent>)]
+    #[arg(long, allow_negative_numbers = true, default_value = "0", value_parser = str::parse::<IntOrPercent>)]
     pub max_unavailable: IntOrPercent,
 
     /// `client`: print the plan. `server`: also send the next controller's creation to the API
@@ -100,6 +100,16 @@ pub struct RollingUpdateArgs {
     /// Output format of the plan.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+}
+
+impl RollingUpdateArgs {
+    /// NEXT without its kind prefix: `rs/web-v2` names the ReplicaSet `web-v2` (the prefix is
+    /// checked against NAME's kind when the command starts).
+    fn next_name(&self) -> Option<String> {
+        self.next
+            .as_deref()
+            .map(|n| n.split_once('/').map_or(n, |(_, name)| name).to_string())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -161,7 +171,18 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
     let (kind, old_name) = Kind::parse_ref(&args.name).map_err(Failure::usage)?;
-    if args.next.as_deref() == Some(old_name.as_str()) {
+    if let Some(next) = args.next.as_deref().filter(|n| n.contains('/')) {
+        let (next_kind, _) = Kind::parse_ref(next).map_err(Failure::usage)?;
+        if next_kind != kind {
+            return Err(Failure::usage(format!(
+                "NEXT {next} names a {}, but NAME {} names a {}: both controllers are of one kind",
+                next_kind.as_str(),
+                args.name,
+                kind.as_str()
+            )));
+        }
+    }
+    if args.next_name().as_deref() == Some(old_name.as_str()) {
         return Err(Failure::usage(format!(
             "the next controller cannot have the same name as the old one ({old_name})"
         )));
@@ -207,6 +228,12 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             .namespace
             .clone()
             .unwrap_or_else(|| cluster.default_namespace.clone());
+        if dry_run == DryRun::None {
+            // Nothing changes before every permission the update needs is known to be granted.
+            cluster
+                .check_access(&crate::cluster::access::for_rolling_update(kind, &namespace))
+                .await?;
+        }
         let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
             cluster: cluster.clone(),
             handle: tokio::runtime::Handle::current(),
@@ -244,7 +271,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             kind,
             namespace,
             old_name,
-            next_name: args.next.clone(),
+            next_name: args.next_name(),
             action: match source {
                 Some(s) => Action::Roll(s),
                 None => Action::Rollback,
@@ -328,7 +355,7 @@ impl SnapshotView {
     ) -> Result<SnapshotView, Failure> {
         let mut controllers = Vec::new();
         let old = cluster.get_controller(kind, namespace, old_name).await?;
-        let next_name = args.next.clone().or_else(|| {
+        let next_name = args.next_name().or_else(|| {
             old.as_ref()
                 .and_then(|o| o.annotation(crate::keys::LEGACY_NEXT_CONTROLLER))
                 .map(String::from)
@@ -385,7 +412,7 @@ fn plan_from(
             }
         ))
     })?;
-    let next_name = args.next.clone().or_else(|| {
+    let next_name = args.next_name().or_else(|| {
         old.annotation(crate::keys::LEGACY_NEXT_CONTROLLER)
             .map(String::from)
     });

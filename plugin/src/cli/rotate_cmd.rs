@@ -1,20 +1,23 @@
-//! `nodes --yes`: take the lock, load the hooks against the live cluster, rotate, give the lock
-//! back. Ctrl-C stops between API calls; the same command resumes.
+//! `nodes --yes`: check the permissions the run needs, load the hooks against the live cluster,
+//! take the lock, rotate, give the lock back. Ctrl-C stops between API calls; the same command
+//! resumes.
 
 use std::sync::Arc;
 
 use super::nodes::{NodesArgs, ProviderArg};
 use super::{Failure, KubeFlags, OutputFormat, tokio_runtime};
+use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::LockError;
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
 use crate::plan::PlanOptions;
+use crate::plan::hook::Hook;
 use crate::policy::Policy;
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::provider::Provider;
-use crate::rotate::{RotateSettings, Rotation};
+use crate::rotate::{RotateSettings, Rotation, Steps};
 
 /// Kops waits this long between two successful validations.
 const VALIDATE_SUCCESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -83,7 +86,28 @@ pub fn run(
     let runtime = tokio_runtime()?;
     runtime.block_on(async {
         let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        // Nothing changes before every permission the run needs is known to be granted, and
+        // every hook has loaded.
+        cluster
+            .check_access(&access::for_rotation(
+                args.cloud_only,
+                args.disable_eviction,
+            ))
+            .await?;
         let policy_version = cluster.policy_version().await?;
+        let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+            cluster: cluster.clone(),
+            handle: tokio::runtime::Handle::current(),
+        });
+        let hooks = tokio::task::block_in_place(|| {
+            if policy.hooks.is_empty() {
+                return Ok(Vec::new());
+            }
+            let runtime = HookRuntime::new(HookRuntime::default_cache_dir()).map_err(|e| {
+                Failure::failed(format!("cannot start the WebAssembly runtime: {e}"))
+            })?;
+            crate::hooks::load_all(&runtime, policy, objects).map_err(Failure::from)
+        })?;
         let identity = identity();
         plan.run_id = identity.clone();
         let lock = match cluster.lock(&identity, args.force_unlock).await {
@@ -102,6 +126,7 @@ pub fn run(
         let result = rotate(
             &cluster,
             policy,
+            hooks,
             args,
             plan,
             &provider,
@@ -126,6 +151,7 @@ pub fn run(
 async fn rotate(
     cluster: &Cluster,
     policy: &Policy,
+    mut hooks: Vec<Box<dyn Hook>>,
     args: &NodesArgs,
     plan: PlanOptions,
     provider: &Provider,
@@ -133,18 +159,6 @@ async fn rotate(
     lock: &crate::cluster::lock::LockGuard,
     policy_version: &'static str,
 ) -> Result<(), Failure> {
-    let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
-        cluster: cluster.clone(),
-        handle: tokio::runtime::Handle::current(),
-    });
-    let mut hooks = tokio::task::block_in_place(|| {
-        if policy.hooks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
-            .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
-        crate::hooks::load_all(&runtime, policy, objects).map_err(Failure::from)
-    })?;
     let settings = RotateSettings {
         drain: DrainSettings {
             options: plan.drain.clone(),
@@ -166,6 +180,7 @@ async fn rotate(
         fail_on_drain_error: args.fail_on_drain_error,
         fail_on_validate_error: args.fail_on_validate_error,
     };
+    let steps = Steps::default();
     let mut rotation = Rotation {
         cluster,
         policy,
@@ -174,16 +189,32 @@ async fn rotate(
         provider,
         reporter,
         lock,
+        steps: &steps,
     };
-    tokio::select! {
-        result = rotation.run() => match result {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_abort() => Err(Failure { code: 3, message: format!("{e}; {RESUME}") }),
-            Err(crate::rotate::RotateError::Plan(e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }))) => {
-                Err(Failure::usage(e.to_string()))
+    let run = rotation.run();
+    tokio::pin!(run);
+    let result = tokio::select! {
+        result = &mut run => result,
+        _ = tokio::signal::ctrl_c() => {
+            // A termination in progress is finished first, so that the next run does not
+            // repeat it; anything else stops where it is.
+            tokio::select! {
+                result = &mut run => result,
+                _guard = steps.settled() => {
+                    return Err(Failure::failed(format!("interrupted; {RESUME}")));
+                }
             }
-            Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
-        },
-        _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+        }
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_abort() => Err(Failure {
+            code: 3,
+            message: format!("{e}; {RESUME}"),
+        }),
+        Err(crate::rotate::RotateError::Plan(
+            e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }),
+        )) => Err(Failure::usage(e.to_string())),
+        Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
     }
 }

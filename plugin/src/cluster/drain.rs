@@ -19,6 +19,9 @@ use crate::plan::drain::{DrainOptions, PodFate, classify};
 use crate::progress::{Event, Reporter};
 use crate::snapshot::{Pdb, Pod, Snapshot};
 
+/// How many times a compare-and-swap of a node is tried when others keep changing it.
+const CONFLICT_ATTEMPTS: u32 = 5;
+
 /// How often a refused eviction is tried again (kubectl's interval).
 pub const EVICTION_RETRY: Duration = Duration::from_secs(5);
 
@@ -116,31 +119,43 @@ impl Cluster {
         reporter: &dyn Reporter,
     ) -> Result<(), ClusterError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let current = api
-            .get(node)
-            .await
-            .map_err(|e| server_error(self, "get", "nodes", None, e))?;
-        let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
-        if taints
-            .iter()
-            .any(|t| t.key == key && t.effect == "PreferNoSchedule")
-        {
-            return Ok(());
+        let mut attempt = 1;
+        loop {
+            let current = api
+                .get(node)
+                .await
+                .map_err(|e| server_error(self, "get", "nodes", None, e))?;
+            let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
+            if taints
+                .iter()
+                .any(|t| t.key == key && t.effect == "PreferNoSchedule")
+            {
+                return Ok(());
+            }
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: key.into(),
+                effect: "PreferNoSchedule".into(),
+                ..Default::default()
+            });
+            // The resourceVersion makes this a compare-and-swap: a concurrent taint change fails
+            // it instead of being overwritten. Kubelets write their node's status every few
+            // seconds, which also changes the resourceVersion: a conflict is read again and
+            // retried.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "spec": {"taints": taints},
+            });
+            match api
+                .patch(node, &patch_params(dry_run), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(server_error(self, "patch", "nodes", None, e)),
+            }
         }
-        taints.push(k8s_openapi::api::core::v1::Taint {
-            key: key.into(),
-            effect: "PreferNoSchedule".into(),
-            ..Default::default()
-        });
-        // The resourceVersion makes this a compare-and-swap: a concurrent taint change fails it
-        // instead of being overwritten.
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": current.metadata.resource_version},
-            "spec": {"taints": taints},
-        });
-        api.patch(node, &patch_params(dry_run), &Patch::Merge(patch))
-            .await
-            .map_err(|e| server_error(self, "patch", "nodes", None, e))?;
         reporter.report(Event::Tainted {
             node: node.into(),
             key: key.into(),

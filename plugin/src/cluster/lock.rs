@@ -106,7 +106,10 @@ impl Cluster {
                     .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
                     .unwrap_or(i64::MAX);
                 let stale = age > LOCK_DURATION.as_secs() as i64;
-                if !force_unlock && !free {
+                // Our own creation, answered by a server that went away before replying and
+                // then sent again by the retry layer: the lock is ours already.
+                let ours = holder == identity;
+                if !force_unlock && !free && !ours {
                     return Err(LockError::Held {
                         holder,
                         renewed_ago: if renewed.is_some() {

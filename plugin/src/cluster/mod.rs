@@ -2,11 +2,13 @@
 //! discovering which policy API version this server serves. Everything that talks to the
 //! cluster lives under this module; nothing here decides what to do.
 
+pub mod access;
 pub mod controllers;
 pub mod drain;
 pub mod eviction;
 pub mod lock;
 mod objects;
+pub mod retry;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -29,6 +31,9 @@ pub struct ConnectOptions {
     pub as_user: Option<String>,
     pub as_groups: Vec<String>,
     pub request_timeout: Option<Duration>,
+    /// How long a request failing transiently is retried ([`retry::DEFAULT_RETRY_FOR`] when
+    /// unset; zero: never).
+    pub retry_for: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +103,8 @@ impl Request<'_> {
     }
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+/// An error and its sources, each said once.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {
@@ -162,13 +168,19 @@ impl Cluster {
             config.write_timeout = Some(timeout);
             config.connect_timeout = Some(timeout);
         }
-        // Never retry silently: a 429 from an eviction is a PodDisruptionBudget speaking, and the
-        // drain reports each retry itself.
+        // Never retry silently: kube's retry is off, and the retry layer reports every retry (and
+        // leaves a 429 from an eviction, a PodDisruptionBudget speaking, to the drain).
         config.default_retry = false;
         let server = config.cluster_url.to_string();
         let default_namespace = config.default_namespace.clone();
-        let client =
-            Client::try_from(config).map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?;
+        let retry = retry::RetryLayer::new(
+            options.retry_for.unwrap_or(retry::DEFAULT_RETRY_FOR),
+            retry::to_stderr(),
+        );
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?
+            .with_layer(&retry)
+            .build();
         Ok(Cluster {
             client,
             server,

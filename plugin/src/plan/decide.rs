@@ -230,6 +230,13 @@ pub fn batch_size(
         size: progress.max_batch,
         by: DecidedBy::BuiltIn,
     };
+    // A batch is a prefix of at most `max_batch` pending instances, so a hook is shown only
+    // those: a call costs the batch, not the group, and a plan stays linear in the group's size.
+    let shown = (progress.max_batch as usize).min(progress.pending.len());
+    let progress = &Progress {
+        pending: &progress.pending[..shown],
+        ..progress.clone()
+    };
     for hook in hooks.iter_mut() {
         if !serves(hook.as_ref(), HookPoint::Batch) {
             continue;

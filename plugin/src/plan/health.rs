@@ -15,21 +15,33 @@ const LISTED_FAILURES: usize = 10;
 /// Lookups built once per snapshot.
 pub struct Index<'a> {
     pub pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
-    pdbs_by_namespace: HashMap<&'a str, Vec<&'a Pdb>>,
+    /// Budgets with `matchLabels`, each under one of its pairs: a pod can only be selected by
+    /// those found under its own labels, so matching costs the pod's labels, not the namespace's
+    /// budgets (thousands in a large cluster).
+    pdbs_by_label: HashMap<(&'a str, &'a str, &'a str), Vec<&'a Pdb>>,
+    /// Budgets selecting by expressions only (or everything): checked against every pod of
+    /// their namespace.
+    pdbs_unindexed: HashMap<&'a str, Vec<&'a Pdb>>,
 }
 
 impl<'a> Index<'a> {
     pub fn new(snapshot: &'a Snapshot) -> Self {
-        let mut pdbs_by_namespace: HashMap<&str, Vec<&Pdb>> = HashMap::new();
+        let mut pdbs_by_label: HashMap<(&str, &str, &str), Vec<&Pdb>> = HashMap::new();
+        let mut pdbs_unindexed: HashMap<&str, Vec<&Pdb>> = HashMap::new();
         for pdb in &snapshot.pdbs {
-            pdbs_by_namespace
-                .entry(pdb.namespace.as_str())
-                .or_default()
-                .push(pdb);
+            let namespace = pdb.namespace.as_str();
+            match pdb.selector.match_labels.iter().next() {
+                Some((key, value)) => pdbs_by_label
+                    .entry((namespace, key.as_str(), value.as_str()))
+                    .or_default()
+                    .push(pdb),
+                None => pdbs_unindexed.entry(namespace).or_default().push(pdb),
+            }
         }
         Index {
             pods_by_node: snapshot.pods_by_node(),
-            pdbs_by_namespace,
+            pdbs_by_label,
+            pdbs_unindexed,
         }
     }
 
@@ -37,13 +49,19 @@ impl<'a> Index<'a> {
         self.pods_by_node.get(node).map_or(&[], Vec::as_slice)
     }
 
-    /// The budgets that select `pod`.
+    /// The budgets that select `pod`. Each is found once: a budget is indexed under one pair
+    /// and a pod has one value per key.
     pub fn budgets_of<'p>(&'p self, pod: &'p Pod) -> impl Iterator<Item = &'a Pdb> + 'p {
+        let namespace = pod.namespace.as_str();
         let labels = &pod.labels;
-        self.pdbs_by_namespace
-            .get(pod.namespace.as_str())
-            .into_iter()
-            .flatten()
+        let by_label = labels.iter().flat_map(move |(key, value)| {
+            self.pdbs_by_label
+                .get(&(namespace, key.as_str(), value.as_str()))
+                .into_iter()
+                .flatten()
+        });
+        by_label
+            .chain(self.pdbs_unindexed.get(namespace).into_iter().flatten())
             .copied()
             .filter(move |pdb| pdb.selector.matches(labels))
     }
@@ -176,4 +194,32 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
         )
     }));
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Budgets by labels, by expressions, selecting everything, or in another namespace.
+    const SNAPSHOT: &str = r#"{"kind": "List", "apiVersion": "v1", "items": [
+      {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "web-1", "namespace": "a", "labels": {"app": "web", "tier": "front"}}, "spec": {"nodeName": "n1"}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "by-app", "namespace": "a"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "by-both", "namespace": "a"}, "spec": {"selector": {"matchLabels": {"app": "web", "tier": "front"}}}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "other-tier", "namespace": "a"}, "spec": {"selector": {"matchLabels": {"app": "web", "tier": "back"}}}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "by-expression", "namespace": "a"}, "spec": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]}}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "everything", "namespace": "a"}, "spec": {"selector": {}}},
+      {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "elsewhere", "namespace": "b"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}}
+    ]}"#;
+
+    #[test]
+    fn a_pod_is_covered_by_each_matching_budget_of_its_namespace_once() {
+        let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
+        let index = Index::new(&snapshot);
+        let mut names: Vec<&str> = index
+            .budgets_of(&snapshot.pods[0])
+            .map(|p| p.name.as_str())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["by-app", "by-both", "by-expression", "everything"]);
+    }
 }

@@ -12,7 +12,7 @@ pub mod groups;
 pub mod health;
 pub mod hook;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use serde::Serialize;
 
@@ -83,6 +83,10 @@ pub struct PlanOptions {
     /// Where a live rotation stands in the groups it re-plans: batches already run and
     /// instances already updated (hooks size the next batch from these).
     pub progress: RunProgress,
+    /// A live rotation's instances, fixed when their group started (kops lists them once): a
+    /// re-plan orders and sizes what is left of them and never selects another node, such as a
+    /// replacement that came up while the group was rotating.
+    pub only: Option<BTreeSet<String>>,
 }
 
 /// A live rotation's progress within the current group.
@@ -364,7 +368,14 @@ impl Planner<'_> {
         let mut outdated = Vec::new();
         let mut current = Vec::new();
         let mut detached = Vec::new();
+        let mut kept = Vec::new();
         for node in &group.nodes {
+            if let Some(only) = &self.options.only
+                && !only.contains(&node.name)
+            {
+                kept.push(*node);
+                continue;
+            }
             match groups::outdated_reason(node, &self.options.staleness) {
                 Some(r) if node.annotations.contains_key(keys::DETACHED) => {
                     detached.push((*node, Some(r)))
@@ -373,7 +384,7 @@ impl Planner<'_> {
                 None => current.push(*node),
             }
         }
-        let up_to_date = current.len() as u32;
+        let up_to_date = (current.len() + kept.len()) as u32;
         let force = self.options.force;
         let candidates: Vec<Candidate> = outdated
             .into_iter()
@@ -382,6 +393,7 @@ impl Planner<'_> {
                     .into_iter()
                     .map(|n| (n, force.then(|| "forced (--force)".to_string()))),
             )
+            .chain(kept.into_iter().map(|n| (n, None)))
             .chain(detached)
             .map(|(n, r)| self.candidate(n, group, r))
             .collect();
@@ -560,18 +572,24 @@ impl Planner<'_> {
         let mut paused: i64 = 0;
         let mut pending_pause: Option<PauseStep> = None;
         while done < order.len() {
-            let pending: Vec<Candidate> = order[done..].iter().map(|c| (*c).clone()).collect();
+            let remaining = order.len() - done;
             let limit = if canary_wave && done == 0 {
                 1
             } else {
                 budget.concurrency
             };
+            let max_batch = limit.min(remaining as u32);
+            // Hooks see only the instances the next batch can take (see `decide::batch_size`).
+            let pending: Vec<Candidate> = order[done..done + max_batch as usize]
+                .iter()
+                .map(|c| (*c).clone())
+                .collect();
             let progress = Progress {
                 group: info,
                 batches_done: waves,
                 updated: self.options.progress.updated + done as u32,
                 pending: &pending,
-                max_batch: limit.min(pending.len() as u32),
+                max_batch,
             };
             let ctx = self.ctx();
             let (size, by) = match decide::batch_size(
@@ -593,7 +611,7 @@ impl Planner<'_> {
                         self.warnings.push(format!(
                             "group {}: {by} kept pausing for more than 7 days; the plan stops here and {} instance(s) stay pending",
                             plan.group.name,
-                            pending.len()
+                            remaining
                         ));
                         return Ok(());
                     }

@@ -376,3 +376,16 @@ fn policy_groups_that_match_nothing_are_warned_about() {
         p.warnings
     );
 }
+
+#[test]
+fn a_started_group_selects_only_the_instances_it_chose() {
+    // n1..n4 are out of date; the group started with n1 and n2 (n3 and n4 turned out of date
+    // since, e.g. a replacement still registering), and is forced: only n1 and n2 are planned.
+    let mut opts = options(None, Some(2));
+    opts.force = true;
+    opts.only = Some(["n1", "n2"].iter().map(|s| s.to_string()).collect());
+    let p = plan(&group_of_six(4), &opts);
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n1 n2"]);
+    assert_eq!((g.group.selected, g.group.up_to_date), (2, 4));
+}

@@ -199,6 +199,25 @@ impl Updater<'_> {
         let Some(old) = self.get(kind, ns, &request.old_name).await? else {
             return self.finish_without_old(request).await.map(|()| None);
         };
+        // A rename stopped after the controller was created under its final name: its pods
+        // still carry the record, and removing it is all that is left. (A record next to the
+        // old controller itself, whose selector differs, means the rename has not begun.)
+        let record = self.find_rename_record(kind, ns, &request.old_name).await?;
+        let renamed = |record: &RenameRecord| {
+            let created = Controller {
+                kind,
+                object: record.object.clone(),
+            };
+            created.selector() == old.selector()
+        };
+        if let Some((pod, record)) = record.filter(|(_, r)| renamed(r)) {
+            self.say(&format!(
+                "Finishing an interrupted rename to {}/{} (recorded on pod {pod})",
+                kind.short(),
+                request.old_name
+            ));
+            return self.create_renamed(kind, ns, &record).await.map(|()| None);
+        }
         let next_name = request.next_name.clone().or_else(|| {
             old.annotation(keys::LEGACY_NEXT_CONTROLLER)
                 .map(String::from)

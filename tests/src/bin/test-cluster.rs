@@ -10,7 +10,7 @@ use std::io::Read;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::api::{Api, PostParams};
-use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
+use rollout_ext_e2e::cluster::TestCluster;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,19 +44,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn add_outdated_group(cluster: &TestCluster, group: &str, n: usize) -> anyhow::Result<()> {
-    cluster.cloud.set_group_spec(
-        group,
-        GroupSpec {
-            kubelet_version: Some("v1.20.2".into()),
-            ..Default::default()
-        },
-    );
-    for i in 1..=n {
-        cluster
-            .nodes
-            .add(NodeSpec::new(&format!("{group}-{i}"), group).kubelet("v1.19.7"))
-            .await?;
-    }
+    cluster.outdated_group(group, n).await?;
     let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("{group}-web")},
         "spec": {"replicas": 2 * n, "selector": {"matchLabels": {"app": "web"}},

@@ -25,6 +25,10 @@ pub struct CloudCall {
     /// When it was received.
     #[serde(skip, default = "SystemTime::now")]
     pub at: SystemTime,
+    /// Whether its instance existed: a repeated termination of an instance already gone
+    /// succeeds (as a cloud's terminate does) but changes nothing.
+    #[serde(default)]
+    pub effective: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -52,6 +56,8 @@ pub struct GroupSpec {
 struct State {
     calls: Vec<CloudCall>,
     detached: HashSet<String>,
+    /// Instances terminated so far.
+    terminated: HashSet<String>,
     specs: BTreeMap<String, GroupSpec>,
     boot_delay: Duration,
     launched: u32,
@@ -63,6 +69,8 @@ pub struct SimCloud {
     pub socket: PathBuf,
     nodes: NodeSim,
     state: Arc<Mutex<State>>,
+    /// Every call as it arrives, for observers that watch rather than poll.
+    feed: tokio::sync::broadcast::Sender<CloudCall>,
 }
 
 impl SimCloud {
@@ -76,6 +84,7 @@ impl SimCloud {
                 boot_delay: Duration::from_millis(500),
                 ..Default::default()
             })),
+            feed: tokio::sync::broadcast::channel(1024).0,
         };
         let server = cloud.clone();
         tokio::spawn(async move {
@@ -117,17 +126,26 @@ impl SimCloud {
         self.state.lock().unwrap().specs.insert(group.into(), spec);
     }
 
+    /// Every call from now on, as it arrives (before the cloud acts on it).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<CloudCall> {
+        self.feed.subscribe()
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<CloudCall> {
         self.state.lock().unwrap().calls.clone()
     }
 
     async fn handle(&self, req: Request) -> Result<serde_json::Value, String> {
-        self.state.lock().unwrap().calls.push(CloudCall {
+        let call = CloudCall {
             verb: req.verb.clone(),
             target: req.target.clone(),
             at: SystemTime::now(),
-        });
+            effective: self.nodes.spec_of(&req.target).is_some(),
+        };
+        self.state.lock().unwrap().calls.push(call.clone());
+        // Nobody listening is fine.
+        let _ = self.feed.send(call);
         match req.verb.as_str() {
             "terminate" => self.terminate(&req.target).await,
             "detach" => self.detach(&req.target),
@@ -163,10 +181,19 @@ impl SimCloud {
     }
 
     async fn terminate(&self, node: &str) -> Result<serde_json::Value, String> {
-        let spec = self
-            .nodes
-            .spec_of(node)
-            .ok_or_else(|| format!("no instance {node:?}"))?;
+        let Some(spec) = self.nodes.spec_of(node) else {
+            // Terminating is idempotent, as in a real cloud: a caller that crashed before it
+            // knew the outcome may ask again.
+            if self.state.lock().unwrap().terminated.contains(node) {
+                return Ok(serde_json::json!({"terminated": node, "alreadyGone": true}));
+            }
+            return Err(format!("no instance {node:?}"));
+        };
+        self.state
+            .lock()
+            .unwrap()
+            .terminated
+            .insert(node.to_string());
         self.nodes.remove(node).await.map_err(|e| e.to_string())?;
         let was_detached = self.state.lock().unwrap().detached.remove(node);
         let replacement = (!was_detached).then(|| self.launch(&spec.group, spec.zone.clone()));

@@ -234,6 +234,13 @@ impl TestCluster {
             .expect("a client from the test kubeconfig")
     }
 
+    /// Waits until the API server answers `/readyz` again (after a restart or a pause).
+    pub async fn ready(&self) -> anyhow::Result<()> {
+        wait_ready(&self.kubeconfig, &self.processes, self.dir.path())
+            .await
+            .map(|_| ())
+    }
+
     /// The cluster's working directory (logs, kubeconfig, cloud socket).
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -245,6 +252,40 @@ impl TestCluster {
             .as_ref()
             .expect("runtime alive")
             .block_on(future)
+    }
+
+    /// Adds `n` nodes `<group>-1…n` (zones a and b alternating) running an old kubelet
+    /// (v1.19.7); the simulated cloud boots their replacements with v1.20.2.
+    pub async fn outdated_group(&self, group: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        self.cloud.set_group_spec(
+            group,
+            GroupSpec {
+                kubelet_version: Some("v1.20.2".into()),
+                ..Default::default()
+            },
+        );
+        let mut names = Vec::new();
+        for i in 1..=n {
+            let name = format!("{group}-{i}");
+            self.nodes
+                .add(
+                    NodeSpec::new(&name, group)
+                        .zone(["a", "b"][i % 2])
+                        .kubelet("v1.19.7"),
+                )
+                .await?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    /// Runs `future` in the background on the cluster's own runtime.
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime.as_ref().expect("runtime alive").spawn(future)
     }
 
     /// Writes `policy.yaml` into `dir`: an exec provider driving this cluster's simulated cloud

@@ -9,10 +9,19 @@ use std::sync::{Arc, Mutex};
 
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 
+/// How a child was started, to start it again.
+#[derive(Clone)]
+struct Spec {
+    program: std::path::PathBuf,
+    args: Vec<String>,
+    log: std::path::PathBuf,
+}
+
 /// The processes of one test cluster.
 pub struct Processes {
     requests: Option<mpsc::Sender<SpawnRequest>>,
     children: Arc<Mutex<Vec<(String, Child)>>>,
+    specs: Mutex<Vec<(String, Spec)>>,
 }
 
 impl Processes {
@@ -30,6 +39,7 @@ impl Processes {
         Processes {
             requests: Some(tx),
             children: Arc::new(Mutex::new(Vec::new())),
+            specs: Mutex::new(Vec::new()),
         }
     }
 
@@ -41,7 +51,25 @@ impl Processes {
         args: &[String],
         log: &std::path::Path,
     ) -> anyhow::Result<u32> {
+        self.specs.lock().unwrap().push((
+            name.to_string(),
+            Spec {
+                program: program.to_path_buf(),
+                args: args.to_vec(),
+                log: log.to_path_buf(),
+            },
+        ));
         let out = std::fs::File::create(log)?;
+        self.start(name, program, args, out)
+    }
+
+    fn start(
+        &self,
+        name: &str,
+        program: &std::path::Path,
+        args: &[String],
+        out: std::fs::File,
+    ) -> anyhow::Result<u32> {
         let mut command = Command::new(program);
         command
             .args(args)
@@ -90,6 +118,49 @@ impl Processes {
             if let Some(status) = child.try_wait()? {
                 anyhow::bail!("{name} exited: {status}");
             }
+        }
+        Ok(())
+    }
+
+    /// Kills one child by name and starts it again with the same arguments (its log goes on in
+    /// the same file): a crash and a restart, as a supervisor would do it.
+    pub fn restart(&self, name: &str) -> anyhow::Result<u32> {
+        let spec = self
+            .specs
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .ok_or_else(|| anyhow::anyhow!("no process {name} was started"))?;
+        self.kill(name);
+        let out = std::fs::OpenOptions::new().append(true).open(&spec.log)?;
+        self.start(name, &spec.program, &spec.args, out)
+    }
+
+    /// Stops one child by name (SIGSTOP): it keeps its connections but answers nothing, as a
+    /// hung process does.
+    pub fn pause(&self, name: &str) -> anyhow::Result<()> {
+        self.signal(name, libc::SIGSTOP)
+    }
+
+    /// Lets a paused child go on (SIGCONT).
+    pub fn resume(&self, name: &str) -> anyhow::Result<()> {
+        self.signal(name, libc::SIGCONT)
+    }
+
+    fn signal(&self, name: &str, signal: i32) -> anyhow::Result<()> {
+        let pid = self
+            .pids()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, pid)| pid)
+            .ok_or_else(|| anyhow::anyhow!("no running process {name}"))?;
+        // SAFETY: kill has no memory-safety preconditions; the pid is a child not yet waited
+        // for, so it is not reused.
+        if unsafe { libc::kill(pid as i32, signal) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
         }
         Ok(())
     }

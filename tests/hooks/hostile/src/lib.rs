@@ -44,31 +44,54 @@ fn recurse(depth: u64) -> u64 {
     recurse(depth + 1).wrapping_add(buffer[3])
 }
 
-/// What the sandbox let the module see: files, environment, clock, network.
-fn probe(ctx: &Context) -> String {
-    let file = match std::fs::read_to_string("/etc/hostname") {
+/// Whether the module may read a file of the host.
+fn probe_file() -> String {
+    match std::fs::read_to_string("/etc/hostname") {
         Ok(_) => "file:readable".to_string(),
         Err(_) => "file:denied".to_string(),
-    };
-    let env = if std::env::vars().next().is_none() {
-        "env:empty"
-    } else {
-        "env:visible"
-    };
+    }
+}
+
+/// Whether the module sees any environment variable.
+fn probe_env() -> String {
+    match std::env::vars().count() {
+        0 => "env:empty".to_string(),
+        n => format!("env:visible({n})"),
+    }
+}
+
+/// Whether the wall clock reads anything but the decision's `now`.
+fn probe_clock(ctx: &Context) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(-1);
-    let clock = if now == ctx.now {
-        "clock:frozen"
-    } else {
-        "clock:live"
-    };
-    let socket = match std::net::TcpStream::connect("127.0.0.1:1") {
-        Ok(_) => "socket:open",
-        Err(_) => "socket:denied",
-    };
-    format!("{file} {env} {clock} {socket}")
+    let started = std::time::Instant::now();
+    std::hint::black_box((0..1_000_000u64).sum::<u64>());
+    let monotonic = started.elapsed().is_zero();
+    match (now == ctx.now, monotonic) {
+        (true, true) => "clock:frozen".to_string(),
+        _ => "clock:live".to_string(),
+    }
+}
+
+/// Whether the module may open a TCP connection.
+fn probe_socket() -> String {
+    match std::net::TcpStream::connect("127.0.0.1:1") {
+        Ok(_) => "socket:open".to_string(),
+        Err(_) => "socket:denied".to_string(),
+    }
+}
+
+/// What the sandbox let the module see: files, environment, clock, network.
+fn probe(ctx: &Context) -> String {
+    format!(
+        "{} {} {} {}",
+        probe_file(),
+        probe_env(),
+        probe_clock(ctx),
+        probe_socket()
+    )
 }
 
 /// What `list-objects` answers for an allowed kind and for one the policy does not allow.
@@ -126,6 +149,12 @@ impl Policy for Hostile {
             "duplicate" => choose(vec![first.clone(), first], "twice".into()),
             "probe" => choose(vec![first], probe(ctx)),
             "list-objects" => choose(vec![first], list_objects()),
+            // One escape attempt each, answered as an error carrying what the module saw, so
+            // that a run stops there whatever the sandbox allowed.
+            "file" => Err(probe_file()),
+            "env" => Err(probe_env()),
+            "clock" => Err(probe_clock(ctx)),
+            "socket" => Err(probe_socket()),
             "print" => {
                 println!("hello from the hook's stdout");
                 eprintln!("and from its stderr");
@@ -146,6 +175,7 @@ impl Policy for Hostile {
                 reason: "forever".into(),
             })),
             "one" => Ok(BatchSize::Size(1)),
+            // The contract's sizes are u32: a negative size cannot be expressed at all.
             _ => Ok(BatchSize::Defer),
         }
     }

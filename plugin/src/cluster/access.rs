@@ -1,0 +1,238 @@
+//! Least privilege, checked up front: before a run changes anything, the API server is asked
+//! (with SelfSubjectAccessReviews) for every permission the run will use, and every one it
+//! refuses is named at once. Without this check a missing permission would surface only at the
+//! call that needs it, possibly half-way through a rotation.
+
+use std::fmt;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+
+use super::lock::LOCK_NAMESPACE;
+use super::{Cluster, ClusterError, Request};
+use crate::workload::controller::Kind;
+
+/// One permission: a verb on a resource, written as Kubernetes names it (`nodes`,
+/// `pods/eviction`, `leases.coordination.k8s.io`), cluster-wide or in one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+}
+
+impl Permission {
+    fn new(verb: &'static str, resource: &'static str, namespace: Option<&str>) -> Self {
+        Permission {
+            verb,
+            resource,
+            namespace: namespace.map(String::from),
+        }
+    }
+
+    /// The review's attributes: `leases.coordination.k8s.io` is resource `leases` of group
+    /// `coordination.k8s.io`; `pods/eviction` is subresource `eviction` of `pods`.
+    fn attributes(&self) -> ResourceAttributes {
+        let (resource, subresource) = match self.resource.split_once('/') {
+            Some((r, s)) => (r, Some(s.to_string())),
+            None => (self.resource, None),
+        };
+        let (resource, group) = resource.split_once('.').unwrap_or((resource, ""));
+        ResourceAttributes {
+            verb: Some(self.verb.into()),
+            group: Some(group.into()),
+            resource: Some(resource.into()),
+            subresource,
+            namespace: self.namespace.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} on {} (in namespace {ns})", self.verb, self.resource),
+            None => write!(f, "{} on {} (cluster-wide)", self.verb, self.resource),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error(
+        "missing permission{}: {}; nothing was changed (grant {} in the user's Role or ClusterRole: deploy/clusterrole.yaml lists every permission the tool uses)",
+        if .0.len() == 1 { "" } else { "s" },
+        list(.0),
+        if .0.len() == 1 { "it" } else { "them" }
+    )]
+    Missing(Vec<Permission>),
+    #[error("cannot check permissions up front: {0}")]
+    Review(#[source] ClusterError),
+}
+
+fn list(missing: &[Permission]) -> String {
+    let items: Vec<String> = missing.iter().map(Permission::to_string).collect();
+    items.join("; ")
+}
+
+/// What `nodes --yes` uses. Without `cloud_only` it drains: evictions, or with
+/// `disable_eviction` pod deletions.
+pub fn for_rotation(cloud_only: bool, disable_eviction: bool) -> Vec<Permission> {
+    let all = |verb, resource| Permission::new(verb, resource, None);
+    let lock = |verb| Permission::new(verb, "leases.coordination.k8s.io", Some(LOCK_NAMESPACE));
+    let mut needed = vec![
+        all("get", "nodes"),
+        all("list", "nodes"),
+        all("watch", "nodes"),
+        all("patch", "nodes"),
+        all("delete", "nodes"),
+        all("list", "pods"),
+        all("watch", "pods"),
+        all("list", "poddisruptionbudgets.policy"),
+        lock("get"),
+        lock("create"),
+        lock("update"),
+        lock("patch"),
+        lock("delete"),
+    ];
+    match (cloud_only, disable_eviction) {
+        (true, _) => {}
+        (false, false) => needed.push(all("create", "pods/eviction")),
+        (false, true) => needed.push(all("delete", "pods")),
+    }
+    needed
+}
+
+/// What a live `rolling-update` of a `kind` in `namespace` uses.
+pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
+    let here = |verb, resource| Permission::new(verb, resource, Some(namespace));
+    let controllers = kind.resource();
+    let mut needed: Vec<Permission> = ["get", "list", "watch", "create", "patch", "delete"]
+        .into_iter()
+        .map(|verb| here(verb, controllers))
+        .collect();
+    needed.extend(["list", "watch", "patch"].map(|verb| here(verb, "pods")));
+    needed
+}
+
+impl Cluster {
+    /// Asks the API server about every permission in `needed`; fails naming each one refused.
+    pub async fn check_access(&self, needed: &[Permission]) -> Result<(), AccessError> {
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let reviews = needed.iter().map(|permission| {
+            let api = api.clone();
+            async move {
+                let review = SelfSubjectAccessReview {
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(permission.attributes()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let answer = api
+                    .create(&PostParams::default(), &review)
+                    .await
+                    .map_err(|e| {
+                        let request = Request {
+                            verb: "create",
+                            resource: "selfsubjectaccessreviews.authorization.k8s.io",
+                            namespace: None,
+                        };
+                        AccessError::Review(request.error(&self.server, e))
+                    })?;
+                let allowed = answer.status.is_some_and(|s| s.allowed);
+                Ok::<_, AccessError>((!allowed).then(|| permission.clone()))
+            }
+        });
+        let answers = futures::future::join_all(reviews).await;
+        let mut missing = Vec::new();
+        for answer in answers {
+            missing.extend(answer?);
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(AccessError::Missing(missing))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_split_into_group_resource_and_subresource() {
+        let eviction = Permission::new("create", "pods/eviction", None).attributes();
+        assert_eq!(eviction.resource.as_deref(), Some("pods"));
+        assert_eq!(eviction.subresource.as_deref(), Some("eviction"));
+        assert_eq!(eviction.group.as_deref(), Some(""));
+        assert_eq!(eviction.namespace, None);
+        let lease = Permission::new("update", "leases.coordination.k8s.io", Some("kube-system"))
+            .attributes();
+        assert_eq!(lease.resource.as_deref(), Some("leases"));
+        assert_eq!(lease.group.as_deref(), Some("coordination.k8s.io"));
+        assert_eq!(lease.subresource, None);
+        assert_eq!(lease.namespace.as_deref(), Some("kube-system"));
+    }
+
+    #[test]
+    fn every_missing_permission_is_named_with_its_scope() {
+        let one = AccessError::Missing(vec![Permission::new("delete", "nodes", None)]);
+        assert!(
+            one.to_string().starts_with(
+                "missing permission: delete on nodes (cluster-wide); nothing was changed"
+            ),
+            "{one}"
+        );
+        let two = AccessError::Missing(vec![
+            Permission::new("delete", "nodes", None),
+            Permission::new("patch", "pods", Some("web")),
+        ]);
+        assert!(
+            two.to_string().starts_with(
+                "missing permissions: delete on nodes (cluster-wide); patch on pods (in namespace web);"
+            ),
+            "{two}"
+        );
+    }
+
+    #[test]
+    fn a_drain_needs_evictions_or_deletions_and_cloudonly_neither() {
+        let has = |needed: &[Permission], verb: &str, resource: &str| {
+            needed
+                .iter()
+                .any(|p| p.verb == verb && p.resource == resource)
+        };
+        let evicting = for_rotation(false, false);
+        assert!(has(&evicting, "create", "pods/eviction"));
+        assert!(!has(&evicting, "delete", "pods"));
+        let deleting = for_rotation(false, true);
+        assert!(has(&deleting, "delete", "pods"));
+        assert!(!has(&deleting, "create", "pods/eviction"));
+        let cloud_only = for_rotation(true, false);
+        assert!(
+            !has(&cloud_only, "create", "pods/eviction") && !has(&cloud_only, "delete", "pods")
+        );
+        assert!(has(&cloud_only, "delete", "nodes"));
+    }
+
+    #[test]
+    fn a_rolling_update_is_checked_in_its_namespace() {
+        let needed = for_rolling_update(Kind::ReplicaSet, "web");
+        assert!(needed.iter().all(|p| p.namespace.as_deref() == Some("web")));
+        assert!(
+            needed
+                .iter()
+                .any(|p| p.verb == "create" && p.resource == "replicasets.apps")
+        );
+        assert!(
+            needed
+                .iter()
+                .any(|p| p.verb == "patch" && p.resource == "pods")
+        );
+    }
+}

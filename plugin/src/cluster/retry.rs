@@ -1,0 +1,441 @@
+//! Transient API failures are retried with backoff, and every retry is said on stderr.
+//!
+//! A rotation runs for minutes to hours, and rotating the control plane restarts the very API
+//! server it talks to: a refused connection, a reset, a timeout, a 5xx or an API-priority 429
+//! must not stop it. kube's own retry is off (it would retry silently, and a 429 from an
+//! eviction is a PodDisruptionBudget speaking, which the drain reports itself); this layer
+//! retries instead, around every request the client sends, and prints each retry with the error
+//! and the delay. A request that keeps failing for longer than the retry budget fails with an
+//! error saying how long and how often it was tried; the run then stops where it is, and the
+//! same command resumes it. Errors that are answers (403, 404, 409, 422, …) are never retried.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use tower::{BoxError, Layer, Service};
+
+/// How long a failing request is retried by default: long enough for an API server to restart
+/// (as it does when its own node is rotated), short enough that a dead cluster is reported.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(120);
+const FIRST_DELAY: Duration = Duration::from_millis(500);
+const MAX_DELAY: Duration = Duration::from_secs(8);
+
+/// A request that failed transiently for the whole retry budget.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{method} {path}: still failing after {attempts} attempts over {elapsed:?} (retried for at most {budget:?}): {last}"
+)]
+pub struct GaveUp {
+    pub method: Method,
+    pub path: String,
+    pub attempts: u32,
+    pub elapsed: Duration,
+    pub budget: Duration,
+    pub last: String,
+}
+
+/// Why an attempt is worth repeating, or `None` when its outcome is final.
+pub fn transient<B>(
+    method: &Method,
+    path: &str,
+    result: &Result<Response<B>, BoxError>,
+) -> Option<String> {
+    match result {
+        Ok(response) => {
+            let status = response.status();
+            // An eviction refused with 429 is a PodDisruptionBudget: the drain retries it itself,
+            // naming the budget.
+            let eviction = *method == Method::POST && path.ends_with("/eviction");
+            let retried = (status == StatusCode::TOO_MANY_REQUESTS && !eviction)
+                || (status.is_server_error()
+                    && status != StatusCode::NOT_IMPLEMENTED
+                    && status != StatusCode::HTTP_VERSION_NOT_SUPPORTED);
+            retried.then(|| format!("the API server answered {status}"))
+        }
+        Err(error) => transport_failure(error.as_ref()),
+    }
+}
+
+/// Connection-level failures: refused, reset, closed, timed out. Anything else the HTTP stack
+/// reports (a bad certificate, a failing credential plugin) is not transient.
+fn transport_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use std::io::ErrorKind;
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::NotConnected
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::TimedOut
+                    | ErrorKind::UnexpectedEof
+            )
+        {
+            return Some(super::error_chain(error));
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_closed() || h.is_canceled() || h.is_timeout())
+        {
+            return Some(super::error_chain(error));
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// What a retry tells the operator.
+pub type Notify = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Prints retries on stderr.
+pub fn to_stderr() -> Notify {
+    Arc::new(|line| eprintln!("{line}"))
+}
+
+/// Wraps a client's service with [`Retry`].
+#[derive(Clone)]
+pub struct RetryLayer {
+    budget: Duration,
+    first_delay: Duration,
+    notify: Notify,
+}
+
+impl RetryLayer {
+    /// Retries for at most `budget` per request (zero: never).
+    pub fn new(budget: Duration, notify: Notify) -> Self {
+        RetryLayer {
+            budget,
+            first_delay: FIRST_DELAY,
+            notify,
+        }
+    }
+
+    /// The first delay (doubling up to 8s); tests shorten it.
+    pub fn first_delay(mut self, delay: Duration) -> Self {
+        self.first_delay = delay;
+        self
+    }
+}
+
+impl<S> Layer<S> for RetryLayer {
+    type Service = Retry<S>;
+    fn layer(&self, inner: S) -> Retry<S> {
+        Retry {
+            inner: Arc::new(Mutex::new(inner)),
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The retrying service. The service it wraps (kube's boxed HTTP stack) cannot be cloned, and
+/// a retry calls it again after its first call returned: it is shared, and each attempt takes
+/// it only for as long as readying it and starting the call takes.
+pub struct Retry<S> {
+    inner: Arc<Mutex<S>>,
+    layer: RetryLayer,
+}
+
+impl<S> Clone for Retry<S> {
+    fn clone(&self) -> Self {
+        Retry {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+/// Readies `inner` and starts one attempt, holding it only meanwhile.
+async fn attempt<S, B>(inner: &Mutex<S>, req: Request<Body>) -> Result<Response<B>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError>,
+{
+    let mut req = Some(req);
+    let call = futures::future::poll_fn(|cx| {
+        let mut service = inner.lock().unwrap_or_else(|e| e.into_inner());
+        match service.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {
+                let req = req.take().expect("called once, when ready");
+                Poll::Ready(Ok(service.call(req)))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await?;
+    call.await
+}
+
+/// A copy of a request for another attempt, when its body can be copied (every body this tool
+/// sends can; a streamed one cannot and is sent once).
+fn copy(req: &Request<Body>) -> Option<Request<Body>> {
+    let body = req.body().try_clone()?;
+    let mut copy = Request::new(body);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    *copy.extensions_mut() = req.extensions().clone();
+    Some(copy)
+}
+
+impl<S, B> Service<Request<Body>> for Retry<S>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<B>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
+
+    /// Always ready: each attempt readies the wrapped service itself.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let method = req.method().clone();
+            let path = req.uri().path().to_string();
+            let started = Instant::now();
+            let mut delay = layer.first_delay;
+            let mut attempts = 1u32;
+            let mut req = req;
+            loop {
+                let next = copy(&req);
+                let result = attempt(&inner, req).await;
+                let Some(reason) = transient(&method, &path, &result) else {
+                    return result;
+                };
+                let Some(next) = next else {
+                    return result;
+                };
+                let elapsed = started.elapsed();
+                if layer.budget.is_zero() {
+                    return result;
+                }
+                if elapsed + delay > layer.budget {
+                    return Err(GaveUp {
+                        method,
+                        path,
+                        attempts,
+                        elapsed: Duration::from_millis(elapsed.as_millis() as u64),
+                        budget: layer.budget,
+                        last: reason,
+                    }
+                    .into());
+                }
+                let left = layer.budget.saturating_sub(elapsed);
+                (layer.notify)(&format!(
+                    "warning: {method} {path}: {reason}; retrying in {} (attempt {}, giving up in {}s)",
+                    human(delay),
+                    attempts + 1,
+                    left.as_secs()
+                ));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_DELAY);
+                attempts += 1;
+                req = next;
+            }
+        })
+    }
+}
+
+fn human(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A scripted server: each call takes the next outcome and records the request's method.
+    #[derive(Clone)]
+    struct Scripted {
+        outcomes: Arc<Mutex<VecDeque<Result<StatusCode, std::io::ErrorKind>>>>,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Scripted {
+        fn new(outcomes: Vec<Result<StatusCode, std::io::ErrorKind>>) -> Self {
+            Scripted {
+                outcomes: Arc::new(Mutex::new(outcomes.into())),
+                seen: Arc::default(),
+            }
+        }
+    }
+
+    impl Service<Request<Body>> for Scripted {
+        type Response = Response<()>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<()>, BoxError>> + Send>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: Request<Body>) -> Self::Future {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri().path()));
+            let outcome = self.outcomes.lock().unwrap().pop_front().expect("scripted");
+            Box::pin(async move {
+                match outcome {
+                    Ok(status) => {
+                        let mut response = Response::new(());
+                        *response.status_mut() = status;
+                        Ok(response)
+                    }
+                    Err(kind) => Err(Box::new(std::io::Error::new(kind, "scripted")) as BoxError),
+                }
+            })
+        }
+    }
+
+    fn layer(budget: Duration) -> (RetryLayer, Arc<Mutex<Vec<String>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let record = lines.clone();
+        let notify: Notify = Arc::new(move |l| record.lock().unwrap().push(l.to_string()));
+        (
+            RetryLayer::new(budget, notify).first_delay(Duration::from_millis(1)),
+            lines,
+        )
+    }
+
+    fn request(method: Method, path: &str) -> Request<Body> {
+        let mut req = Request::new(Body::from(b"{}".to_vec()));
+        *req.method_mut() = method;
+        *req.uri_mut() = path.parse().unwrap();
+        req
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_visibly_until_an_answer() {
+        use std::io::ErrorKind::*;
+        let server = Scripted::new(vec![
+            Err(ConnectionRefused),
+            Err(ConnectionReset),
+            Ok(StatusCode::SERVICE_UNAVAILABLE),
+            Ok(StatusCode::TOO_MANY_REQUESTS),
+            Err(TimedOut),
+            Ok(StatusCode::OK),
+        ]);
+        let (layer, lines) = layer(Duration::from_secs(60));
+        let mut retry = layer.layer(server.clone());
+        let response = retry
+            .call(request(Method::GET, "/api/v1/nodes"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(server.seen.lock().unwrap().len(), 6);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "warning: GET /api/v1/nodes: scripted; retrying in 1ms (attempt 2, giving up in"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[2].contains("the API server answered 503 Service Unavailable"));
+        assert!(
+            lines[4].contains("retrying in 16ms (attempt 6"),
+            "{}",
+            lines[4]
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_are_not_retried() {
+        for status in [
+            StatusCode::FORBIDDEN,
+            StatusCode::NOT_FOUND,
+            StatusCode::CONFLICT,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::NOT_IMPLEMENTED,
+        ] {
+            let server = Scripted::new(vec![Ok(status)]);
+            let (layer, lines) = layer(Duration::from_secs(60));
+            let response = layer
+                .layer(server.clone())
+                .call(request(Method::DELETE, "/api/v1/nodes/n1"))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), status);
+            assert_eq!(server.seen.lock().unwrap().len(), 1);
+            assert!(lines.lock().unwrap().is_empty());
+        }
+        // Nor is another kind of failure (here: a permission error reading a credential).
+        let server = Scripted::new(vec![Err(std::io::ErrorKind::PermissionDenied)]);
+        let (layer, lines) = layer(Duration::from_secs(60));
+        let result = layer
+            .layer(server.clone())
+            .call(request(Method::GET, "/api/v1/nodes"))
+            .await;
+        assert!(result.is_err());
+        assert!(lines.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_eviction_refused_by_a_budget_is_left_to_the_drain() {
+        let server = Scripted::new(vec![Ok(StatusCode::TOO_MANY_REQUESTS)]);
+        let (layer, lines) = layer(Duration::from_secs(60));
+        let response = layer
+            .layer(server.clone())
+            .call(request(
+                Method::POST,
+                "/api/v1/namespaces/ns/pods/web-1/eviction",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(lines.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn it_gives_up_after_the_budget_with_a_clear_error() {
+        let server = Scripted::new(vec![Err(std::io::ErrorKind::ConnectionRefused); 100]);
+        let (layer, lines) = layer(Duration::from_millis(40));
+        let error = layer
+            .layer(server.clone())
+            .call(request(Method::PATCH, "/api/v1/nodes/n1"))
+            .await
+            .unwrap_err();
+        let attempts = server.seen.lock().unwrap().len();
+        assert!((3..10).contains(&attempts), "{attempts}");
+        assert_eq!(lines.lock().unwrap().len(), attempts - 1);
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "PATCH /api/v1/nodes/n1: still failing after {attempts} attempts over "
+            )) && message.ends_with("ms (retried for at most 40ms): scripted"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_zero_budget_never_retries() {
+        let server = Scripted::new(vec![Ok(StatusCode::SERVICE_UNAVAILABLE)]);
+        let (layer, lines) = layer(Duration::ZERO);
+        let response = layer
+            .layer(server.clone())
+            .call(request(Method::GET, "/api/v1/nodes"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(lines.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! `bench`: the performance figures of BENCHMARKS.md, each beside a peer measured in the same run
+//! (`make bench`; not part of the test command — speed is reported, never asserted in tests).
+//!
+//! Sections: `plan` (offline plans of synthetic clusters, 500 and 5,000 nodes, hooks off and on,
+//! against a bare JSON parse of the same file), `hooks` (one call with 5,000 candidates, cached
+//! instantiate and first compile, against the same policy as native Rust), `drain` (a 100-pod
+//! node against `kubectl drain`, and a live plan against `kubectl get`) and `rotation` (the
+//! tool's own share of a 10-node rotation's wall time) on a real test cluster.
+//!
+//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation]`. Prints a Markdown table.
+
+mod drain;
+mod hooks;
+mod measure;
+mod plan;
+mod rotation;
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// One line of the report.
+pub struct Row {
+    pub figure: String,
+    pub value: String,
+    pub peer: String,
+    pub peer_value: String,
+    pub ratio: String,
+    pub target: String,
+    /// `Some(true)` met, `Some(false)` missed, `None` when the figure has no target.
+    pub met: Option<bool>,
+}
+
+impl Row {
+    /// A timing beside its peer, as value, peer value and value/peer.
+    pub fn timed(figure: String, value: Duration, peer: &str, peer_value: Duration) -> Row {
+        Row {
+            figure,
+            value: measure::show(value),
+            peer: peer.into(),
+            peer_value: measure::show(peer_value),
+            ratio: format!("{:.2}×", measure::ratio(value, peer_value)),
+            target: "—".into(),
+            met: None,
+        }
+    }
+
+    pub fn target(mut self, target: &str, met: bool) -> Row {
+        self.target = target.into();
+        self.met = Some(met);
+        self
+    }
+}
+
+const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation"];
+
+struct Args {
+    runs: usize,
+    only: Vec<String>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        runs: 5,
+        only: SECTIONS.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--runs" => {
+                let value = it.next().context("--runs needs a number")?;
+                args.runs = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("--runs: {value:?} is not a positive number"))?;
+            }
+            "--only" => {
+                let value = it.next().context("--only needs a list of sections")?;
+                args.only = value.split(',').map(str::to_string).collect();
+                if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                    bail!(
+                        "--only: unknown section {bad:?} (known: {})",
+                        SECTIONS.join(", ")
+                    );
+                }
+            }
+            other => bail!(
+                "unknown argument {other:?}; usage: bench [--runs N] [--only {}]",
+                SECTIONS.join(",")
+            ),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> anyhow::Result<()> {
+    // The plan section's peer runs as a child process of this binary, like the plugin does.
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, file] = raw.as_slice()
+        && flag == "--parse-json"
+    {
+        return plan::parse_json(std::path::Path::new(file));
+    }
+    let args = parse_args()?;
+    let work = tempfile::Builder::new()
+        .prefix("rollout-ext-bench-")
+        .tempdir()?;
+    let mut rows = Vec::new();
+    for section in &args.only {
+        eprintln!("bench: {section} ({} runs each)…", args.runs);
+        let mut section_rows = match section.as_str() {
+            "plan" => plan::run(args.runs, work.path())?,
+            "hooks" => hooks::run(args.runs, work.path())?,
+            "drain" => drain::run(args.runs, work.path())?,
+            "rotation" => rotation::run(args.runs, work.path())?,
+            _ => unreachable!("sections are checked when parsing"),
+        };
+        rows.append(&mut section_rows);
+    }
+    print_table(&rows, args.runs);
+    Ok(())
+}
+
+fn print_table(rows: &[Row], runs: usize) {
+    println!("Medians of {runs} runs.\n");
+    println!("| Figure | Value | Peer | Peer value | Ratio | Target | Met |");
+    println!("|---|---:|---|---:|---:|---|---|");
+    for r in rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.figure, r.value, r.peer, r.peer_value, r.ratio, r.target, met
+        );
+    }
+}

@@ -1,0 +1,1406 @@
+//! Crash anywhere, resume: the plugin is SIGKILLed at random moments of a rotation (and of a
+//! controller rolling update) and the same command is run again until it finishes, while an
+//! independent observer checks the safety invariants the whole time (`rollout_ext_e2e::invariants`).
+//! The moments come from a seeded generator; the seed is printed, and `ROLLOUT_EXT_CHAOS_SEED`
+//! replays it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::await_condition;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::invariants::{
+    Budget, Checker, End, Pdb, Seen, SplitMix64, Violation, chaos_seed,
+};
+use rollout_ext_e2e::{FAST_ROTATION, plugin_binary};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+
+const WAIT: Duration = Duration::from_secs(120);
+/// Kills of the rotation under chaos, at least (the bar for a CI run).
+const MIN_KILLS: usize = 20;
+/// Kills of the controller rolling update under chaos, at least (on top of the rotation's).
+const MIN_UPDATE_KILLS: usize = 10;
+const GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
+/// How long a termination's judgement waits for the node watch to deliver the node's deletion;
+/// a build that terminates a node without deleting it first is judged after this.
+const NODE_GONE_WAIT: Duration = Duration::from_secs(20);
+
+/// One cluster-changing scenario at a time: rotations share the cluster's lock, and the fault
+/// tests restart the API server everyone uses.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ---------------------------------------------------------------------------------------------
+// The observer: watches feed the invariant checker.
+
+fn node_seen(node: &Node) -> Seen {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Seen::Node {
+        name: node.name_any(),
+        ready,
+        unschedulable: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+    }
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_seen(pod: &Pod) -> Seen {
+    Seen::Pod {
+        key: pod_key(pod),
+        labels: pod.labels().clone(),
+        ready: pod_ready(pod),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// How one kind's watch events become observations.
+struct Mapping<K> {
+    key: fn(&K) -> String,
+    seen: fn(&K) -> Seen,
+    /// A deletion the watch delivered.
+    gone: fn(String) -> Seen,
+    /// An object missing when the watch listed again (see [`Seen::NodeLost`]).
+    lost: fn(String) -> Seen,
+    /// Sent once, when the first listing is complete.
+    synced: Seen,
+}
+
+/// Forwards a watch as observations. A re-list (after the watch broke, e.g. while the API
+/// server restarted) reports what disappeared in the meantime as lost.
+async fn forward<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mapping: Mapping<K>,
+    tx: UnboundedSender<Seen>,
+) where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut known = BTreeSet::new();
+    let mut relisted: Option<BTreeSet<String>> = None;
+    let Mapping {
+        key,
+        seen,
+        gone,
+        lost,
+        synced,
+    } = mapping;
+    let mut synced = Some(synced);
+    let mut events = watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        let Ok(event) = event else { continue };
+        let sent = match event {
+            watcher::Event::Init => {
+                relisted = Some(BTreeSet::new());
+                Ok(())
+            }
+            watcher::Event::InitApply(o) => {
+                relisted.get_or_insert_default().insert(key(&o));
+                known.insert(key(&o));
+                tx.send(seen(&o))
+            }
+            watcher::Event::InitDone => {
+                let listed = relisted.take().unwrap_or_default();
+                // Only a listing after an interruption can miss a known object: it went while
+                // the watch was away.
+                for name in known.difference(&listed) {
+                    let _ = tx.send(lost(name.clone()));
+                }
+                known = listed;
+                match synced.take() {
+                    Some(s) => tx.send(s),
+                    None => Ok(()),
+                }
+            }
+            watcher::Event::Apply(o) => {
+                known.insert(key(&o));
+                tx.send(seen(&o))
+            }
+            watcher::Event::Delete(o) => {
+                known.remove(&key(&o));
+                tx.send(gone(key(&o)))
+            }
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// The pods still running on `node` (not terminating, not DaemonSet or mirror pods): what a
+/// drain must have moved. Read from the API server (a consistent read), so it is exactly the
+/// state when the cloud was asked to terminate, whatever the watches have delivered yet.
+async fn pods_left_on(client: &Client, node: &str) -> Vec<String> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    // The API server may be down for a moment in the fault tests: try again until it answers.
+    let mut backoff = Duration::from_millis(50);
+    let deadline = Instant::now() + WAIT;
+    let pods = loop {
+        match api.list(&params).await {
+            Ok(list) => break list.items,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("observer: listing pods on {node}: {e}; again in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => panic!("observer: cannot list pods on {node}: {e}"),
+        }
+    };
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            !p.owner_references()
+                .iter()
+                .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+        })
+        .filter(|p| !p.annotations().contains_key("kubernetes.io/config.mirror"))
+        .map(pod_key)
+        .collect()
+}
+
+/// The observer of one group's rotation: node and pod watches plus the cloud's calls, folded
+/// into a [`Checker`] as they arrive.
+struct Observer {
+    checker: Arc<Mutex<Checker>>,
+    cloud_calls: tokio::sync::watch::Receiver<usize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    events: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Observer {
+    async fn start(
+        cluster: &TestCluster,
+        group: &str,
+        namespace: &str,
+        budget: Budget,
+        pdbs: Vec<Pdb>,
+    ) -> Observer {
+        let client = cluster.client().await;
+        let checker = Arc::new(Mutex::new(Checker::new(budget, pdbs)));
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+        let (calls_tx, cloud_calls) = tokio::sync::watch::channel(0usize);
+        // Nodes whose deletion the checker has seen (see the cloud task below).
+        let (gone_tx, gone) = tokio::sync::watch::channel(BTreeSet::<String>::new());
+        let mut tasks = Vec::new();
+
+        let record = checker.clone();
+        let log = events.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(seen) = rx.recv().await {
+                let call = matches!(seen, Seen::Terminate { .. } | Seen::Detach { .. });
+                if let Seen::NodeGone { name } | Seen::NodeLost { name } = &seen {
+                    gone_tx.send_modify(|g| {
+                        g.insert(name.clone());
+                    });
+                }
+                log.lock().unwrap().push(seen.clone());
+                record.lock().unwrap().observe(seen);
+                if call {
+                    calls_tx.send_modify(|n| *n += 1);
+                }
+            }
+        }));
+        tasks.push(tokio::spawn(forward(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default().labels(&format!("{GROUP_LABEL}={group}")),
+            Mapping {
+                key: |n| n.name_any(),
+                seen: node_seen,
+                gone: |name| Seen::NodeGone { name },
+                lost: |name| Seen::NodeLost { name },
+                synced: Seen::NodesSynced,
+            },
+            tx.clone(),
+        )));
+        tasks.push(tokio::spawn(forward(
+            Api::<Pod>::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
+            Mapping {
+                key: pod_key,
+                seen: pod_seen,
+                gone: |key| Seen::PodGone { key },
+                lost: |key| Seen::PodGone { key },
+                synced: Seen::PodsSynced,
+            },
+            tx.clone(),
+        )));
+        let mut feed = cluster.cloud.subscribe();
+        let prefix = format!("{group}-");
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let call = match feed.recv().await {
+                    Ok(call) => call,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        panic!("observer: missed {n} cloud calls")
+                    }
+                    Err(_) => return,
+                };
+                // A repeated termination of an instance already gone changes nothing.
+                if !call.target.starts_with(&prefix) || !call.effective {
+                    continue;
+                }
+                let seen = match call.verb.as_str() {
+                    "terminate" => {
+                        let pods_left = pods_left_on(&client, &call.target).await;
+                        // The rotation deletes a Node before it terminates the instance, and
+                        // the node watch delivers everything up to that deletion in order, even
+                        // across an API server restart (it resumes from where it was). Waiting
+                        // for the deletion makes the checker judge the termination with the
+                        // node's whole story, not with a watch that is still catching up.
+                        let mut gone = gone.clone();
+                        let _ = tokio::time::timeout(
+                            NODE_GONE_WAIT,
+                            gone.wait_for(|g| g.contains(&call.target)),
+                        )
+                        .await;
+                        Seen::Terminate {
+                            pods_left,
+                            node: call.target,
+                        }
+                    }
+                    "detach" => Seen::Detach { node: call.target },
+                    _ => continue,
+                };
+                if tx.send(seen).is_err() {
+                    return;
+                }
+            }
+        }));
+        Observer {
+            checker,
+            cloud_calls,
+            tasks,
+            events,
+        }
+    }
+
+    /// Waits until every terminate and detach call the cloud received for `group` has been
+    /// observed, then checks the end state and returns the checker's report.
+    async fn finish(
+        mut self,
+        cluster: &TestCluster,
+        group: &str,
+    ) -> (Option<String>, Option<usize>) {
+        let prefix = format!("{group}-");
+        let expected = cluster
+            .cloud
+            .calls()
+            .iter()
+            .filter(|c| {
+                c.target.starts_with(&prefix)
+                    && c.effective
+                    && (c.verb == "terminate" || c.verb == "detach")
+            })
+            .count();
+        tokio::time::timeout(WAIT, self.cloud_calls.wait_for(|n| *n >= expected))
+            .await
+            .expect("the observer sees every cloud call")
+            .unwrap();
+        let client = cluster.client().await;
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={group}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|n| match node_seen(n) {
+                Seen::Node {
+                    name,
+                    ready,
+                    unschedulable,
+                } => (name, ready, unschedulable),
+                _ => unreachable!(),
+            })
+            .collect();
+        let lock = Api::<Lease>::namespaced(client, "kube-system")
+            .get_opt("rollout-ext")
+            .await
+            .unwrap()
+            .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default());
+        let end = End {
+            nodes,
+            instances: cluster.nodes.nodes_of(group),
+            lock,
+        };
+        for task in &self.tasks {
+            task.abort();
+        }
+        let mut checker = self.checker.lock().unwrap();
+        checker.finish(&end);
+        // What led up to a violation: the observations, as recorded.
+        let report = checker.report().map(|report| {
+            let events = self.events.lock().unwrap();
+            let tail: Vec<String> = events
+                .iter()
+                .skip(events.len().saturating_sub(40))
+                .map(|e| format!("  {e:?}"))
+                .collect();
+            let calls: Vec<String> = cluster
+                .cloud
+                .calls()
+                .into_iter()
+                .filter(|c| c.target.starts_with(&prefix))
+                .map(|c| format!("{} {}", c.verb, c.target))
+                .collect();
+            format!(
+                "{report}\ncloud calls: {}\nlast observations:\n{}",
+                calls.join(", "),
+                tail.join("\n")
+            )
+        });
+        (report, checker.fewest_available)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chaos driver: run the plugin, kill it at a chosen moment.
+
+/// When to kill a run: at `deadline` after it started, or earlier, `extra` after it printed an
+/// event of kind `on_event` (so that kills land in each phase, not only where time is spent).
+#[derive(Debug, Clone)]
+struct Moment {
+    deadline: Duration,
+    on_event: Option<(&'static str, Duration)>,
+}
+
+/// Events a kill can be tied to, one per phase of a rotation.
+const ROTATION_EVENTS: &[&str] = &[
+    "group-started",
+    "surging",
+    "batch-started",
+    "cordoned",
+    "drain-started",
+    "evicted",
+    "drained",
+    "terminated",
+    "replaced",
+    "validated",
+];
+
+impl Moment {
+    fn pick(rng: &mut SplitMix64, events: &[&'static str], longest: Duration) -> Moment {
+        let deadline = Duration::from_millis(rng.range(100, longest.as_millis() as u64));
+        let on_event = (rng.range(0, 3) > 0).then(|| {
+            (
+                events[rng.range(0, events.len() as u64) as usize],
+                Duration::from_millis(rng.range(0, 250)),
+            )
+        });
+        Moment { deadline, on_event }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+struct Run {
+    /// Killed by the test, after the last event it printed (if any).
+    killed: Option<Option<String>>,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the plugin with `args` and SIGKILLs it at `moment`, unless it exits first.
+fn run_until(args: &[String], moment: &Moment) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(plugin_binary())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stdout.lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+    let mut out = Vec::new();
+    let mut last_event = None;
+    let mut kill_at = started + moment.deadline;
+    let mut killed = false;
+    loop {
+        let left = kill_at.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                // A JSON event's kind, or a plain line's first word (rolling-update speaks as
+                // legacy kubectl did: "Created …", "Scaling …", "Renaming …").
+                let kind = match serde_json::from_str::<serde_json::Value>(&line) {
+                    Ok(event) => event["event"].as_str().unwrap_or_default().to_string(),
+                    Err(_) => line
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                };
+                if let Some((on, extra)) = moment.on_event
+                    && kind == on
+                {
+                    kill_at = kill_at.min(Instant::now() + extra);
+                }
+                last_event = Some(kind);
+                out.push(line);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                // SAFETY: kill has no memory-safety preconditions; the pid is our live child's
+                // (not yet waited for, so not reused).
+                unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+                killed = true;
+                break;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let status = child.wait().unwrap();
+    // The pipes close with the process (a provider command it started may hold them a moment
+    // longer; it finishes on its own).
+    let _ = reader.join();
+    out.extend(lines.try_iter());
+    let stderr = stderr_reader.join().unwrap_or_default();
+    Run {
+        killed: (killed && status.code().is_none()).then_some(last_event),
+        code: status.code(),
+        stdout: out.join("\n"),
+        stderr,
+    }
+}
+
+/// Once this few steps are left, runs are killed early in their start until the kills are
+/// done: a run killed at a random moment may well finish a few steps, and it must not finish
+/// the work while kills are still due.
+const LAST_STEPS: usize = 3;
+
+/// Kills runs of `args` at random moments and reruns until one finishes, after at least
+/// `min_kills` kills. `progress` says how many of how many steps of the work are done: while the work runs
+/// ahead of the kills, or only its last `LAST_STEPS` steps are left, runs are killed early in their start
+/// (connecting, taking the lock over, planning), so that the work cannot finish before the kills
+/// are done; with a `finale`, one run is killed right after it prints that event, once only
+/// the last step is left. Returns the number of kills, the phases they landed in (the last event each killed
+/// run printed) and the finishing run.
+async fn chaos_loop(
+    args: Vec<String>,
+    rng: &mut SplitMix64,
+    events: &'static [&'static str],
+    longest: Duration,
+    min_kills: usize,
+    finale: Option<&'static str>,
+    progress: impl Fn() -> (usize, usize),
+) -> (usize, BTreeMap<String, usize>, Run) {
+    let mut kills = 0;
+    let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+    let mut finale = finale;
+    for round in 1..=min_kills * 5 {
+        // Until enough kills happened, kill every run; then let one finish.
+        let moment = if kills < min_kills {
+            let (done, total) = progress();
+            if done + 1 >= total
+                && let Some(event) = finale.take()
+            {
+                // The last step is short: one kill is aimed right into it.
+                Moment {
+                    deadline: WAIT,
+                    on_event: Some((event, Duration::from_millis(rng.range(0, 5)))),
+                }
+            } else if done * min_kills > kills * total || done + LAST_STEPS >= total {
+                Moment {
+                    deadline: Duration::from_millis(rng.range(50, 150)),
+                    on_event: None,
+                }
+            } else {
+                Moment::pick(rng, events, longest)
+            }
+        } else {
+            Moment {
+                deadline: WAIT,
+                on_event: None,
+            }
+        };
+        let args = args.clone();
+        let planned = moment.clone();
+        let run = tokio::task::spawn_blocking(move || run_until(&args, &planned))
+            .await
+            .unwrap();
+        match &run.killed {
+            Some(last) => {
+                kills += 1;
+                let phase = last.clone().unwrap_or_else(|| "(before any event)".into());
+                println!("round {round}: {moment:?} -> killed after {phase}");
+                *phases.entry(phase).or_default() += 1;
+            }
+            None if run.code == Some(0) => {
+                println!("round {round}: {moment:?} -> finished");
+                return (kills, phases, run);
+            }
+            None => panic!(
+                "round {round}: the run exited with {:?} instead of finishing or being killed\nstdout:\n{}\nstderr:\n{}",
+                run.code, run.stdout, run.stderr
+            ),
+        }
+    }
+    panic!("no run finished within {} rounds", min_kills * 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rotation under chaos.
+
+/// `group`'s nodes run an old kubelet; new instances come with the new one.
+async fn outdated_group(cluster: &TestCluster, group: &str, n: usize) -> BTreeSet<String> {
+    cluster
+        .outdated_group(group, n)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// A ReplicaSet `web` of `replicas` pods on `group`'s nodes, in its own namespace, under a
+/// PodDisruptionBudget `web` with `min_available`; returns once all are Ready and the budget's
+/// status is computed.
+async fn workload(
+    client: &Client,
+    namespace: &str,
+    group: &str,
+    replicas: i32,
+    min_available: i32,
+) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"nodeSelector": {GROUP_LABEL: group},
+                                       "terminationGracePeriodSeconds": 1,
+                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
+    }))
+    .unwrap();
+    rss.create(&PostParams::default(), &rs).await.unwrap();
+    let ready = move |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(replicas)
+    };
+    tokio::time::timeout(WAIT, await_condition(rss, "web", ready))
+        .await
+        .unwrap()
+        .unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = move |p: Option<&DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["expectedPods"] == replicas
+                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs, "web", computed))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+fn rotate_args(cluster: &TestCluster, policy: &std::path::Path, group: &str) -> Vec<String> {
+    [
+        "nodes",
+        "--yes",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--instance-group",
+        group,
+        "--kubelet-version",
+        "v1.20.2",
+        "--max-surge",
+        "1",
+        "--max-unavailable",
+        "1",
+        "-o",
+        "json",
+    ]
+    .iter()
+    .chain(FAST_ROTATION)
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The nodes of `group` the cloud was asked to terminate, in order.
+fn terminated(cluster: &TestCluster, group: &str) -> Vec<String> {
+    let prefix = format!("{group}-");
+    cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.verb == "terminate" && c.effective && c.target.starts_with(&prefix))
+        .map(|c| c.target)
+        .collect()
+}
+
+fn seed_banner(test: &str) -> SplitMix64 {
+    let seed = chaos_seed();
+    println!("{test}: chaos seed {seed} (replay with ROLLOUT_EXT_CHAOS_SEED={seed})");
+    eprintln!("{test}: chaos seed {seed} (replay with ROLLOUT_EXT_CHAOS_SEED={seed})");
+    SplitMix64::new(seed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("rotation chaos");
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let group = "chaos";
+    let outdated = outdated_group(cluster, group, 8).await;
+    workload(&client, "chaos", group, 8, 6).await;
+    let budget = Budget {
+        outdated: outdated.clone(),
+        max_unavailable: 1,
+        max_surge: 1,
+        cloud_only: false,
+    };
+    let pdb = Pdb {
+        name: "chaos/web".into(),
+        match_labels: [("app".to_string(), "web".to_string())].into(),
+        min_available: 6,
+    };
+    let observer = Observer::start(cluster, group, "chaos", budget, vec![pdb]).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, group);
+    let started = Instant::now();
+    let (kills, phases, last) = chaos_loop(
+        args,
+        &mut rng,
+        ROTATION_EVENTS,
+        Duration::from_millis(1200),
+        MIN_KILLS,
+        None,
+        // A step per termination.
+        || (terminated(cluster, group).len(), outdated.len()),
+    )
+    .await;
+    println!(
+        "rotation chaos: {kills} kills in {:?}; phases: {phases:?}",
+        started.elapsed()
+    );
+    let (report, fewest_available) = observer.finish(cluster, group).await;
+    if let Some(report) = report {
+        panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
+    }
+    assert!(kills >= MIN_KILLS, "{kills} kills");
+    assert!(
+        phases.len() >= 3,
+        "kills landed in at least three phases: {phases:?}"
+    );
+    assert_eq!(
+        fewest_available,
+        Some(outdated.len() - 1),
+        "the budget was used (one node unavailable at the worst moment), never exceeded"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// API server faults.
+
+/// Runs the plugin with `args`; at the first event of kind `on` it prints, calls `fault` once.
+/// Returns the finished run.
+fn run_with_fault(args: &[String], on: &str, fault: impl FnOnce()) -> Run {
+    let mut child = Command::new(plugin_binary())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+    let mut fault = Some(fault);
+    let mut out = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let Ok(line) = line else { break };
+        if serde_json::from_str::<serde_json::Value>(&line).is_ok_and(|e| e["event"] == on)
+            && let Some(fault) = fault.take()
+        {
+            fault();
+        }
+        out.push(line);
+    }
+    let status = child.wait().unwrap();
+    Run {
+        killed: None,
+        code: status.code(),
+        stdout: out.join("\n"),
+        stderr: stderr_reader.join().unwrap_or_default(),
+    }
+}
+
+/// An outdated group of `n` nodes carrying a workload of `n` pods (namespace `group`, a budget
+/// keeping `n - 2` of them), and its observer: a drain that moved nothing would show in the
+/// pods left on a terminated node, whatever the watches missed while the server was away.
+async fn observed_group(cluster: &'static TestCluster, group: &str, n: usize) -> Observer {
+    let outdated = outdated_group(cluster, group, n).await;
+    let client = cluster.client().await;
+    let keep = n.saturating_sub(2);
+    workload(&client, group, group, n as i32, keep as i32).await;
+    let budget = Budget {
+        outdated,
+        max_unavailable: 1,
+        max_surge: 1,
+        cloud_only: false,
+    };
+    let pdb = Pdb {
+        name: format!("{group}/web"),
+        match_labels: [("app".to_string(), "web".to_string())].into(),
+        min_available: keep,
+    };
+    Observer::start(cluster, group, group, budget, vec![pdb]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_rides_out_an_api_server_restart() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "restart";
+    let observer = observed_group(cluster, group, 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, group);
+
+    // At the first termination, the API server is killed and started again (it takes seconds
+    // to serve again): every request meanwhile is refused or cut.
+    let run = tokio::task::spawn_blocking(move || {
+        run_with_fault(&args, "terminated", || {
+            cluster.processes.restart("kube-apiserver").unwrap();
+        })
+    })
+    .await
+    .unwrap();
+    cluster.ready().await.unwrap();
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("; retrying in ") && run.stderr.contains("(attempt 2, giving up in"),
+        "every retry is said: {}",
+        run.stderr
+    );
+    let (report, _) = observer.finish(cluster, group).await;
+    assert_eq!(report, None, "each node terminated once, within the budget");
+    assert_eq!(terminated(cluster, group).len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_stops_resumably_when_the_api_server_fails_for_too_long() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "stall";
+    let observer = observed_group(cluster, group, 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, group);
+    // Requests to a server whose etcd hangs hang too: each is cut after 2s, and retried for at
+    // most 5s.
+    args.extend([
+        "--request-timeout=2s".to_string(),
+        "--retry-timeout=5s".into(),
+    ]);
+
+    // At the first cordon, etcd stops answering, for longer than the retries last.
+    let stopped = args.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        run_with_fault(&stopped, "cordoned", || {
+            cluster.processes.pause("etcd").unwrap();
+        })
+    })
+    .await
+    .unwrap();
+    cluster.processes.resume("etcd").unwrap();
+    cluster.ready().await.unwrap();
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("; retrying in ") && run.stderr.contains("still failing after"),
+        "the retries are said, then the giving up: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("run the same command again to resume"),
+        "{}",
+        run.stderr
+    );
+    let before = terminated(cluster, group).len();
+    assert!(before < 3, "it stopped before the end: {before} terminated");
+
+    // The same command finishes the rotation.
+    let out = tokio::task::spawn_blocking(move || {
+        run_until(
+            &args,
+            &Moment {
+                deadline: WAIT,
+                on_event: None,
+            },
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let (report, _) = observer.finish(cluster, group).await;
+    assert_eq!(report, None, "each node terminated once, within the budget");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller rolling update under chaos.
+
+/// Lines of `rolling-update` a kill can be tied to: creating the next controller, each scale
+/// step, the rename, the deletion of the old controller.
+const UPDATE_LINES: &[&str] = &["Created", "Scaling", "Continuing", "Renaming", "Update"];
+
+const V1: &str = "registry.invalid/app:1";
+const V2: &str = "registry.invalid/app:2";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
+    use k8s_openapi::api::core::v1::ReplicationController;
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("rolling-update chaos");
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = "ru-chaos";
+    // Enough steps for the kills: a random kill moment is only drawn while more than
+    // `LAST_STEPS` steps are left.
+    let replicas = 12;
+    for i in 1..=2 {
+        cluster
+            .nodes
+            .add(NodeSpec::new(&format!("{ns}-{i}"), ns))
+            .await
+            .unwrap();
+    }
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let rc: ReplicationController = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {"replicas": replicas, "selector": {"app": "app"},
+                 "template": {"metadata": {"labels": {"app": "app"}},
+                              "spec": {"terminationGracePeriodSeconds": 1,
+                                       "containers": [{"name": "main", "image": V1}]}}}
+    }))
+    .unwrap();
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    let ready = move |rc: Option<&ReplicationController>| {
+        rc.and_then(|r| r.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == Some(replicas) && s.replicas == replicas)
+    };
+    tokio::time::timeout(WAIT, await_condition(rcs.clone(), "app", ready))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The budget: maxUnavailable 0, so all pods of the app stay available throughout (a new one
+    // is Ready before an old one goes).
+    let budget = Budget {
+        outdated: BTreeSet::new(),
+        max_unavailable: 0,
+        max_surge: 0,
+        cloud_only: false,
+    };
+    let pdb = Pdb {
+        name: "rolling-update budget (replicas - maxUnavailable)".into(),
+        match_labels: [("app".to_string(), "app".to_string())].into(),
+        min_available: replicas as usize,
+    };
+    let observer = Observer::start(cluster, "no-nodes", ns, budget, vec![pdb]).await;
+
+    let args: Vec<String> = [
+        "rolling-update",
+        "app",
+        &format!("--image={V2}"),
+        "--max-surge=1",
+        "--max-unavailable=0",
+        "--update-period=300ms",
+        "--poll-interval=200ms",
+        "--timeout=60s",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-n",
+        ns,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let handle = tokio::runtime::Handle::current();
+    let started = Instant::now();
+    let (kills, phases, last) = chaos_loop(
+        args,
+        &mut rng,
+        UPDATE_LINES,
+        Duration::from_millis(1000),
+        MIN_UPDATE_KILLS,
+        Some("Renaming"),
+        // A step per new pod, one for deleting the old controller, one for the rename.
+        || {
+            let (pods, rcs) = (pods.clone(), rcs.clone());
+            let (list, old) = tokio::task::block_in_place(|| {
+                handle.block_on(async move {
+                    (
+                        pods.list(&ListParams::default()).await,
+                        rcs.get_opt("app").await,
+                    )
+                })
+            });
+            let new = list
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(V2)
+                })
+                .count();
+            let image = |rc: &ReplicationController| {
+                rc.spec
+                    .as_ref()?
+                    .template
+                    .as_ref()?
+                    .spec
+                    .as_ref()?
+                    .containers[0]
+                    .image
+                    .clone()
+            };
+            let old_gone = matches!(old, Ok(None))
+                || matches!(&old, Ok(Some(rc)) if image(rc).as_deref() == Some(V2));
+            (
+                new.min(replicas as usize) + usize::from(old_gone),
+                replicas as usize + 2,
+            )
+        },
+    )
+    .await;
+    println!(
+        "rolling-update chaos: {kills} kills in {:?}; phases: {phases:?}",
+        started.elapsed()
+    );
+    let (report, _) = observer.finish(cluster, "no-nodes").await;
+    if let Some(report) = report {
+        panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
+    }
+    assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
+
+    // The update ended under the old name, with the new template and all replicas, and left
+    // no next controller, no update annotation and no rename record behind.
+    tokio::time::timeout(WAIT, await_condition(rcs.clone(), "app", ready))
+        .await
+        .unwrap()
+        .unwrap();
+    let names: Vec<String> = rcs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(names, ["app"], "no orphaned next controller");
+    let app = rcs.get("app").await.unwrap();
+    assert!(
+        !app.annotations()
+            .keys()
+            .any(|k| k.starts_with("kubectl.kubernetes.io/")),
+        "{:?}",
+        app.annotations()
+    );
+    let template = app.spec.as_ref().unwrap().template.as_ref().unwrap();
+    assert_eq!(
+        template.spec.as_ref().unwrap().containers[0]
+            .image
+            .as_deref(),
+        Some(V2)
+    );
+    let live: Vec<Pod> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(live.len(), replicas as usize, "{live:?}");
+    for pod in &live {
+        assert_eq!(
+            pod.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some(V2)
+        );
+        assert!(
+            !pod.annotations().contains_key("rollout-ext.io/rename"),
+            "the rename record is removed from {}",
+            pod.name_any()
+        );
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone());
+        assert_eq!(owner, app.metadata.uid, "{} is adopted", pod.name_any());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker itself, fed recorded sequences of broken behaviour.
+
+fn node(name: &str, ready: bool, unschedulable: bool) -> Seen {
+    Seen::Node {
+        name: name.into(),
+        ready,
+        unschedulable,
+    }
+}
+
+fn web_pod(name: &str, ready: bool, terminating: bool) -> Seen {
+    Seen::Pod {
+        key: format!("ns/{name}"),
+        labels: [("app".to_string(), "web".to_string())].into(),
+        ready,
+        terminating,
+    }
+}
+
+/// Three outdated nodes, maxUnavailable 1, maxSurge 1, two pods under a minAvailable-1 budget,
+/// all listed.
+fn three_node_checker() -> Checker {
+    let mut checker = Checker::new(
+        Budget {
+            outdated: ["n1", "n2", "n3"].map(String::from).into(),
+            max_unavailable: 1,
+            max_surge: 1,
+            cloud_only: false,
+        },
+        vec![Pdb {
+            name: "ns/web".into(),
+            match_labels: [("app".to_string(), "web".to_string())].into(),
+            min_available: 1,
+        }],
+    );
+    for n in ["n1", "n2", "n3"] {
+        checker.observe(node(n, true, false));
+    }
+    checker.observe(Seen::NodesSynced);
+    checker.observe(web_pod("a", true, false));
+    checker.observe(web_pod("b", true, false));
+    checker.observe(Seen::PodsSynced);
+    checker
+}
+
+/// A correct rotation of the three nodes, one at a time with a surge.
+fn correct_sequence() -> Vec<Seen> {
+    let mut seq = vec![
+        Seen::Detach { node: "n3".into() },
+        node("n3-new", false, false),
+        node("n3-new", true, false),
+    ];
+    for n in ["n1", "n2", "n3"] {
+        seq.extend([
+            node(n, true, true),
+            web_pod("a", true, true),
+            Seen::PodGone { key: "ns/a".into() },
+            web_pod("a", false, false),
+            web_pod("a", true, false),
+            Seen::NodeGone { name: n.into() },
+            Seen::Terminate {
+                node: n.into(),
+                pods_left: vec![],
+            },
+        ]);
+        if n != "n3" {
+            seq.extend([
+                node(&format!("{n}-new"), false, false),
+                node(&format!("{n}-new"), true, false),
+            ]);
+        }
+    }
+    seq
+}
+
+fn correct_end() -> End {
+    let nodes: Vec<(String, bool, bool)> = ["n1-new", "n2-new", "n3-new"]
+        .iter()
+        .map(|n| (n.to_string(), true, false))
+        .collect();
+    End {
+        instances: nodes.iter().map(|n| n.0.clone()).collect(),
+        nodes,
+        lock: None,
+    }
+}
+
+#[test]
+fn the_checker_passes_a_correct_rotation() {
+    let mut checker = three_node_checker();
+    for seen in correct_sequence() {
+        checker.observe(seen);
+    }
+    checker.finish(&correct_end());
+    assert_eq!(checker.report(), None);
+    assert_eq!(
+        checker.fewest_available,
+        Some(3),
+        "a surge first, then one at a time"
+    );
+}
+
+#[test]
+fn the_checker_reports_a_termination_before_the_drain() {
+    let mut checker = three_node_checker();
+    checker.observe(Seen::Terminate {
+        node: "n1".into(),
+        pods_left: vec!["ns/a".into()],
+    });
+    checker.observe(node("n2", true, true));
+    checker.observe(Seen::Terminate {
+        node: "n2".into(),
+        pods_left: vec!["ns/b".into()],
+    });
+    assert_eq!(
+        checker.violations(),
+        [
+            Violation::TerminatedUndrained {
+                node: "n1".into(),
+                cordoned: false,
+                pods_left: vec!["ns/a".into()],
+            },
+            Violation::TerminatedUndrained {
+                node: "n2".into(),
+                cordoned: true,
+                pods_left: vec!["ns/b".into()],
+            },
+        ]
+    );
+    assert_eq!(
+        checker.report().unwrap().lines().next().unwrap(),
+        "invariant violated: node n1 was terminated before it was drained (it was never cordoned; pods still on it: [ns/a])"
+    );
+}
+
+#[test]
+fn a_node_lost_while_the_watch_was_away_is_judged_by_its_pods_alone() {
+    let mut checker = three_node_checker();
+    // The watch saw neither node cordoned before an interruption; when it listed again, their
+    // replacements were there and they were gone.
+    checker.observe(node("n1-new", true, false));
+    checker.observe(node("n2-new", true, false));
+    checker.observe(Seen::NodeLost { name: "n1".into() });
+    checker.observe(Seen::NodeLost { name: "n2".into() });
+    checker.observe(Seen::Terminate {
+        node: "n1".into(),
+        pods_left: vec![],
+    });
+    checker.observe(Seen::Terminate {
+        node: "n2".into(),
+        pods_left: vec!["ns/b".into()],
+    });
+    assert_eq!(
+        checker.violations(),
+        [Violation::TerminatedUndrained {
+            node: "n2".into(),
+            cordoned: false,
+            pods_left: vec!["ns/b".into()],
+        }]
+    );
+}
+
+#[test]
+fn the_checker_allows_terminating_undrained_nodes_with_cloudonly() {
+    let mut checker = Checker::new(
+        Budget {
+            outdated: ["n1"].map(String::from).into(),
+            max_unavailable: 1,
+            max_surge: 0,
+            cloud_only: true,
+        },
+        vec![],
+    );
+    checker.observe(Seen::Terminate {
+        node: "n1".into(),
+        pods_left: vec!["ns/a".into()],
+    });
+    assert_eq!(checker.report(), None);
+}
+
+#[test]
+fn the_checker_reports_a_node_terminated_twice_and_one_not_outdated() {
+    let mut checker = three_node_checker();
+    for seen in correct_sequence() {
+        checker.observe(seen);
+    }
+    checker.observe(Seen::Terminate {
+        node: "n2".into(),
+        pods_left: vec![],
+    });
+    checker.observe(node("n1-new", true, true));
+    checker.observe(Seen::Terminate {
+        node: "n1-new".into(),
+        pods_left: vec![],
+    });
+    assert_eq!(
+        checker.violations(),
+        [
+            Violation::TerminatedTwice { node: "n2".into() },
+            Violation::TerminatedNotOutdated {
+                node: "n1-new".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn the_checker_reports_too_many_unavailable_and_too_many_surges() {
+    let mut checker = three_node_checker();
+    checker.observe(node("n1", true, true));
+    assert!(checker.violations().is_empty(), "one is within the budget");
+    checker.observe(node("n2", false, false));
+    checker.observe(Seen::Detach { node: "n3".into() });
+    checker.observe(Seen::Detach { node: "n2".into() });
+    assert_eq!(
+        checker.violations(),
+        [
+            Violation::TooManyUnavailable {
+                available: 1,
+                floor: 2,
+                unavailable: vec!["n1".into(), "n2".into()],
+            },
+            Violation::TooManySurges {
+                detached: vec!["n3".into(), "n2".into()],
+                max_surge: 1,
+            },
+        ]
+    );
+    assert_eq!(checker.fewest_available, Some(1));
+}
+
+#[test]
+fn the_checker_reports_a_breached_disruption_budget() {
+    let mut checker = three_node_checker();
+    checker.observe(web_pod("a", true, true));
+    assert!(checker.violations().is_empty(), "one may go");
+    checker.observe(Seen::PodGone { key: "ns/b".into() });
+    assert_eq!(
+        checker.violations(),
+        [Violation::PdbBreached {
+            pdb: "ns/web".into(),
+            healthy: 0,
+            min_available: 1,
+        }]
+    );
+}
+
+#[test]
+fn the_checker_counts_nothing_before_the_listings_are_complete() {
+    let mut checker = Checker::new(
+        Budget {
+            outdated: ["n1", "n2", "n3"].map(String::from).into(),
+            max_unavailable: 1,
+            max_surge: 0,
+            cloud_only: false,
+        },
+        vec![],
+    );
+    checker.observe(node("n1", true, false));
+    assert!(checker.violations().is_empty());
+}
+
+#[test]
+fn the_checker_reports_an_unfinished_end() {
+    let mut checker = three_node_checker();
+    // n3 was never terminated, a surge instance and an unregistered instance remain, and the
+    // lock is still held.
+    for seen in correct_sequence()
+        .into_iter()
+        .filter(|s| !matches!(s, Seen::Terminate { node, .. } if node == "n3"))
+    {
+        checker.observe(seen);
+    }
+    let mut end = correct_end();
+    end.nodes.push(("n3".into(), true, true));
+    end.instances.extend(["n3".to_string(), "lost".to_string()]);
+    end.lock = Some("me@here/pid-1".into());
+    checker.finish(&end);
+    assert_eq!(
+        checker.violations(),
+        [
+            Violation::NotReplaced { node: "n3".into() },
+            Violation::LeftOver {
+                expected: 3,
+                instances: vec![
+                    "n1-new".into(),
+                    "n2-new".into(),
+                    "n3-new".into(),
+                    "n3".into(),
+                    "lost".into()
+                ],
+            },
+            Violation::NotAvailableAtEnd { node: "n3".into() },
+            Violation::LockNotReleased {
+                holder: "me@here/pid-1".into()
+            },
+        ]
+    );
+}
