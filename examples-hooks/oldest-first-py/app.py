@@ -16,7 +16,7 @@ class Metadata(exports.Metadata):
         return types.Info(
             name="oldest-first",
             sdk_version="0.1.0",
-            wit_version="0.1.0",
+            wit_version="0.2.0",
             points=[types.HookPoint.SELECT],
         )
 
@@ -43,7 +43,9 @@ class Selection(exports.Selection):
 
 
 class Batching(exports.Batching):
-    def next_batch(self, ctx: types.Context, progress: types.Progress) -> types.BatchSize:
+    def next_batch(
+        self, ctx: types.Context, progress: types.Progress, pending: types.Pending
+    ) -> types.BatchSize:
         return types.BatchSize_Defer()
 
 

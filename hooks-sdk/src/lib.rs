@@ -25,6 +25,7 @@
 
 pub mod helpers;
 pub mod host;
+mod progress;
 pub mod testing;
 
 #[doc(hidden)]
@@ -41,15 +42,16 @@ pub mod bindings {
 
 pub use bindings::rollout_ext::policy::types::{
     Batch, BatchSize, Budget, Choice, Context, Group, HookPoint, Info, Instance, InstanceKind,
-    KeyValue, Pause, Phase, Progress, Role, Selection, Taint, ValidationSummary, Verdict,
+    KeyValue, Pause, Phase, Role, Selection, Taint, ValidationSummary, Verdict,
 };
 pub use helpers::*;
+pub use progress::{Pending, Progress};
 
 use bindings::exports::rollout_ext::policy::{batching, gates, metadata, selection};
 
 /// Version of the WIT package (`rollout-ext:policy`) this SDK implements. The host refuses a
 /// module built against a version it does not speak, before calling it.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// Version of this SDK, stamped into every module built with it.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -72,7 +74,8 @@ pub trait Policy {
     }
 
     /// How many of the pending instances the next batch holds (1 ..= `progress.max_batch`), or a
-    /// pause.
+    /// pause. Read only the pending instances the decision needs: each read costs a call into
+    /// the host.
     fn next_batch(_ctx: &Context, _progress: &Progress) -> Result<BatchSize, String> {
         Ok(BatchSize::Defer)
     }
@@ -110,8 +113,12 @@ impl<P: Policy> selection::Guest for Exported<P> {
 }
 
 impl<P: Policy> batching::Guest for Exported<P> {
-    fn next_batch(ctx: Context, progress: Progress) -> Result<BatchSize, String> {
-        P::next_batch(&ctx, &progress)
+    fn next_batch(
+        ctx: Context,
+        progress: bindings::rollout_ext::policy::types::Progress,
+        pending: &bindings::rollout_ext::policy::types::Pending,
+    ) -> Result<BatchSize, String> {
+        P::next_batch(&ctx, &Progress::from_host(progress, pending))
     }
 }
 

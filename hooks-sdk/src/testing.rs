@@ -2,7 +2,8 @@
 //! directly with these values, no WebAssembly runtime involved.
 
 use crate::{
-    Batch, Context, Group, Instance, InstanceKind, KeyValue, Progress, Role, ValidationSummary,
+    Batch, Context, Group, Instance, InstanceKind, KeyValue, Pending, Progress, Role,
+    ValidationSummary,
 };
 
 /// A context at `now` (Unix seconds) with the given JSON config.
@@ -55,15 +56,22 @@ pub fn group(instances: &[Instance], max_surge: u32, max_unavailable: u32) -> Gr
     }
 }
 
-/// Progress of a group after `batches_done` batches that updated `updated` instances.
-pub fn progress(group: Group, pending: Vec<Instance>, batches_done: u32, updated: u32) -> Progress {
+/// Progress of a group after `batches_done` batches that updated `updated` instances, the next
+/// batch taken from `pending` (as the host shows it: at most `max_batch` of them).
+pub fn progress(
+    group: Group,
+    mut pending: Vec<Instance>,
+    batches_done: u32,
+    updated: u32,
+) -> Progress<'static> {
     let max_batch = (group.max_surge + group.max_unavailable).min(pending.len() as u32);
+    pending.truncate(max_batch as usize);
     Progress {
         group,
         batches_done,
         updated,
-        pending,
         max_batch,
+        pending: Pending::local(pending),
     }
 }
 

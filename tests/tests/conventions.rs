@@ -162,7 +162,7 @@ fn completion_scripts_and_version_come_from_the_command_definitions() {
         "{version}"
     );
     assert!(
-        version.contains("hook contract rollout-ext:policy@0.1.0"),
+        version.contains("hook contract rollout-ext:policy@0.2.0"),
         "{version}"
     );
     let out = plugin(&["nodes", "--no-such-flag"], None);

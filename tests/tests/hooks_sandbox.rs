@@ -100,6 +100,24 @@ fn an_infinite_loop_times_out_on_time() {
 }
 
 #[test]
+fn a_hook_spending_its_time_in_host_calls_times_out_on_time() {
+    let (fault, elapsed) = fault_of(HookPoint::Batch, "batch", "hammer");
+    assert_eq!(fault, HookFault::Timeout(Duration::from_millis(300)));
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+}
+
+#[test]
+fn pending_instances_are_read_within_bounds() {
+    // The first batch is the canary: one instance may go. Reads past it and beyond it answer
+    // what exists.
+    let (fault, _) = fault_of(HookPoint::Batch, "batch", "read-past");
+    assert_eq!(
+        fault,
+        HookFault::Refused("len 1, past the end 0, all 1".into())
+    );
+}
+
+#[test]
 fn deadlines_hold_after_the_runtime_that_loaded_the_hook_is_gone() {
     let hook = {
         let runtime = HookRuntime::new(None).unwrap();
@@ -336,14 +354,14 @@ fn modules_that_must_not_run_are_refused_by_name() {
         "{pinned}"
     );
 
-    let future = load_error(&wasm_module("wrong-version-hook"), None);
-    match &future {
-        LoadError::WrongVersion { found, .. } => assert_eq!(found, "rollout-ext:policy@0.2.0"),
+    let past = load_error(&wasm_module("wrong-version-hook"), None);
+    match &past {
+        LoadError::WrongVersion { found, .. } => assert_eq!(found, "rollout-ext:policy@0.1.0"),
         other => panic!("expected a version error, got {other}"),
     }
     assert!(
-        future.to_string().contains("rollout-ext:policy@0.1.0"),
-        "{future}"
+        past.to_string().contains("rollout-ext:policy@0.2.0"),
+        "{past}"
     );
 }
 

@@ -68,6 +68,12 @@ const CASES: &[Case] = &[
         "loop",
         "failed at the gate point: timed out after 300ms",
     ),
+    // Spinning through host calls (reading the pending instances) is held to the same limit.
+    fault(
+        "batch",
+        "hammer",
+        "failed at the batch point: timed out after 300ms",
+    ),
     fault(
         "select",
         "recursion",
@@ -92,7 +98,7 @@ const CASES: &[Case] = &[
     fault("select", "clock", "returned an error: clock:frozen"),
     fault("select", "socket", "returned an error: socket:denied"),
     // Modules that must never run: refused while loading, a policy error.
-    refused("wrong_version.wasm", None, "rollout-ext:policy@0.2.0"),
+    refused("wrong_version.wasm", None, "rollout-ext:policy@0.1.0"),
     refused(
         "core.wasm",
         None,

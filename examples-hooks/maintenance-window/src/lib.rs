@@ -150,7 +150,7 @@ mod tests {
         json!({"windows": [{"days": ["sat"], "start": "22:00", "end": "06:00"}], "maxBatch": 4})
     }
 
-    fn pending(n: usize) -> Progress {
+    fn pending(n: usize) -> Progress<'static> {
         let nodes: Vec<_> = (0..n).map(|i| node(&format!("n{i}"), "a")).collect();
         progress(group(&nodes, 0, 10), nodes, 0, 0)
     }

@@ -66,16 +66,17 @@ impl Policy for ZoneSpread {
         Ok(Selection::Choose(choices))
     }
 
-    /// The longest prefix of the pending instances with at most `maxPerZone` per zone.
+    /// The longest prefix of the pending instances with at most `maxPerZone` per zone. Reads
+    /// pending instances only until a zone is full.
     fn next_batch(ctx: &Context, progress: &Progress) -> Result<BatchSize, String> {
         let cfg: Config = config(ctx)?;
         if cfg.max_per_zone == 0 {
             return Err("maxPerZone must be at least 1".into());
         }
-        let mut per_zone: HashMap<&str, u32> = HashMap::new();
+        let mut per_zone: HashMap<String, u32> = HashMap::new();
         let mut size = 0;
         for instance in progress.pending.iter().take(progress.max_batch as usize) {
-            let count = per_zone.entry(zone(instance)).or_default();
+            let count = per_zone.entry(zone(&instance).to_string()).or_default();
             if *count == cfg.max_per_zone {
                 break;
             }

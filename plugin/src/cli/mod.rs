@@ -46,7 +46,7 @@ pub struct Cli {
 const fn version() -> &'static str {
     concat!(
         env!("CARGO_PKG_VERSION"),
-        " (hook contract rollout-ext:policy@0.1.0)"
+        " (hook contract rollout-ext:policy@0.2.0)"
     )
 }
 

@@ -1,4 +1,8 @@
 //! Planner types → WIT types (and back for the few enums hooks return).
+//!
+//! Arguments of a hook call are WIT types that borrow from the planner's data (`*Param`), so a
+//! call copies each string once, into the guest. Only what a hook reads through the `pending`
+//! resource is built as owned values (`*Result`), since the host returns it.
 
 use super::wit;
 use crate::labels::Labels;
@@ -8,20 +12,18 @@ use crate::plan::hook::{
 };
 use crate::policy::HookPoint;
 
-fn key_values(map: &Labels) -> Vec<wit::KeyValue> {
-    map.iter()
-        .map(|(k, v)| wit::KeyValue {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect()
-}
-
 fn role(r: Role) -> wit::Role {
     match r {
         Role::Bastion => wit::Role::Bastion,
         Role::ControlPlane => wit::Role::ControlPlane,
         Role::Node => wit::Role::Node,
+    }
+}
+
+fn kind(k: InstanceKind) -> wit::InstanceKind {
+    match k {
+        InstanceKind::Node => wit::InstanceKind::Node,
+        InstanceKind::Pod => wit::InstanceKind::Pod,
     }
 }
 
@@ -33,22 +35,98 @@ pub fn point_from_wit(p: wit::HookPoint) -> HookPoint {
     }
 }
 
-pub fn instance(c: &Candidate) -> wit::Instance {
-    wit::Instance {
-        kind: match c.kind {
-            InstanceKind::Node => wit::InstanceKind::Node,
-            InstanceKind::Pod => wit::InstanceKind::Pod,
-        },
+/// The lists inside the candidates of one call, laid end to end, so that borrowing candidates
+/// costs three allocations per call rather than three per candidate.
+#[derive(Default)]
+pub struct Lists<'a> {
+    labels: Vec<wit::KeyValueParam<'a>>,
+    annotations: Vec<wit::KeyValueParam<'a>>,
+    taints: Vec<wit::TaintParam<'a>>,
+}
+
+impl<'a> Lists<'a> {
+    pub fn of(candidates: &'a [Candidate]) -> Lists<'a> {
+        let pairs = |map: &'a Labels| {
+            map.iter()
+                .map(|(key, value)| wit::KeyValueParam { key, value })
+        };
+        Lists {
+            labels: candidates.iter().flat_map(|c| pairs(&c.labels)).collect(),
+            annotations: candidates
+                .iter()
+                .flat_map(|c| pairs(&c.annotations))
+                .collect(),
+            taints: candidates
+                .iter()
+                .flat_map(|c| &c.taints)
+                .map(|t| wit::TaintParam {
+                    key: &t.key,
+                    value: &t.value,
+                    effect: &t.effect,
+                })
+                .collect(),
+        }
+    }
+
+    /// `candidates` (the ones given to [`Lists::of`]) as call arguments.
+    pub fn instances(&'a self, candidates: &'a [Candidate]) -> Vec<wit::InstanceParam<'a>> {
+        let (mut labels, mut annotations, mut taints) = (
+            self.labels.as_slice(),
+            self.annotations.as_slice(),
+            self.taints.as_slice(),
+        );
+        candidates
+            .iter()
+            .map(|c| wit::InstanceParam {
+                kind: kind(c.kind),
+                name: &c.name,
+                group: &c.group,
+                role: role(c.role),
+                zone: c.zone.as_deref(),
+                labels: take(&mut labels, c.labels.len()),
+                annotations: take(&mut annotations, c.annotations.len()),
+                taints: take(&mut taints, c.taints.len()),
+                ready: c.ready,
+                unschedulable: c.unschedulable,
+                created: c.created,
+                kubelet_version: c.kubelet_version.as_deref(),
+                pods: c.pods,
+                pods_not_ready: c.pods_not_ready,
+                reason: c.reason.as_deref(),
+            })
+            .collect()
+    }
+}
+
+/// The first `n` items of `rest`, which moves past them.
+fn take<'s, T>(rest: &mut &'s [T], n: usize) -> &'s [T] {
+    let (head, tail) = rest.split_at(n);
+    *rest = tail;
+    head
+}
+
+/// A candidate as the owned value a `pending.get` returns.
+pub fn instance(c: &Candidate) -> wit::InstanceResult {
+    let pairs = |map: &Labels| {
+        map.iter()
+            .map(|(k, v)| wit::KeyValueResult {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect()
+    };
+    wit::InstanceResult {
+        kind: kind(c.kind),
         name: c.name.clone(),
         group: c.group.clone(),
         role: role(c.role),
         zone: c.zone.clone(),
-        labels: key_values(&c.labels),
-        annotations: key_values(&c.annotations),
+        labels: pairs(&c.labels),
+        annotations: pairs(&c.annotations),
         taints: c
             .taints
             .iter()
-            .map(|t| wit::Taint {
+            .map(|t| wit::TaintResult {
                 key: t.key.clone(),
                 value: t.value.clone(),
                 effect: t.effect.clone(),
@@ -64,9 +142,9 @@ pub fn instance(c: &Candidate) -> wit::Instance {
     }
 }
 
-pub fn group(g: &GroupInfo) -> wit::Group {
+pub fn group(g: &GroupInfo) -> wit::Group<'_> {
     wit::Group {
-        name: g.name.clone(),
+        name: &g.name,
         role: role(g.role),
         size: g.size,
         up_to_date: g.up_to_date,
@@ -76,12 +154,11 @@ pub fn group(g: &GroupInfo) -> wit::Group {
     }
 }
 
-pub fn progress(p: &Progress) -> wit::Progress {
+pub fn progress<'a>(p: &'a Progress) -> wit::Progress<'a> {
     wit::Progress {
         group: group(p.group),
         batches_done: p.batches_done,
         updated: p.updated,
-        pending: p.pending.iter().map(instance).collect(),
         max_batch: p.max_batch,
     }
 }
@@ -94,16 +171,37 @@ pub fn phase(p: Phase) -> wit::Phase {
     }
 }
 
-pub fn batch(b: &BatchInfo) -> wit::Batch {
+/// Borrowed strings for a call's string lists.
+pub fn strs(list: &[String]) -> Vec<&str> {
+    list.iter().map(String::as_str).collect()
+}
+
+pub fn batch<'a>(b: &BatchInfo, instances: &'a [&'a str]) -> wit::Batch<'a> {
     wit::Batch {
         index: b.index,
-        instances: b.instances.clone(),
+        instances,
         canary: b.canary,
         attempt: b.attempt,
     }
 }
 
-pub fn summary(s: &HealthSummary) -> wit::ValidationSummary {
+pub fn budgets(s: &HealthSummary) -> Vec<wit::Budget<'_>> {
+    s.budgets
+        .iter()
+        .map(|b| wit::Budget {
+            namespace: &b.namespace,
+            name: &b.name,
+            disruptions_allowed: b.disruptions_allowed,
+            pods_in_batch: b.pods_in_batch,
+        })
+        .collect()
+}
+
+pub fn summary<'a>(
+    s: &HealthSummary,
+    budgets: &'a [wit::Budget<'a>],
+    failures: &'a [&'a str],
+) -> wit::ValidationSummary<'a> {
     wit::ValidationSummary {
         nodes_total: s.nodes_total,
         nodes_not_ready: s.nodes_not_ready,
@@ -111,16 +209,7 @@ pub fn summary(s: &HealthSummary) -> wit::ValidationSummary {
         pods_total: s.pods_total,
         pods_not_ready: s.pods_not_ready,
         system_pods_not_ready: s.system_pods_not_ready,
-        budgets: s
-            .budgets
-            .iter()
-            .map(|b| wit::Budget {
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-                disruptions_allowed: b.disruptions_allowed,
-                pods_in_batch: b.pods_in_batch,
-            })
-            .collect(),
-        failures: s.failures.clone(),
+        budgets,
+        failures,
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{
@@ -26,7 +26,7 @@ use wasmtime_wasi::{
 
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, Candidate, GateAnswer, GroupInfo, HealthSummary, Hook,
-    HookFault, Phase, Progress, SelectAnswer,
+    HookFault, Pending, Phase, Progress, SelectAnswer,
 };
 use crate::policy::{ContextResource, FailurePolicy, HookPoint, HookSpec};
 use crate::report;
@@ -37,6 +37,15 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../hooks-sdk/wit",
         world: "policy",
+        // The host keeps a batch's candidates as the planner made them; a hook reads them
+        // through the resource.
+        with: {
+            "rollout-ext:policy/types.pending": crate::plan::hook::Pending,
+        },
+        imports: { "rollout-ext:policy/types.[method]pending.get": trappable },
+        // Arguments are lowered straight from borrowed data: the candidates' strings are not
+        // copied before they are copied into the guest.
+        ownership: Borrowing { duplicate_if_necessary: true },
     });
 }
 
@@ -44,7 +53,7 @@ use bindings::rollout_ext::policy::host as wit_host;
 use bindings::rollout_ext::policy::types as wit;
 
 /// The WIT package version this host speaks.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 const WIT_PACKAGE: &str = "rollout-ext:policy";
 
 /// How often the epoch advances; deadlines are counted in these ticks.
@@ -401,6 +410,32 @@ impl WasiView for CallState {
 
 impl wit::Host for CallState {}
 
+impl wit::HostPending for CallState {
+    fn len(&mut self, pending: Resource<Pending>) -> u32 {
+        self.table
+            .get(&pending)
+            .map_or(0, |p| u32::try_from(p.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Lowers only what the hook asks for.
+    fn get(
+        &mut self,
+        pending: Resource<Pending>,
+        start: u32,
+        count: u32,
+    ) -> wasmtime::Result<Vec<wit::InstanceResult>> {
+        let pending = self.table.get(&pending)?;
+        let start = (start as usize).min(pending.len());
+        let end = start.saturating_add(count as usize).min(pending.len());
+        Ok(pending[start..end].iter().map(convert::instance).collect())
+    }
+
+    fn drop(&mut self, pending: Resource<Pending>) -> wasmtime::Result<()> {
+        self.table.delete(pending)?;
+        Ok(())
+    }
+}
+
 impl wit_host::Host for CallState {
     fn log(&mut self, level: wit_host::Level, message: String) {
         self.log_lines += 1;
@@ -581,13 +616,13 @@ impl WasmHook {
         })
     }
 
-    fn context(&self, ctx: &CallContext) -> wit::Context {
+    fn context<'a>(&'a self, ctx: &'a CallContext) -> wit::Context<'a> {
         wit::Context {
             now: ctx.now,
-            run_id: ctx.run_id.clone(),
+            run_id: &ctx.run_id,
             dry_run: ctx.dry_run,
-            hook_name: self.name.clone(),
-            config: self.config.clone(),
+            hook_name: &self.name,
+            config: &self.config,
         }
     }
 }
@@ -661,10 +696,11 @@ impl Hook for WasmHook {
     ) -> Result<SelectAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wgroup = convert::group(group);
-        let wcands: Vec<wit::Instance> = candidates.iter().map(convert::instance).collect();
+        let lists = convert::Lists::of(candidates);
+        let wcands = lists.instances(candidates);
         let answer = self.call(ctx.now, self.timeout, |p, store| {
             p.rollout_ext_policy_selection()
-                .call_select(store, &wctx, &wgroup, &wcands)
+                .call_select(store, wctx, wgroup, &wcands)
         })?;
         match refused(answer)? {
             wit::Selection::Defer => Ok(SelectAnswer::Defer),
@@ -691,8 +727,13 @@ impl Hook for WasmHook {
         let wctx = self.context(ctx);
         let wprogress = convert::progress(progress);
         let answer = self.call(ctx.now, self.timeout, |p, store| {
-            p.rollout_ext_policy_batching()
-                .call_next_batch(store, &wctx, &wprogress)
+            let pending = store.data_mut().table.push(progress.pending.clone())?;
+            p.rollout_ext_policy_batching().call_next_batch(
+                store,
+                wctx,
+                wprogress,
+                Resource::new_borrow(pending.rep()),
+            )
         })?;
         Ok(match refused(answer)? {
             wit::BatchSize::Defer => BatchAnswer::Defer,
@@ -715,12 +756,15 @@ impl Hook for WasmHook {
         summary: &HealthSummary,
     ) -> Result<GateAnswer, HookFault> {
         let wctx = self.context(ctx);
-        let wbatch = convert::batch(batch);
-        let wsummary = convert::summary(summary);
+        let instances = convert::strs(&batch.instances);
+        let wbatch = convert::batch(batch, &instances);
+        let budgets = convert::budgets(summary);
+        let failures = convert::strs(&summary.failures);
+        let wsummary = convert::summary(summary, &budgets, &failures);
         let wphase = convert::phase(phase);
         let answer = self.call(ctx.now, self.timeout, |p, store| {
             p.rollout_ext_policy_gates()
-                .call_check(store, &wctx, wphase, &wbatch, &wsummary)
+                .call_check(store, wctx, wphase, wbatch, wsummary)
         })?;
         Ok(match refused(answer)? {
             wit::Verdict::Defer => GateAnswer::Defer,

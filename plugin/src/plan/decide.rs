@@ -234,7 +234,7 @@ pub fn batch_size(
     // those: a call costs the batch, not the group, and a plan stays linear in the group's size.
     let shown = (progress.max_batch as usize).min(progress.pending.len());
     let progress = &Progress {
-        pending: &progress.pending[..shown],
+        pending: progress.pending.window(0, shown),
         ..progress.clone()
     };
     for hook in hooks.iter_mut() {
@@ -543,12 +543,12 @@ pub(crate) mod tests {
         );
     }
 
-    fn progress_of<'a>(g: &'a GroupInfo, pending: &'a [Candidate], max: u32) -> Progress<'a> {
+    fn progress_of<'a>(g: &'a GroupInfo, pending: &[Candidate], max: u32) -> Progress<'a> {
         Progress {
             group: g,
             batches_done: 0,
             updated: 0,
-            pending,
+            pending: pending.to_vec().into(),
             max_batch: max,
         }
     }

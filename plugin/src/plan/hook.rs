@@ -4,6 +4,8 @@
 //! closures. Answers are checked by [`crate::plan::decide`] before anything uses them.
 
 use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::labels::Labels;
@@ -66,8 +68,49 @@ pub struct Progress<'a> {
     pub group: &'a GroupInfo,
     pub batches_done: u32,
     pub updated: u32,
-    pub pending: &'a [Candidate],
+    pub pending: Pending,
     pub max_batch: u32,
+}
+
+/// Instances still to update, in update order: a window of a list shared by every batch of a
+/// group, so that handing the next batch's candidates to a hook copies nothing (the WebAssembly
+/// host keeps them for the hook to read from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    order: Arc<[Candidate]>,
+    window: Range<usize>,
+}
+
+impl Pending {
+    /// All of `order`.
+    pub fn new(order: Arc<[Candidate]>) -> Pending {
+        let window = 0..order.len();
+        Pending { order, window }
+    }
+
+    /// These instances from the `start`th on, at most `len` of them.
+    pub fn window(&self, start: usize, len: usize) -> Pending {
+        let start = (self.window.start + start).min(self.window.end);
+        let end = start.saturating_add(len).min(self.window.end);
+        Pending {
+            order: self.order.clone(),
+            window: start..end,
+        }
+    }
+}
+
+impl Deref for Pending {
+    type Target = [Candidate];
+
+    fn deref(&self) -> &[Candidate] {
+        &self.order[self.window.clone()]
+    }
+}
+
+impl From<Vec<Candidate>> for Pending {
+    fn from(order: Vec<Candidate>) -> Pending {
+        Pending::new(order.into())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

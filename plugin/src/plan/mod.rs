@@ -24,7 +24,8 @@ use drain::DrainOptions;
 use groups::{NodeGroup, Staleness};
 use health::Index;
 use hook::{
-    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, InstanceKind, Phase, Progress,
+    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, InstanceKind, Pending, Phase,
+    Progress,
 };
 
 pub const PLAN_API_VERSION: &str = "rollout-ext/v1alpha1";
@@ -571,6 +572,8 @@ impl Planner<'_> {
         let canary_wave = canary_wave && waves == 0;
         let mut paused: i64 = 0;
         let mut pending_pause: Option<PauseStep> = None;
+        // Copied once per group; each batch's hooks are shown a window of it.
+        let all = Pending::from(order.iter().map(|c| (*c).clone()).collect::<Vec<_>>());
         while done < order.len() {
             let remaining = order.len() - done;
             let limit = if canary_wave && done == 0 {
@@ -580,15 +583,11 @@ impl Planner<'_> {
             };
             let max_batch = limit.min(remaining as u32);
             // Hooks see only the instances the next batch can take (see `decide::batch_size`).
-            let pending: Vec<Candidate> = order[done..done + max_batch as usize]
-                .iter()
-                .map(|c| (*c).clone())
-                .collect();
             let progress = Progress {
                 group: info,
                 batches_done: waves,
                 updated: self.options.progress.updated + done as u32,
-                pending: &pending,
+                pending: all.window(done, max_batch as usize),
                 max_batch,
             };
             let ctx = self.ctx();

@@ -678,7 +678,7 @@ impl Updater<'_> {
                 &ctx,
                 &group,
                 state,
-                &candidates,
+                candidates.into(),
                 built_in,
                 warnings,
             )

@@ -10,7 +10,8 @@ use super::pods::PodInfo;
 use super::steps::{self, Budgets};
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{
-    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Phase, Progress,
+    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Pending, Phase,
+    Progress,
 };
 use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Role};
 
@@ -133,7 +134,7 @@ pub fn step_amount(
     ctx: &CallContext,
     group: &GroupInfo,
     state: &LoopState,
-    pending: &[Candidate],
+    pending: Pending,
     built_in: i32,
     warnings: &mut Vec<String>,
 ) -> Result<BatchDecision, HookFailed> {
@@ -193,10 +194,12 @@ pub fn plan(
     let mut warnings = Vec::new();
     let mut ctx = input.ctx.clone();
     let owned = super::pods::owned_by(input.old_pods, input.old.uid());
-    let candidates: Vec<Candidate> = owned
-        .iter()
-        .map(|p| p.candidate(input.old.name()))
-        .collect();
+    let candidates = Pending::from(
+        owned
+            .iter()
+            .map(|p| p.candidate(input.old.name()))
+            .collect::<Vec<Candidate>>(),
+    );
     let mut state = LoopState {
         old: input.old.replicas(),
         next: input.next_replicas,
@@ -240,14 +243,14 @@ pub fn plan(
             };
             let Some(built_in) = built_in else { continue };
             let group = group_info(input.old.name(), &state, &budgets);
-            let pending = &candidates[..(state.old.max(0) as usize).min(candidates.len())];
+            let pending = candidates.window(0, state.old.max(0) as usize);
             let (amount, by) = loop {
                 match step_amount(
                     hooks,
                     &ctx,
                     &group,
                     &state,
-                    pending,
+                    pending.clone(),
                     built_in,
                     &mut warnings,
                 )? {

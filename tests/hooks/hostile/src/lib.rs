@@ -175,6 +175,18 @@ impl Policy for Hostile {
                 reason: "forever".into(),
             })),
             "one" => Ok(BatchSize::Size(1)),
+            // Reads the pending instances from the host over and over: the deadline holds while
+            // the time goes into host calls.
+            "hammer" => loop {
+                std::hint::black_box(progress.pending.range(0, usize::MAX));
+            },
+            // Reads past the end and more than there is: the host answers what exists.
+            "read-past" => {
+                let len = progress.pending.len();
+                let past = progress.pending.range(len, 10).len();
+                let all = progress.pending.range(0, usize::MAX).len();
+                Err(format!("len {len}, past the end {past}, all {all}"))
+            }
             // The contract's sizes are u32: a negative size cannot be expressed at all.
             _ => Ok(BatchSize::Defer),
         }

@@ -1,8 +1,9 @@
-//! Exports `rollout-ext:policy/metadata@0.2.0`: the host must refuse it before calling anything.
+//! Exports `rollout-ext:policy/metadata@0.1.0`, as a module built against the previous contract
+//! does: the host must refuse it before calling anything.
 
 wit_bindgen::generate!({
     inline: r#"
-        package rollout-ext:policy@0.2.0;
+        package rollout-ext:policy@0.1.0;
         interface metadata {
             describe: func() -> string;
         }
@@ -12,13 +13,13 @@ wit_bindgen::generate!({
     "#,
 });
 
-struct FromTheFuture;
+struct FromThePast;
 
-impl exports::rollout_ext::policy::metadata::Guest for FromTheFuture {
+impl exports::rollout_ext::policy::metadata::Guest for FromThePast {
     fn describe() -> String {
-        "from the future".into()
+        "from the past".into()
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-export!(FromTheFuture);
+export!(FromThePast);
