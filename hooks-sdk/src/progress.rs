@@ -104,3 +104,32 @@ impl Pending<'_> {
             .flat_map(move |start| self.range(start, CHUNK))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::node;
+
+    fn pending(n: usize) -> Pending<'static> {
+        Pending::local((0..n).map(|i| node(&format!("n{i}"), "a")).collect())
+    }
+
+    #[test]
+    fn reads_are_bounded_by_what_is_pending() {
+        let p = pending(40);
+        assert_eq!(p.len(), 40);
+        assert_eq!(p.range(38, 10).len(), 2);
+        assert!(p.range(40, 1).is_empty());
+        assert_eq!(p.get(39).map(|i| i.name), Some("n39".to_string()));
+        assert_eq!(p.get(40), None);
+        assert!(pending(0).is_empty());
+    }
+
+    #[test]
+    fn iteration_yields_every_instance_in_order_across_chunks() {
+        let p = pending(CHUNK * 2 + 3);
+        let names: Vec<String> = p.iter().map(|i| i.name).collect();
+        let expected: Vec<String> = (0..CHUNK * 2 + 3).map(|i| format!("n{i}")).collect();
+        assert_eq!(names, expected);
+    }
+}

@@ -30,7 +30,7 @@ use crate::plan::hook::{BatchInfo, CallContext, Hook, Phase};
 use crate::plan::{
     self, BatchPlan, GateStep, GroupPlan, PlanError, PlanOptions, Role, RunProgress,
 };
-use crate::policy::Policy;
+use crate::policy::{HookPoint, Policy};
 use crate::progress::{Event, Reporter};
 use crate::provider::{Provider, ProviderError, Target};
 use crate::snapshot::Snapshot;
@@ -140,6 +140,32 @@ fn terminating_key(group: &str) -> String {
 
 const TERMINATING_PREFIX: &str = "rollout-ext.io/terminating.";
 
+/// The run-state key of a group's surge in progress: written with the group's new expected
+/// size before its instances are detached, and cleared once they are marked detached.
+fn surging_key(group: &str) -> String {
+    run_key("surging", group)
+}
+
+const SURGING_PREFIX: &str = "rollout-ext.io/surging.";
+
+/// What a record of the run state says of an instance.
+fn record_of(target: &Target) -> serde_json::Value {
+    serde_json::json!({
+        "node": target.node,
+        "providerID": target.provider_id,
+        "group": target.group,
+    })
+}
+
+fn target_of(record: &serde_json::Value) -> Target {
+    let field = |name: &str| record[name].as_str().unwrap_or_default().to_string();
+    Target {
+        node: field("node"),
+        provider_id: field("providerID"),
+        group: field("group"),
+    }
+}
+
 /// A run-state key: `rollout-ext.io/<what>.<group>`, the group hashed when it cannot be part
 /// of an annotation key.
 fn run_key(what: &str, group: &str) -> String {
@@ -224,7 +250,7 @@ impl Rotation<'_> {
 
     /// Rotates every group the plan chooses, in order.
     pub async fn run(&mut self) -> Result<(), RotateError> {
-        self.finish_terminations().await?;
+        self.finish_stopped_steps().await?;
         let (_, plan) = self.replan(None, RunProgress::default(), None).await?;
         for warning in &plan.warnings {
             self.reporter.report(Event::Warning {
@@ -258,33 +284,39 @@ impl Rotation<'_> {
         Ok(())
     }
 
-    /// Finishes the terminations a stopped run began. A Node still there was not deleted yet:
-    /// the rotation replaces it as usual. A Node gone may have left its instance running: it
-    /// is terminated (again, perhaps; it was drained before its termination was recorded, and
-    /// a provider's terminate must accept an instance already gone), and its replacement
-    /// waited for.
-    async fn finish_terminations(&mut self) -> Result<(), RotateError> {
+    /// Finishes the provider calls a stopped run began, each recorded on the lock before it was
+    /// made: terminations, then surges.
+    ///
+    /// A termination whose Node is still there had not deleted it yet: the rotation replaces
+    /// that node as usual. One whose Node is gone may have left its instance running: it is
+    /// terminated (again, perhaps; it was drained before its termination was recorded, and a
+    /// provider's terminate must accept an instance already gone), and its replacement waited
+    /// for. A surge whose instance is not yet marked detached is detached (again, perhaps: a
+    /// provider's detach must accept an instance already detached) and marked; the group's
+    /// expected size already counts it.
+    async fn finish_stopped_steps(&mut self) -> Result<(), RotateError> {
         let Some(status) = self.cluster.lock_status().await? else {
             return Ok(());
         };
         let records: Vec<(&String, &String)> = status
             .state
             .iter()
-            .filter(|(key, _)| key.starts_with(TERMINATING_PREFIX))
+            .filter(|(key, _)| {
+                key.starts_with(TERMINATING_PREFIX) || key.starts_with(SURGING_PREFIX)
+            })
             .collect();
         if records.is_empty() {
             return Ok(());
         }
         let nodes = self.cluster.snapshot_nodes().await?;
-        for (key, value) in records {
+        let node = |name: &str| nodes.nodes.iter().find(|n| n.name == name);
+        for (key, value) in records
+            .iter()
+            .filter(|(k, _)| k.starts_with(TERMINATING_PREFIX))
+        {
             let record: serde_json::Value = serde_json::from_str(value).unwrap_or_default();
-            let field = |name: &str| record[name].as_str().unwrap_or_default().to_string();
-            let target = Target {
-                node: field("node"),
-                provider_id: field("providerID"),
-                group: field("group"),
-            };
-            if target.node.is_empty() || nodes.nodes.iter().any(|n| n.name == target.node) {
+            let target = target_of(&record);
+            if target.node.is_empty() || node(&target.node).is_some() {
                 self.lock.set_state(key, None).await?;
                 continue;
             }
@@ -305,6 +337,28 @@ impl Rotation<'_> {
             {
                 self.wait_ready(&target.group, expected).await?;
             }
+        }
+        for (key, value) in records
+            .iter()
+            .filter(|(k, _)| k.starts_with(SURGING_PREFIX))
+        {
+            let record: serde_json::Value = serde_json::from_str(value).unwrap_or_default();
+            let _step = self.steps.begin().await;
+            for target in record.as_array().into_iter().flatten().map(target_of) {
+                let unmarked =
+                    node(&target.node).is_some_and(|n| !n.annotations.contains_key(keys::DETACHED));
+                if !unmarked {
+                    continue;
+                }
+                self.reporter.report(Event::Warning {
+                    message: format!(
+                        "finishing the surge of {}, which a stopped run began",
+                        target.node
+                    ),
+                });
+                self.detach(&target).await?;
+            }
+            self.lock.set_state(key, None).await?;
         }
         Ok(())
     }
@@ -437,11 +491,15 @@ impl Rotation<'_> {
             instances: chosen.clone(),
         });
         if !self.settings.plan.cloud_only && role != Role::Bastion {
-            for node in &chosen {
-                self.cluster
-                    .taint_prefer_no_schedule(node, &self.settings.taint_key, false, self.reporter)
-                    .await?;
-            }
+            let taints = chosen.iter().map(|node| {
+                self.cluster.taint_prefer_no_schedule(
+                    node,
+                    &self.settings.taint_key,
+                    false,
+                    self.reporter,
+                )
+            });
+            futures::future::try_join_all(taints).await?;
         }
 
         // The group's instances are fixed now; re-plans only order and size what is left.
@@ -537,15 +595,14 @@ impl Rotation<'_> {
             .or(self.policy.group_label.as_deref())
     }
 
-    /// Ready nodes of `group`.
-    async fn ready_in_group(&self, group: &str) -> Result<usize, RotateError> {
-        let snapshot = self.cluster.snapshot_nodes().await?;
+    /// Ready nodes of `group` in `snapshot`.
+    fn ready_in(&self, snapshot: &Snapshot, group: &str) -> usize {
         let label = self.group_label();
-        Ok(snapshot
+        snapshot
             .nodes
             .iter()
             .filter(|n| plan::groups::group_of(n, label) == group && n.ready)
-            .count())
+            .count()
     }
 
     /// Waits, by watching nodes, until `group` has `expected` Ready nodes.
@@ -558,7 +615,7 @@ impl Rotation<'_> {
         )
         .boxed();
         loop {
-            let ready = self.ready_in_group(group).await?;
+            let ready = self.ready_in(&self.cluster.snapshot_nodes().await?, group);
             if ready >= expected {
                 self.reporter.report(Event::Replaced {
                     group: group.into(),
@@ -590,30 +647,49 @@ impl Rotation<'_> {
         for step in surges {
             self.check_lock()?;
             *target += step.instances.len();
+            let targets: Vec<Target> = step
+                .instances
+                .iter()
+                .map(|node| Self::target(snapshot, group, node))
+                .collect();
+            let record = serde_json::Value::from_iter(targets.iter().map(record_of)).to_string();
+            let key = surging_key(group);
+            // The new expected size and the surge's record go together: a run stopped at any
+            // point finds the surge counted once, and finishes it (see `finish_stopped_steps`).
+            let step_guard = self.steps.begin().await;
             self.lock
-                .set_state(&state_key(group), Some(&target.to_string()))
+                .set_states(&[
+                    (&state_key(group), Some(&target.to_string())),
+                    (&key, Some(&record)),
+                ])
                 .await?;
             self.reporter.report(Event::Surging {
                 group: group.into(),
                 detached: step.instances.clone(),
                 canary: step.canary,
             });
-            for node in &step.instances {
-                let target = Self::target(snapshot, group, node);
-                self.provider
-                    .detach(&target)
-                    .await
-                    .map_err(|source| RotateError::Provider {
-                        node: node.clone(),
-                        source,
-                    })?;
-                self.annotate(node, keys::DETACHED, "true").await?;
+            for target in &targets {
+                self.detach(target).await?;
             }
+            self.lock.set_state(&key, None).await?;
+            drop(step_guard);
             self.wait_ready(group, *target).await?;
             let fresh = self.cluster.snapshot_nodes().await?;
             self.validate(&fresh).await?;
         }
         Ok(())
+    }
+
+    /// Detaches one instance through the provider, then marks its node detached.
+    async fn detach(&self, target: &Target) -> Result<(), RotateError> {
+        self.provider
+            .detach(target)
+            .await
+            .map_err(|source| RotateError::Provider {
+                node: target.node.clone(),
+                source,
+            })?;
+        self.annotate(&target.node, keys::DETACHED, "true").await
     }
 
     async fn annotate(&self, node: &str, key: &str, value: &str) -> Result<(), RotateError> {
@@ -658,8 +734,10 @@ impl Rotation<'_> {
         target: &mut usize,
     ) -> Result<(), RotateError> {
         let group = group_plan.group.name.as_str();
-        // Replacements of earlier batches first: never disrupt more than the budget.
-        if !self.settings.plan.cloud_only {
+        // Replacements of earlier batches first: never disrupt more than the budget. The
+        // snapshot this batch was planned from is a moment old; only when it lacks Ready nodes
+        // is the cluster watched for them.
+        if !self.settings.plan.cloud_only && self.ready_in(snapshot, group) < *target {
             self.wait_ready(group, *target).await?;
         }
         if self.settings.plan.interactive && !Self::confirm(group, index, &step.instances) {
@@ -710,14 +788,11 @@ impl Rotation<'_> {
         }
         for node in &step.instances {
             let target = Self::target(snapshot, group, node);
-            let record = serde_json::json!({
-                "node": target.node,
-                "providerID": target.provider_id,
-                "group": target.group,
-            });
             let key = terminating_key(group);
             let _step = self.steps.begin().await;
-            self.lock.set_state(&key, Some(&record.to_string())).await?;
+            self.lock
+                .set_state(&key, Some(&record_of(&target).to_string()))
+                .await?;
             self.delete_node(node).await?;
             self.terminate(&target, &key).await?;
         }
@@ -736,7 +811,11 @@ impl Rotation<'_> {
         }
 
         // The gates are asked until they proceed or abort; a wait holds the run and asks again
-        // with the health as it is then.
+        // with the health as it is then. Without a gate hook the built-in verdict is to go on,
+        // and the health it would be shown need not be read.
+        if !decide::serves_any(self.hooks, HookPoint::Gate) {
+            return Ok(());
+        }
         let mut attempt = 0;
         loop {
             let health = self.cluster.check_health(&HashSet::new()).await?;

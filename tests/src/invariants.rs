@@ -58,11 +58,15 @@ pub enum Seen {
     PodGone {
         key: String,
     },
-    /// The initial listing of the group's nodes is complete: from here on the count of
-    /// available nodes means something.
+    /// A listing of the group's nodes is complete: from here on the count of available nodes
+    /// means something.
     NodesSynced,
+    /// The nodes are being listed again (the watch was interrupted): until they are synced, the
+    /// nodes seen are a mix of before and after, and are not counted.
+    NodesListing,
     /// The same for the workload's pods and the disruption budgets.
     PodsSynced,
+    PodsListing,
     /// The cloud was asked to terminate `node`; `pods_left` are the pods that still ran there
     /// (not terminating, not DaemonSet or mirror pods) when it was asked.
     Terminate {
@@ -335,7 +339,9 @@ impl Checker {
                 self.pods.remove(&key);
             }
             Seen::NodesSynced => self.nodes_synced = true,
+            Seen::NodesListing => self.nodes_synced = false,
             Seen::PodsSynced => self.pods_synced = true,
+            Seen::PodsListing => self.pods_synced = false,
             Seen::Terminate { node, pods_left } => self.terminate(node, pods_left),
             Seen::Detach { node } => {
                 if !self.detached.contains(&node) {

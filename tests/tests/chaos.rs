@@ -90,7 +90,8 @@ struct Mapping<K> {
     gone: fn(String) -> Seen,
     /// An object missing when the watch listed again (see [`Seen::NodeLost`]).
     lost: fn(String) -> Seen,
-    /// Sent once, when the first listing is complete.
+    /// Sent when a listing starts, and when it is complete.
+    listing: Seen,
     synced: Seen,
 }
 
@@ -111,16 +112,16 @@ async fn forward<K>(
         seen,
         gone,
         lost,
+        listing,
         synced,
     } = mapping;
-    let mut synced = Some(synced);
     let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         let Ok(event) = event else { continue };
         let sent = match event {
             watcher::Event::Init => {
                 relisted = Some(BTreeSet::new());
-                Ok(())
+                tx.send(listing.clone())
             }
             watcher::Event::InitApply(o) => {
                 relisted.get_or_insert_default().insert(key(&o));
@@ -135,10 +136,7 @@ async fn forward<K>(
                     let _ = tx.send(lost(name.clone()));
                 }
                 known = listed;
-                match synced.take() {
-                    Some(s) => tx.send(s),
-                    None => Ok(()),
-                }
+                tx.send(synced.clone())
             }
             watcher::Event::Apply(o) => {
                 known.insert(key(&o));
@@ -238,6 +236,7 @@ impl Observer {
                 seen: node_seen,
                 gone: |name| Seen::NodeGone { name },
                 lost: |name| Seen::NodeLost { name },
+                listing: Seen::NodesListing,
                 synced: Seen::NodesSynced,
             },
             tx.clone(),
@@ -250,6 +249,7 @@ impl Observer {
                 seen: pod_seen,
                 gone: |key| Seen::PodGone { key },
                 lost: |key| Seen::PodGone { key },
+                listing: Seen::PodsListing,
                 synced: Seen::PodsSynced,
             },
             tx.clone(),
@@ -1365,6 +1365,34 @@ fn the_checker_counts_nothing_before_the_listings_are_complete() {
     );
     checker.observe(node("n1", true, false));
     assert!(checker.violations().is_empty());
+}
+
+#[test]
+fn the_checker_counts_a_relisting_once_it_is_complete() {
+    let mut checker = three_node_checker();
+    checker.observe(node("n1", true, true));
+    // While the watch was away n1 was replaced and n2 cordoned; the listing brings n2 before
+    // the replacement, and n1's end only at its close.
+    checker.observe(Seen::NodesListing);
+    checker.observe(node("n2", true, true));
+    checker.observe(node("n1-new", true, false));
+    checker.observe(node("n3", true, false));
+    checker.observe(Seen::NodeLost { name: "n1".into() });
+    checker.observe(Seen::NodesSynced);
+    assert_eq!(checker.violations(), []);
+    assert_eq!(checker.fewest_available, Some(2));
+    // A listing that ends short is still reported.
+    checker.observe(Seen::NodesListing);
+    checker.observe(node("n3", true, true));
+    checker.observe(Seen::NodesSynced);
+    assert!(
+        matches!(
+            checker.violations(),
+            [Violation::TooManyUnavailable { available: 1, .. }]
+        ),
+        "{:?}",
+        checker.violations()
+    );
 }
 
 #[test]

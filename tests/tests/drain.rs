@@ -261,17 +261,13 @@ async fn an_unmanaged_pod_stops_the_drain_before_anything_is_evicted() {
         force: true,
         ..Default::default()
     };
-    // The replacements of the web pods have nowhere to go, but the drain only waits for the
-    // evicted pods to be gone.
+    // Cordoned, as a drain expects: the replacements of the web pods have nowhere to go, and
+    // the node is left empty.
+    live.cordon(&nodes[0], false, &reporter).await.unwrap();
     live.drain(&nodes[0], &settings(version, WAIT, forced), &reporter)
         .await
         .unwrap();
-    assert!(
-        pods_on(&client, "drain-bare", &nodes[0])
-            .await
-            .iter()
-            .all(|p| p.name_any() != "debug-shell")
-    );
+    assert!(pods_on(&client, "drain-bare", &nodes[0]).await.is_empty());
     assert!(
         reporter
             .events()
@@ -373,6 +369,82 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
         .filter(|e| matches!(e, Event::Evicted { .. }))
         .count();
     assert_eq!(evicted, 2);
+}
+
+#[tokio::test]
+async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
+    let (client, live, nodes) = setup("drain-late", 1).await;
+    let version = live.policy_version().await.unwrap();
+    replica_set(&client, "drain-late", "web", 2).await;
+    let pdbs = blocking_budget(&client, "drain-late", version).await;
+    let watcher = Arc::new(FirstBlock::default());
+    live.cordon(&nodes[0], false, watcher.as_ref())
+        .await
+        .unwrap();
+    let drain = {
+        let (live, node, watcher) = (live.clone(), nodes[0].clone(), watcher.clone());
+        tokio::spawn(async move {
+            live.drain(
+                &node,
+                &settings(version, WAIT, DrainOptions::default()),
+                watcher.as_ref(),
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(WAIT, watcher.blocked.notified())
+        .await
+        .expect("the drain is held by the budget");
+
+    // While the drain waits, a pod is bound to the cordoned node (as a scheduler acting on a
+    // cache that has not seen the cordon yet would). Its controller reference makes it one a
+    // drain moves; a ConfigMap as the owner keeps anything from recreating it.
+    let owners: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "drain-late");
+    let owner = owners
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "late-owner"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let late: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "late", "labels": {"app": "late"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "late-owner",
+                                          "uid": owner.uid().unwrap(), "controller": true}]},
+        "spec": {"nodeName": nodes[0], "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "drain-late");
+    pods.create(&PostParams::default(), &late).await.unwrap();
+
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+    drain
+        .await
+        .unwrap()
+        .expect("the drain finishes once the budget allows it");
+    assert!(pods_on(&client, "drain-late", &nodes[0]).await.is_empty());
+    let events = watcher.events.events();
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Warning { message }
+            if message == "1 pod(s) came to node drain-late-1 while it drained: drain-late/late; evicting them too")),
+        "{events:?}"
+    );
+    let evicted: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Evicted { pod, .. } => Some(pod.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted.len(), 3, "{evicted:?}");
+    assert_eq!(evicted.last(), Some(&"drain-late/late"));
 }
 
 #[tokio::test]

@@ -310,6 +310,80 @@ async fn a_termination_a_stopped_run_began_is_finished_by_the_next_run() {
 }
 
 #[tokio::test]
+async fn a_surge_a_stopped_run_began_is_finished_without_a_second_replacement() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = outdated_group(cluster, "halfsurge", 3).await;
+    let live = Cluster::connect(&ConnectOptions {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Given a run that recorded its surge of halfsurge-3 (the group then expecting 4 Ready
+    // nodes), had the cloud detach it, and stopped before marking the node detached.
+    let stopped = live.lock("someone@here/pid-1", false).await.unwrap();
+    let record = json!([{"node": "halfsurge-3", "providerID": "sim:///halfsurge/halfsurge-3", "group": "halfsurge"}]);
+    stopped
+        .set_states(&[
+            ("rollout-ext.io/expected.halfsurge", Some("4")),
+            (
+                "rollout-ext.io/surging.halfsurge",
+                Some(&record.to_string()),
+            ),
+        ])
+        .await
+        .unwrap();
+    stopped.abandon().await.unwrap();
+    let detached = Command::new(rollout_ext_e2e::helper_binary("sim-cloud"))
+        .args(["--socket", cluster.cloud.socket.to_str().unwrap()])
+        .args(["detach", "halfsurge-3"])
+        .output()
+        .unwrap();
+    assert!(detached.status.success());
+
+    // When the same command runs, then it marks the surge done (the cloud's detach answering
+    // that the instance is already detached), surges nothing more, and replaces the group.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, "halfsurge");
+    args.extend(["--max-surge".to_string(), "1".into()]);
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events_of(&out);
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e["event"] == "warning")
+            .map(|e| e["message"].clone()),
+        Some(json!(
+            "finishing the surge of halfsurge-3, which a stopped run began"
+        ))
+    );
+    assert!(!events.iter().any(|e| e["event"] == "surging"));
+    assert_eq!(terminated(cluster, "halfsurge"), originals);
+    let calls = cluster.cloud.calls();
+    let detaches: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.verb == "detach" && c.target.starts_with("halfsurge-"))
+        .map(|c| c.target.as_str())
+        .collect();
+    assert_eq!(detaches, ["halfsurge-3", "halfsurge-3"]);
+    let instances = cluster.nodes.nodes_of("halfsurge");
+    assert_eq!(
+        instances.len(),
+        3,
+        "one replacement for the surge, none for the detached instance: {instances:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_held_lock_refuses_a_second_rotation_and_changes_nothing() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();

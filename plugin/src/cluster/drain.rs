@@ -247,65 +247,95 @@ impl Cluster {
         }
     }
 
-    /// Drains a node that is already cordoned.
+    /// Drains a node that is already cordoned. Once the pods it found are gone the node is
+    /// listed again: a pod bound while the cordon was reaching the scheduler (its cache lags)
+    /// is drained too, so that the node is empty when this returns.
     pub async fn drain(
         &self,
         node: &str,
         settings: &DrainSettings,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
-        let started = Instant::now();
-        let pods = self.pods_on(node).await?;
-        let mut evict = Vec::new();
-        let mut skipped = Vec::new();
-        let mut refused = Vec::new();
-        for pod in pods {
-            let id = format!("{}/{}", pod.namespace, pod.name);
-            match classify(&pod, &settings.options) {
-                PodFate::Evict { warning } => {
-                    if let Some(w) = warning {
-                        reporter.report(Event::Warning {
-                            message: format!("{w}: {id}"),
-                        });
+        let deadline = Instant::now() + settings.timeout;
+        let mut first = true;
+        loop {
+            let pods = self.pods_on(node).await?;
+            let mut evict = Vec::new();
+            let mut skipped = Vec::new();
+            let mut refused = Vec::new();
+            for pod in pods {
+                let id = format!("{}/{}", pod.namespace, pod.name);
+                match classify(&pod, &settings.options) {
+                    PodFate::Evict { warning } => {
+                        if let Some(w) = warning {
+                            reporter.report(Event::Warning {
+                                message: format!("{w}: {id}"),
+                            });
+                        }
+                        evict.push(pod);
                     }
-                    evict.push(pod);
+                    PodFate::Skip(reason) => skipped.push(format!("{id} ({reason})")),
+                    PodFate::Refuse(reason) => refused.push(format!("pod {id} {reason}")),
                 }
-                PodFate::Skip(reason) => skipped.push(format!("{id} ({reason})")),
-                PodFate::Refuse(reason) => refused.push(format!("pod {id} {reason}")),
             }
-        }
-        if !refused.is_empty() {
-            return Err(DrainError::Refused {
-                node: node.into(),
-                pods: refused,
-            });
-        }
-        reporter.report(Event::DrainStarted {
-            node: node.into(),
-            pods: evict.len(),
-            skipped,
-        });
-        let deadline = started + settings.timeout;
-        let results = join_all(
-            evict
+            if !refused.is_empty() {
+                return Err(DrainError::Refused {
+                    node: node.into(),
+                    pods: refused,
+                });
+            }
+            let ids: Vec<String> = evict
                 .iter()
-                .map(|pod| self.remove_pod(node, pod, settings, deadline, reporter)),
-        )
-        .await;
-        let mut remaining = Vec::new();
-        for (pod, result) in evict.iter().zip(results) {
-            match result {
-                Ok(true) => {}
-                Ok(false) => remaining.push(format!("{}/{}", pod.namespace, pod.name)),
-                Err(e) => return Err(e.into()),
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .collect();
+            if first {
+                reporter.report(Event::DrainStarted {
+                    node: node.into(),
+                    pods: evict.len(),
+                    skipped,
+                });
+            } else if evict.is_empty() {
+                break;
+            } else if Instant::now() >= deadline {
+                return Err(DrainError::Timeout {
+                    node: node.into(),
+                    timeout: settings.timeout,
+                    remaining: ids,
+                });
+            } else {
+                reporter.report(Event::Warning {
+                    message: format!(
+                        "{} pod(s) came to node {node} while it drained: {}; evicting them too",
+                        ids.len(),
+                        ids.join(", ")
+                    ),
+                });
             }
-        }
-        if !remaining.is_empty() {
-            return Err(DrainError::Timeout {
-                node: node.into(),
-                timeout: settings.timeout,
-                remaining,
-            });
+            let results = join_all(
+                evict
+                    .iter()
+                    .map(|pod| self.remove_pod(node, pod, settings, deadline, reporter)),
+            )
+            .await;
+            let mut remaining = Vec::new();
+            for (id, result) in ids.into_iter().zip(results) {
+                match result {
+                    Ok(true) => {}
+                    Ok(false) => remaining.push(id),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if !remaining.is_empty() {
+                return Err(DrainError::Timeout {
+                    node: node.into(),
+                    timeout: settings.timeout,
+                    remaining,
+                });
+            }
+            if first && evict.is_empty() {
+                break;
+            }
+            first = false;
         }
         reporter.report(Event::Drained { node: node.into() });
         Ok(())

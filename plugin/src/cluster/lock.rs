@@ -206,7 +206,17 @@ impl LockGuard {
 
     /// Records (or, with `None`, forgets) a state entry of the run.
     pub async fn set_state(&self, key: &str, value: Option<&str>) -> Result<(), ClusterError> {
-        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.set_states(&[(key, value)]).await
+    }
+
+    /// Records or forgets several state entries at once: a run stopped around the call finds
+    /// all of them or none.
+    pub async fn set_states(&self, entries: &[(&str, Option<&str>)]) -> Result<(), ClusterError> {
+        let annotations: serde_json::Map<String, serde_json::Value> = entries
+            .iter()
+            .map(|(key, value)| (key.to_string(), serde_json::json!(value)))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
         api(&self.cluster)
             .patch(
                 LOCK_NAME,

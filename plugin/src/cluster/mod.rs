@@ -124,6 +124,8 @@ pub struct Cluster {
     pub client: Client,
     pub server: String,
     pub default_namespace: String,
+    /// The policy API version, discovered once per process (see [`Cluster::policy_version`]).
+    policy_version: std::sync::Arc<tokio::sync::OnceCell<&'static str>>,
 }
 
 impl Cluster {
@@ -185,6 +187,7 @@ impl Cluster {
             client,
             server,
             default_namespace,
+            policy_version: Default::default(),
         })
     }
 
@@ -201,6 +204,13 @@ impl Cluster {
 
     /// The version of the `policy` API group to use: v1 when served, else v1beta1.
     pub async fn policy_version(&self) -> Result<&'static str, ClusterError> {
+        self.policy_version
+            .get_or_try_init(|| self.discover_policy_version())
+            .await
+            .copied()
+    }
+
+    async fn discover_policy_version(&self) -> Result<&'static str, ClusterError> {
         let body = self
             .get(
                 "/apis/policy",

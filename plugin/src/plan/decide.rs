@@ -95,6 +95,11 @@ fn serves(hook: &dyn Hook, point: HookPoint) -> bool {
     hook.points().contains(&point)
 }
 
+/// Whether any of `hooks` is asked at `point`.
+pub fn serves_any(hooks: &[Box<dyn Hook>], point: HookPoint) -> bool {
+    hooks.iter().any(|h| serves(h.as_ref(), point))
+}
+
 /// The built-in choice: candidates with a reason, in their order.
 pub fn built_in_choice(candidates: &[Candidate]) -> Vec<Chosen> {
     candidates

@@ -249,3 +249,51 @@ impl serde::Serialize for DecidedBy {
         s.collect_str(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> Pending {
+        let candidate = |name: &&str| Candidate {
+            kind: InstanceKind::Node,
+            name: name.to_string(),
+            group: "g".into(),
+            role: Role::Node,
+            zone: None,
+            labels: Labels::new(),
+            annotations: Labels::new(),
+            taints: Vec::new(),
+            ready: true,
+            unschedulable: false,
+            created: None,
+            kubelet_version: None,
+            pods: 0,
+            pods_not_ready: 0,
+            reason: None,
+        };
+        names.iter().map(candidate).collect::<Vec<_>>().into()
+    }
+
+    fn names(p: &Pending) -> Vec<&str> {
+        p.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn windows_are_clamped_and_nest() {
+        let all = named(&["a", "b", "c", "d", "e"]);
+        let cases: &[(usize, usize, &[&str])] = &[
+            (0, 2, &["a", "b"]),
+            (3, 10, &["d", "e"]),
+            (5, 1, &[]),
+            (9, 9, &[]),
+            (1, usize::MAX, &["b", "c", "d", "e"]),
+        ];
+        for (start, len, expected) in cases {
+            assert_eq!(names(&all.window(*start, *len)), *expected, "{start}+{len}");
+        }
+        // A window of a window counts from its own start and never reaches past its end.
+        let inner = all.window(1, 3).window(1, 5);
+        assert_eq!(names(&inner), ["c", "d"]);
+    }
+}

@@ -3,7 +3,8 @@
 //! Terminating an instance removes its node and, unless it was detached, boots a replacement of
 //! the same group with the group's current spec after the boot delay (as an autoscaling group
 //! would). Detaching keeps the instance but boots a replacement (a surge); surging a group boots
-//! one more. Every call is recorded. The `sim-cloud` binary speaks to it over a Unix socket with
+//! one more. Terminating and detaching are idempotent, as the plugin's provider contract asks.
+//! Every call is recorded. The `sim-cloud` binary speaks to it over a Unix socket with
 //! one JSON line per request, so the plugin's `exec` provider drives it for real.
 
 use std::collections::{BTreeMap, HashSet};
@@ -205,7 +206,11 @@ impl SimCloud {
             .nodes
             .spec_of(node)
             .ok_or_else(|| format!("no instance {node:?}"))?;
-        self.state.lock().unwrap().detached.insert(node.to_string());
+        // A caller that crashed before it recorded the outcome may ask again, and gets no
+        // second replacement.
+        if !self.state.lock().unwrap().detached.insert(node.to_string()) {
+            return Ok(serde_json::json!({"detached": node, "alreadyDetached": true}));
+        }
         let replacement = self.launch(&spec.group, spec.zone.clone());
         Ok(serde_json::json!({"detached": node, "replacement": replacement}))
     }
