@@ -516,7 +516,7 @@ const LAST_STEPS: usize = 3;
 /// (connecting, taking the lock over, planning), so that the work cannot finish before the kills
 /// are done; with a `finale`, one run is killed right after it prints that event, once only
 /// the last step is left. Returns the number of kills, the phases they landed in (the last event each killed
-/// run printed) and the finishing run.
+/// run printed) and the finishing run; or, when a run fails instead, what it printed.
 async fn chaos_loop(
     args: Vec<String>,
     rng: &mut SplitMix64,
@@ -525,7 +525,7 @@ async fn chaos_loop(
     min_kills: usize,
     finale: Option<&'static str>,
     progress: impl Fn() -> (usize, usize),
-) -> (usize, BTreeMap<String, usize>, Run) {
+) -> Result<(usize, BTreeMap<String, usize>, Run), String> {
     let mut kills = 0;
     let mut phases: BTreeMap<String, usize> = BTreeMap::new();
     let mut finale = finale;
@@ -569,15 +569,17 @@ async fn chaos_loop(
             }
             None if run.code == Some(0) => {
                 println!("round {round}: {moment:?} -> finished");
-                return (kills, phases, run);
+                return Ok((kills, phases, run));
             }
-            None => panic!(
-                "round {round}: the run exited with {:?} instead of finishing or being killed\nstdout:\n{}\nstderr:\n{}",
-                run.code, run.stdout, run.stderr
-            ),
+            None => {
+                return Err(format!(
+                    "round {round}: the run exited with {:?} instead of finishing or being killed\nstdout:\n{}\nstderr:\n{}",
+                    run.code, run.stdout, run.stderr
+                ));
+            }
         }
     }
-    panic!("no run finished within {} rounds", min_kills * 5);
+    Err(format!("no run finished within {} rounds", min_kills * 5))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -722,7 +724,7 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, group);
     let started = Instant::now();
-    let (kills, phases, last) = chaos_loop(
+    let outcome = chaos_loop(
         args,
         &mut rng,
         ROTATION_EVENTS,
@@ -733,11 +735,18 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         || (terminated(cluster, group).len(), outdated.len()),
     )
     .await;
+    let (report, fewest_available) = observer.finish(cluster, group).await;
+    // A run that failed instead of finishing is reported with what the observer saw.
+    let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
+        panic!(
+            "{failure}\n{}",
+            report.as_deref().unwrap_or("the observer saw no violation")
+        )
+    });
     println!(
         "rotation chaos: {kills} kills in {:?}; phases: {phases:?}",
         started.elapsed()
     );
-    let (report, fewest_available) = observer.finish(cluster, group).await;
     if let Some(report) = report {
         panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
     }
@@ -989,7 +998,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let handle = tokio::runtime::Handle::current();
     let started = Instant::now();
-    let (kills, phases, last) = chaos_loop(
+    let outcome = chaos_loop(
         args,
         &mut rng,
         UPDATE_LINES,
@@ -1036,11 +1045,17 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         },
     )
     .await;
+    let (report, _) = observer.finish(cluster, "no-nodes").await;
+    let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
+        panic!(
+            "{failure}\n{}",
+            report.as_deref().unwrap_or("the observer saw no violation")
+        )
+    });
     println!(
         "rolling-update chaos: {kills} kills in {:?}; phases: {phases:?}",
         started.elapsed()
     );
-    let (report, _) = observer.finish(cluster, "no-nodes").await;
     if let Some(report) = report {
         panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
     }
