@@ -606,7 +606,8 @@ impl Rotation<'_> {
     }
 
     /// Waits, by watching nodes, until `group` has `expected` Ready nodes.
-    async fn wait_ready(&self, group: &str, expected: usize) -> Result<(), RotateError> {
+    /// Returns the nodes as they were when enough were Ready.
+    async fn wait_ready(&self, group: &str, expected: usize) -> Result<Snapshot, RotateError> {
         let timeout = self.settings.validation.timeout;
         let deadline = Instant::now() + timeout;
         let mut changes = watcher(
@@ -615,13 +616,14 @@ impl Rotation<'_> {
         )
         .boxed();
         loop {
-            let ready = self.ready_in(&self.cluster.snapshot_nodes().await?, group);
+            let nodes = self.cluster.snapshot_nodes().await?;
+            let ready = self.ready_in(&nodes, group);
             if ready >= expected {
                 self.reporter.report(Event::Replaced {
                     group: group.into(),
                     ready,
                 });
-                return Ok(());
+                return Ok(nodes);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, changes.next()).await.is_err() {
@@ -673,8 +675,7 @@ impl Rotation<'_> {
             }
             self.lock.set_state(&key, None).await?;
             drop(step_guard);
-            self.wait_ready(group, *target).await?;
-            let fresh = self.cluster.snapshot_nodes().await?;
+            let fresh = self.wait_ready(group, *target).await?;
             self.validate(&fresh).await?;
         }
         Ok(())
@@ -805,8 +806,7 @@ impl Rotation<'_> {
             .await;
         }
         if !self.settings.plan.cloud_only {
-            self.wait_ready(group, *target).await?;
-            let fresh = self.cluster.snapshot_nodes().await?;
+            let fresh = self.wait_ready(group, *target).await?;
             self.validate(&fresh).await?;
         }
 

@@ -582,6 +582,31 @@ async fn chaos_loop(
     Err(format!("no run finished within {} rounds", min_kills * 5))
 }
 
+/// Judges a chaos loop by its outcome and the observer's report (violations, fewest nodes
+/// available): a failed run or a violation panics with both. Returns the kills, the phases they
+/// landed in, and the fewest available.
+fn judge(
+    what: &str,
+    started: Instant,
+    outcome: Result<(usize, BTreeMap<String, usize>, Run), String>,
+    (report, fewest_available): (Option<String>, Option<usize>),
+) -> (usize, BTreeMap<String, usize>, Option<usize>) {
+    let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
+        panic!(
+            "{failure}\n{}",
+            report.as_deref().unwrap_or("the observer saw no violation")
+        )
+    });
+    println!(
+        "{what}: {kills} kills in {:?}; phases: {phases:?}",
+        started.elapsed()
+    );
+    if let Some(report) = report {
+        panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
+    }
+    (kills, phases, fewest_available)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The rotation under chaos.
 
@@ -735,21 +760,12 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         || (terminated(cluster, group).len(), outdated.len()),
     )
     .await;
-    let (report, fewest_available) = observer.finish(cluster, group).await;
-    // A run that failed instead of finishing is reported with what the observer saw.
-    let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
-        panic!(
-            "{failure}\n{}",
-            report.as_deref().unwrap_or("the observer saw no violation")
-        )
-    });
-    println!(
-        "rotation chaos: {kills} kills in {:?}; phases: {phases:?}",
-        started.elapsed()
+    let (kills, phases, fewest_available) = judge(
+        "rotation chaos",
+        started,
+        outcome,
+        observer.finish(cluster, group).await,
     );
-    if let Some(report) = report {
-        panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
-    }
     assert!(kills >= MIN_KILLS, "{kills} kills");
     assert!(
         phases.len() >= 3,
@@ -1045,20 +1061,12 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         },
     )
     .await;
-    let (report, _) = observer.finish(cluster, "no-nodes").await;
-    let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
-        panic!(
-            "{failure}\n{}",
-            report.as_deref().unwrap_or("the observer saw no violation")
-        )
-    });
-    println!(
-        "rolling-update chaos: {kills} kills in {:?}; phases: {phases:?}",
-        started.elapsed()
+    let (kills, _, _) = judge(
+        "rolling-update chaos",
+        started,
+        outcome,
+        observer.finish(cluster, "no-nodes").await,
     );
-    if let Some(report) = report {
-        panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
-    }
     assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
 
     // The update ended under the old name, with the new template and all replicas, and left

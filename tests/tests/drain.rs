@@ -292,6 +292,30 @@ impl Reporter for FirstBlock {
     }
 }
 
+/// Starts draining `node` in the background and returns once a budget holds it.
+async fn held_drain(
+    live: &Cluster,
+    node: &str,
+    version: &'static str,
+    watcher: &Arc<FirstBlock>,
+) -> tokio::task::JoinHandle<Result<(), DrainError>> {
+    let drain = {
+        let (live, node, watcher) = (live.clone(), node.to_string(), watcher.clone());
+        tokio::spawn(async move {
+            live.drain(
+                &node,
+                &settings(version, WAIT, DrainOptions::default()),
+                watcher.as_ref(),
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(WAIT, watcher.blocked.notified())
+        .await
+        .expect("a budget holds the drain");
+    drain
+}
+
 #[tokio::test]
 async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     let (client, live, nodes) = setup("drain-pdb", 2).await;
@@ -336,20 +360,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     // Again with time to spare: relaxing the budget lets the drain through.
     uncordon(&client, &nodes[1]).await;
     let watcher = Arc::new(FirstBlock::default());
-    let drain = {
-        let (live, node, watcher) = (live.clone(), nodes[0].clone(), watcher.clone());
-        tokio::spawn(async move {
-            live.drain(
-                &node,
-                &settings(version, WAIT, DrainOptions::default()),
-                watcher.as_ref(),
-            )
-            .await
-        })
-    };
-    tokio::time::timeout(WAIT, watcher.blocked.notified())
-        .await
-        .expect("the drain reports the budget");
+    let drain = held_drain(&live, &nodes[0], version, &watcher).await;
     pdbs.patch(
         "web",
         &PatchParams::default(),
@@ -381,20 +392,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     live.cordon(&nodes[0], false, watcher.as_ref())
         .await
         .unwrap();
-    let drain = {
-        let (live, node, watcher) = (live.clone(), nodes[0].clone(), watcher.clone());
-        tokio::spawn(async move {
-            live.drain(
-                &node,
-                &settings(version, WAIT, DrainOptions::default()),
-                watcher.as_ref(),
-            )
-            .await
-        })
-    };
-    tokio::time::timeout(WAIT, watcher.blocked.notified())
-        .await
-        .expect("the drain is held by the budget");
+    let drain = held_drain(&live, &nodes[0], version, &watcher).await;
 
     // While the drain waits, a pod is bound to the cordoned node (as a scheduler acting on a
     // cache that has not seen the cordon yet would). Its controller reference makes it one a

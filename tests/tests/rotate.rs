@@ -70,6 +70,19 @@ fn run(args: &[String]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
 }
 
+/// Runs the plugin off the async workers and asserts that it succeeded.
+async fn run_to_success(args: Vec<String>) -> Output {
+    let out = tokio::task::spawn_blocking(move || run(&args))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn terminated(cluster: &TestCluster, group: &str) -> Vec<String> {
     cluster
         .cloud
@@ -276,14 +289,7 @@ async fn a_termination_a_stopped_run_began_is_finished_by_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, "halfway");
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_to_success(args).await;
     let events = String::from_utf8_lossy(&out.stdout);
     let first_termination = events
         .lines()
@@ -348,14 +354,7 @@ async fn a_surge_a_stopped_run_began_is_finished_without_a_second_replacement() 
     let policy = cluster.exec_policy(dir.path(), "");
     let mut args = rotate_args(cluster, &policy, "halfsurge");
     args.extend(["--max-surge".to_string(), "1".into()]);
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_to_success(args).await;
     let events = events_of(&out);
     assert_eq!(
         events
@@ -650,14 +649,7 @@ async fn a_refused_drain_stops_unless_told_to_go_on_and_cloudonly_skips_it() {
     // --cloudonly neither cordons nor drains: it terminates.
     let mut args = rotate_args(cluster, &policy, "stubborn");
     args.push("--cloudonly".into());
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_to_success(args).await;
     let events = events_of(&out);
     assert!(
         events
@@ -796,14 +788,7 @@ async fn rerun_finishes(
     group: &str,
     originals: &[String],
 ) {
-    let out = tokio::task::spawn_blocking(move || run(&args))
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_to_success(args).await;
     let mut gone = terminated(cluster, group);
     gone.sort();
     assert_eq!(

@@ -255,24 +255,11 @@ mod tests {
     use super::*;
 
     fn named(names: &[&str]) -> Pending {
-        let candidate = |name: &&str| Candidate {
-            kind: InstanceKind::Node,
-            name: name.to_string(),
-            group: "g".into(),
-            role: Role::Node,
-            zone: None,
-            labels: Labels::new(),
-            annotations: Labels::new(),
-            taints: Vec::new(),
-            ready: true,
-            unschedulable: false,
-            created: None,
-            kubelet_version: None,
-            pods: 0,
-            pods_not_ready: 0,
-            reason: None,
-        };
-        names.iter().map(candidate).collect::<Vec<_>>().into()
+        let all: Vec<Candidate> = names
+            .iter()
+            .map(|n| crate::plan::decide::tests::candidate(n, None))
+            .collect();
+        all.into()
     }
 
     fn names(p: &Pending) -> Vec<&str> {
