@@ -228,6 +228,9 @@ async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal reaches the plugin, which lets the
+        // call finish (or, at a second Ctrl-C, drops it and so kills it), not the command.
+        .process_group(0)
         .kill_on_drop(true);
     let child = child.spawn().map_err(|e| ProviderError::Spawn {
         command: command.clone(),

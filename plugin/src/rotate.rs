@@ -107,9 +107,9 @@ pub struct Rotation<'a> {
     pub steps: &'a Steps,
 }
 
-/// The steps Ctrl-C must not cut in half: a termination, from its record to the record's
-/// removal, so that an interrupted run never leaves a termination for the next one to repeat.
-/// A step holds a read guard; the command stops once it gets the write guard.
+/// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
+/// record's removal, so that an interrupted run never leaves a provider call for the next one
+/// to repeat. A step holds a read guard; the command stops once it gets the write guard.
 #[derive(Debug, Default)]
 pub struct Steps {
     running: tokio::sync::RwLock<()>,
@@ -123,6 +123,11 @@ impl Steps {
     /// Resolves when no step is running, and keeps new ones from starting.
     pub async fn settled(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
         self.running.write().await
+    }
+
+    /// Whether a step is running now.
+    pub fn busy(&self) -> bool {
+        self.running.try_write().is_err()
     }
 }
 

@@ -751,6 +751,66 @@ async fn ctrl_c_stops_between_calls_and_the_same_command_finishes() {
     rerun_finishes(cluster, args, "interrupt", &originals).await;
 }
 
+#[tokio::test]
+async fn ctrl_c_during_a_provider_call_lets_it_finish_and_the_next_run_does_not_repeat_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = outdated_group(cluster, "patient", 2).await;
+    // A provider whose terminate takes a while after the cloud has acted on it.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let cloud = rollout_ext_e2e::helper_binary("sim-cloud");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [sh, -c, '\"$0\" --socket \"$1\" terminate \"$2\" && sleep 2', \"{}\", \"{}\", \"{{node}}\"]\n",
+            cloud.display(),
+            cluster.cloud.socket.display()
+        ),
+    )
+    .unwrap();
+    let args = rotate_args(cluster, &policy, "patient");
+
+    let mut calls = cluster.cloud.subscribe();
+    let child = Command::new(plugin_binary())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    loop {
+        let call = tokio::time::timeout(WAIT, calls.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if call.verb == "terminate" && call.target.starts_with("patient-") {
+            break;
+        }
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is our live child's.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("finishing the provider call in progress")
+            && stderr.contains("interrupted; run the same command again"),
+        "{stderr}"
+    );
+    let events = events_of(&out);
+    assert_eq!(
+        events.iter().filter(|e| e["event"] == "terminated").count(),
+        1,
+        "the call in progress finished and was reported"
+    );
+    assert_eq!(terminated(cluster, "patient").len(), 1);
+
+    rerun_finishes(cluster, args, "patient", &originals).await;
+}
+
 /// Runs a rotation (`-o json`) and sends it `signal` right after its first termination; returns
 /// its exit code and stderr.
 async fn signal_at_first_termination(args: Vec<String>, signal: i32) -> (Option<i32>, String) {

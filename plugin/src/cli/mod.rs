@@ -43,6 +43,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// How every stopped run that can resume ends its message.
+const RESUME: &str = "run the same command again to resume";
+
 const fn version() -> &'static str {
     concat!(
         env!("CARGO_PKG_VERSION"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::nodes::DryRun;
-use super::{Failure, KubeFlags, OutputFormat, output};
+use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::plan::hook::{CallContext, Hook};
@@ -134,8 +134,6 @@ pub enum OnAbort {
     Stop,
     Rollback,
 }
-
-const RESUME: &str = "run the same command again to resume";
 
 fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Failure> {
     match (&args.image, &args.filename, args.rollback) {

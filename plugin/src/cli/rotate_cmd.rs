@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::nodes::{NodesArgs, ProviderArg};
-use super::{Failure, KubeFlags, OutputFormat, tokio_runtime};
+use super::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::LockError;
@@ -21,8 +21,6 @@ use crate::rotate::{RotateSettings, Rotation, Steps};
 
 /// Kops waits this long between two successful validations.
 const VALIDATE_SUCCESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-
-const RESUME: &str = "run the same command again to resume";
 
 /// Who holds the lock: user, host and process, for the message a second run shows.
 fn identity() -> String {
@@ -196,12 +194,24 @@ async fn rotate(
     let result = tokio::select! {
         result = &mut run => result,
         _ = tokio::signal::ctrl_c() => {
-            // A termination in progress is finished first, so that the next run does not
-            // repeat it; anything else stops where it is.
+            // A termination or surge in progress is finished first, so that the next run does
+            // not repeat its provider call; anything else stops where it is. A second Ctrl-C
+            // stops at once.
+            if steps.busy() {
+                crate::report::log(
+                    crate::report::Level::Warn,
+                    "interrupted: finishing the provider call in progress (Ctrl-C again to stop at once; the next run then repeats that call)",
+                );
+            }
             tokio::select! {
                 result = &mut run => result,
                 _guard = steps.settled() => {
                     return Err(Failure::failed(format!("interrupted; {RESUME}")));
+                }
+                _ = tokio::signal::ctrl_c() => {
+                    return Err(Failure::failed(format!(
+                        "interrupted during a provider call, which the next run repeats; {RESUME}"
+                    )));
                 }
             }
         }
