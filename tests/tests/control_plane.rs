@@ -16,7 +16,6 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use rollout_ext::cluster::eviction::Eviction;
-use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::{helper_binary, plugin_binary};
 use serde_json::{Value, json};
@@ -142,12 +141,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     add_nodes(cluster, "guarded", 1).await;
     namespace(&client, "guarded").await;
 
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();
     assert_eq!(
         version, "v1beta1",

@@ -13,8 +13,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
+use rollout_ext::cluster::Cluster;
 use rollout_ext::cluster::drain::{DrainError, DrainSettings};
-use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext::plan::drain::DrainOptions;
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
@@ -40,12 +40,7 @@ async fn setup(group: &str, nodes: usize) -> (Client, Cluster, Vec<String>) {
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     (client, live, names)
 }
 
@@ -460,12 +455,7 @@ async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
         .await
         .unwrap();
     replica_set(&client, "drain-dry", "web", 2).await;
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();
     blocking_budget(&client, "drain-dry", version).await;
 

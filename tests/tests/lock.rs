@@ -4,18 +4,12 @@
 use std::time::Duration;
 
 use rollout_ext::cluster::lock::LockError;
-use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext_e2e::cluster::TestCluster;
 
 #[tokio::test]
 async fn one_rotation_at_a_time() {
     let cluster = TestCluster::shared();
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     let renew = Duration::from_millis(200);
     let mut first = live
         .lock_renewing_every("alice@host/1", false, renew)

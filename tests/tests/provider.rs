@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::wait::{await_condition, conditions};
-use rollout_ext::cluster::{Cluster, ConnectOptions};
+use rollout_ext::cluster::Cluster;
 use rollout_ext::provider::{ExecSpec, Provider, ProviderError, ProviderSpec, Target};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::helper_binary;
@@ -14,12 +14,7 @@ use rollout_ext_e2e::helper_binary;
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn live(cluster: &TestCluster) -> Cluster {
-    Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
+    cluster.live().await
 }
 
 fn sim_cloud(cluster: &TestCluster, verb: &str) -> Vec<String> {

@@ -17,7 +17,6 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext_e2e::cluster::TestCluster;
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, wasm_module};
 use serde_json::json;
@@ -255,12 +254,7 @@ async fn a_termination_a_stopped_run_began_is_finished_by_the_next_run() {
     let cluster = TestCluster::shared();
     let originals = outdated_group(cluster, "halfway", 2).await;
     let client = cluster.client().await;
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     // Given a run that stopped between deleting halfway-1's Node and terminating its instance:
     // the record of the termination on the lock it let go of, the Node gone, the instance up.
     let stopped = live.lock("someone@here/pid-1", false).await.unwrap();
@@ -320,12 +314,7 @@ async fn a_surge_a_stopped_run_began_is_finished_without_a_second_replacement() 
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let originals = outdated_group(cluster, "halfsurge", 3).await;
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     // Given a run that recorded its surge of halfsurge-3 (the group then expecting 4 Ready
     // nodes), had the cloud detach it, and stopped before marking the node detached.
     let stopped = live.lock("someone@here/pid-1", false).await.unwrap();
@@ -387,12 +376,7 @@ async fn a_held_lock_refuses_a_second_rotation_and_changes_nothing() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     outdated_group(cluster, "locked", 2).await;
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     let dir = tempfile::tempdir().unwrap();
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, "locked");

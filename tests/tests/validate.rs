@@ -8,7 +8,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use rollout_ext::cluster::validate::{ValidationError, ValidationSettings};
-use rollout_ext::cluster::{Cluster, ConnectOptions};
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 
@@ -41,12 +40,7 @@ async fn validation_counts_successes_names_failures_and_wakes_on_change() {
     for name in ["v-1", "v-2"] {
         cluster.nodes.add(NodeSpec::new(name, "v")).await.unwrap();
     }
-    let live = Cluster::connect(&ConnectOptions {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let live = cluster.live().await;
     let none = HashSet::new();
 
     let reporter = Collect::default();

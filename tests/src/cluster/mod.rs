@@ -234,6 +234,17 @@ impl TestCluster {
             .expect("a client from the test kubeconfig")
     }
 
+    /// The plugin's own connection to this cluster, as the admin, for the calling test's
+    /// runtime.
+    pub async fn live(&self) -> rollout_ext::cluster::Cluster {
+        rollout_ext::cluster::Cluster::connect(&rollout_ext::cluster::ConnectOptions {
+            kubeconfig: Some(self.kubeconfig.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("the plugin connects with the test kubeconfig")
+    }
+
     /// Waits until the API server answers `/readyz` again (after a restart or a pause).
     pub async fn ready(&self) -> anyhow::Result<()> {
         wait_ready(&self.kubeconfig, &self.processes, self.dir.path())
