@@ -24,7 +24,7 @@ use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::invariants::{
     Budget, Checker, End, Pdb, Seen, SplitMix64, Violation, chaos_seed,
 };
-use rollout_ext_e2e::{FAST_ROTATION, plugin_binary};
+use rollout_ext_e2e::plugin_binary;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -679,29 +679,11 @@ async fn workload(
         .unwrap();
 }
 
+/// The rotation under test, with a budget of one surge and one unavailable node.
 fn rotate_args(cluster: &TestCluster, policy: &std::path::Path, group: &str) -> Vec<String> {
-    [
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--policy",
-        policy.to_str().unwrap(),
-        "--instance-group",
-        group,
-        "--kubelet-version",
-        "v1.20.2",
-        "--max-surge",
-        "1",
-        "--max-unavailable",
-        "1",
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(FAST_ROTATION)
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = cluster.rotate_args(policy, group);
+    args.extend(["--max-surge", "1", "--max-unavailable", "1"].map(String::from));
+    args
 }
 
 /// The nodes of `group` the cloud was asked to terminate, in order.

@@ -311,6 +311,25 @@ async fn held_drain(
     drain
 }
 
+/// Lets the budget allow `max_unavailable` disruptions and waits for the held drain to finish.
+async fn relax_and_finish(
+    pdbs: &Api<DynamicObject>,
+    max_unavailable: i32,
+    drain: tokio::task::JoinHandle<Result<(), DrainError>>,
+) {
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": max_unavailable}})),
+    )
+    .await
+    .unwrap();
+    drain
+        .await
+        .unwrap()
+        .expect("the drain finishes once the budget allows it");
+}
+
 #[tokio::test]
 async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     let (client, live, nodes) = setup("drain-pdb", 2).await;
@@ -356,17 +375,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     uncordon(&client, &nodes[1]).await;
     let watcher = Arc::new(FirstBlock::default());
     let drain = held_drain(&live, &nodes[0], version, &watcher).await;
-    pdbs.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"maxUnavailable": 1}})),
-    )
-    .await
-    .unwrap();
-    drain
-        .await
-        .unwrap()
-        .expect("the drain finishes once the budget allows it");
+    relax_and_finish(&pdbs, 1, drain).await;
     assert!(pods_on(&client, "drain-pdb", &nodes[0]).await.is_empty());
     let evicted = watcher
         .events
@@ -411,17 +420,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "drain-late");
     pods.create(&PostParams::default(), &late).await.unwrap();
 
-    pdbs.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"maxUnavailable": 2}})),
-    )
-    .await
-    .unwrap();
-    drain
-        .await
-        .unwrap()
-        .expect("the drain finishes once the budget allows it");
+    relax_and_finish(&pdbs, 2, drain).await;
     assert!(pods_on(&client, "drain-late", &nodes[0]).await.is_empty());
     let events = watcher.events.events();
     assert!(

@@ -18,7 +18,7 @@ use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::TestCluster;
-use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, wasm_module};
+use rollout_ext_e2e::{plugin_binary, wasm_module};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -31,25 +31,8 @@ async fn outdated_group(cluster: &TestCluster, group: &str, n: usize) -> Vec<Str
     cluster.outdated_group(group, n).await.unwrap()
 }
 
-fn rotate_args<'a>(cluster: &'a TestCluster, policy: &'a Path, group: &'a str) -> Vec<String> {
-    [
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--policy",
-        policy.to_str().unwrap(),
-        "--instance-group",
-        group,
-        "--kubelet-version",
-        "v1.20.2",
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(FAST_ROTATION)
-    .map(|s| s.to_string())
-    .collect()
+fn rotate_args(cluster: &TestCluster, policy: &Path, group: &str) -> Vec<String> {
+    cluster.rotate_args(policy, group)
 }
 
 /// Rotates a fresh two-node `group` with the hostile test hook configured by `hook` (a YAML flow

@@ -245,6 +245,29 @@ impl TestCluster {
         .expect("the plugin connects with the test kubeconfig")
     }
 
+    /// `nodes --yes` of `group` under `policy` against this cluster, with the test timings
+    /// ([`crate::FAST_ROTATION`]) and events as JSON lines.
+    pub fn rotate_args(&self, policy: &Path, group: &str) -> Vec<String> {
+        [
+            "nodes",
+            "--yes",
+            "--kubeconfig",
+            self.kubeconfig.to_str().expect("a UTF-8 path"),
+            "--policy",
+            policy.to_str().expect("a UTF-8 path"),
+            "--instance-group",
+            group,
+            "--kubelet-version",
+            "v1.20.2",
+            "-o",
+            "json",
+        ]
+        .iter()
+        .chain(crate::FAST_ROTATION)
+        .map(|s| s.to_string())
+        .collect()
+    }
+
     /// Waits until the API server answers `/readyz` again (after a restart or a pause).
     pub async fn ready(&self) -> anyhow::Result<()> {
         wait_ready(&self.kubeconfig, &self.processes, self.dir.path())
