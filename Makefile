@@ -9,8 +9,11 @@ DEMO_DIR := examples-hooks/demo
 .PHONY: demo test wasm wasm-target control-plane lint release python-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
+## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
 demo: wasm
-	$(CARGO) run --quiet -p rollout-ext --bin kubectl-rollout_ext -- nodes \
+	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
+	@echo "--- dry-run plan of $(DEMO_DIR)/snapshot.json with the example hooks ---"
+	@target/debug/kubectl-rollout_ext nodes \
 	  --from-snapshot $(DEMO_DIR)/snapshot.json --policy $(DEMO_DIR)/policy.yaml \
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 

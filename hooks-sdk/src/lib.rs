@@ -49,9 +49,10 @@ pub use progress::{Pending, Progress};
 
 use bindings::exports::rollout_ext::policy::{batching, gates, metadata, selection};
 
-/// Version of the WIT package (`rollout-ext:policy`) this SDK implements. The host refuses a
-/// module built against a version it does not speak, before calling it.
-pub const WIT_VERSION: &str = "0.2.0";
+/// Version of the WIT package (`rollout-ext:policy`) this SDK implements, read from
+/// `wit/policy.wit` at build time. The host refuses a module built against a version it does not
+/// speak, before calling it.
+pub const WIT_VERSION: &str = env!("ROLLOUT_EXT_WIT_VERSION");
 
 /// Version of this SDK, stamped into every module built with it.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -3,6 +3,8 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod duration;
+pub mod events;
 pub mod hooks;
 pub mod keys;
 pub mod labels;

@@ -1,188 +1,10 @@
-//! What the executors tell the operator while they work: typed events, and the reporters that
-//! print them (plain timestamped lines on stderr, or one JSON object per line for automation).
-//! Tests collect events instead of reading log text.
+//! How events are shown to the operator: plain timestamped lines on stderr, progress bars on a
+//! terminal, or one JSON object per line for automation. The events themselves are
+//! [`crate::events`].
 
 use std::sync::Mutex;
 
-use serde::Serialize;
-
-/// Something an executor did or is waiting for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
-pub enum Event {
-    /// A group's rotation starts.
-    GroupStarted {
-        group: String,
-        instances: Vec<String>,
-    },
-    /// New instances are being created before old ones go.
-    Surging {
-        group: String,
-        detached: Vec<String>,
-        canary: bool,
-    },
-    BatchStarted {
-        group: String,
-        index: u32,
-        nodes: Vec<String>,
-        canary: bool,
-        decided_by: String,
-    },
-    /// Waiting, for a reason that is not a failure (a hook's pause or wait, an interval).
-    Waiting {
-        seconds: u64,
-        reason: String,
-    },
-    Terminated {
-        node: String,
-        output: String,
-    },
-    /// The replacements of a batch are Ready.
-    Replaced {
-        group: String,
-        ready: usize,
-    },
-    GroupDone {
-        group: String,
-    },
-    /// Every chosen instance is replaced.
-    Done,
-    Cordoned {
-        node: String,
-    },
-    Tainted {
-        node: String,
-        key: String,
-    },
-    /// A drain starts: how many pods it moves and which it leaves.
-    DrainStarted {
-        node: String,
-        pods: usize,
-        skipped: Vec<String>,
-    },
-    Evicted {
-        node: String,
-        pod: String,
-    },
-    /// An eviction was refused for now; it is retried after `retry_seconds`.
-    EvictionBlocked {
-        node: String,
-        pod: String,
-        reason: String,
-        retry_seconds: u64,
-        seconds_left: u64,
-    },
-    PodGone {
-        node: String,
-        pod: String,
-    },
-    Drained {
-        node: String,
-    },
-    /// A validation check passed.
-    Validated {
-        passed: u32,
-        needed: u32,
-    },
-    /// A validation check failed; the next change to the cluster triggers another.
-    ValidationFailed {
-        failures: Vec<String>,
-        seconds_left: u64,
-    },
-    Warning {
-        message: String,
-    },
-}
-
-impl Event {
-    /// One line for a person.
-    pub fn describe(&self) -> String {
-        match self {
-            Event::GroupStarted { group, instances } => {
-                format!("rotating group {group}: {}", instances.join(", "))
-            }
-            Event::Surging {
-                group,
-                detached,
-                canary,
-            } => format!(
-                "surging group {group}{}: detached {}",
-                if *canary { " (canary)" } else { "" },
-                detached.join(", ")
-            ),
-            Event::BatchStarted {
-                group,
-                index,
-                nodes,
-                canary,
-                decided_by,
-            } => format!(
-                "group {group} batch {}{}: {} [size: {decided_by}]",
-                index + 1,
-                if *canary { " (canary)" } else { "" },
-                nodes.join(", ")
-            ),
-            Event::Waiting { seconds, reason } => format!(
-                "waiting {}: {reason}",
-                crate::plan::groups::human_duration(*seconds as i64)
-            ),
-            Event::Terminated { node, output } if output.is_empty() => {
-                format!("terminated {node}")
-            }
-            Event::Terminated { node, output } => format!("terminated {node}: {output}"),
-            Event::Replaced { group, ready } => {
-                format!("group {group}: replacements Ready ({ready} nodes Ready)")
-            }
-            Event::GroupDone { group } => format!("group {group} is up to date"),
-            Event::Done => "rotation complete".into(),
-            Event::Cordoned { node } => format!("cordoned node {node}"),
-            Event::Tainted { node, key } => {
-                format!("tainted node {node} with {key}:PreferNoSchedule")
-            }
-            Event::DrainStarted {
-                node,
-                pods,
-                skipped,
-            } => {
-                let mut line = format!("draining node {node}: {pods} pod(s) to evict");
-                if !skipped.is_empty() {
-                    line.push_str(&format!(", leaving {}", skipped.join(", ")));
-                }
-                line
-            }
-            Event::Evicted { node, pod } => format!("evicted pod {pod} from {node}"),
-            Event::EvictionBlocked {
-                pod,
-                reason,
-                retry_seconds,
-                seconds_left,
-                ..
-            } => format!(
-                "eviction of pod {pod} blocked: {reason}; retrying every {retry_seconds}s, {} left",
-                crate::plan::groups::human_duration(*seconds_left as i64)
-            ),
-            Event::PodGone { node, pod } => format!("pod {pod} is gone from {node}"),
-            Event::Drained { node } => format!("drained node {node}"),
-            Event::Validated { passed, needed } => {
-                format!("cluster validated ({passed} of {needed} checks)")
-            }
-            Event::ValidationFailed {
-                failures,
-                seconds_left,
-            } => format!(
-                "cluster does not validate: {}; waiting for a change, {} left",
-                failures.join("; "),
-                crate::plan::groups::human_duration(*seconds_left as i64)
-            ),
-            Event::Warning { message } => format!("warning: {message}"),
-        }
-    }
-}
-
-/// Receives events. Implementations must be cheap: executors call this inline.
-pub trait Reporter: Send + Sync {
-    fn report(&self, event: Event);
-}
+pub use crate::events::{Collect, Event, Reporter};
 
 /// Timestamped lines on stderr.
 pub struct Lines;
@@ -261,6 +83,19 @@ impl Bars {
             f(bar);
         }
     }
+
+    /// A rolling update moves replicas, not instances: the overall bar counts the replicas of
+    /// the controller that grows.
+    fn count_replicas(&self, next: &str, next_replicas: i32, desired: i32) {
+        self.overall.set_style(style(if self.color {
+            "[{elapsed_precise}] {bar:30.green/white} {pos}/{len} replicas of {prefix}  {msg}"
+        } else {
+            "[{elapsed_precise}] {bar:30} {pos}/{len} replicas of {prefix}  {msg}"
+        }));
+        self.overall.set_prefix(next.to_string());
+        self.overall.set_length(desired.max(0) as u64);
+        self.overall.set_position(next_replicas.max(0) as u64);
+    }
 }
 
 /// Whether output may be coloured: not with `NO_COLOR` set (to anything but empty).
@@ -274,9 +109,18 @@ impl Reporter for Bars {
             Event::GroupStarted { instances, .. } => {
                 self.overall.inc_length(instances.len() as u64)
             }
-            Event::BatchStarted { .. } | Event::Surging { .. } => {
+            Event::BatchStarted { .. } | Event::Surging { .. } | Event::StepStarted { .. } => {
                 self.batch.set_message(event.describe());
                 self.batch.tick();
+            }
+            Event::UpdateStarted {
+                next,
+                next_replicas,
+                desired,
+                ..
+            } => self.count_replicas(next, *next_replicas, *desired),
+            Event::StepDone { next_replicas, .. } => {
+                self.overall.set_position((*next_replicas).max(0) as u64)
             }
             Event::Terminated { .. } => self.overall.inc(1),
             Event::DrainStarted { node, pods, .. } => self.drain_bar(node, *pods),
@@ -290,7 +134,7 @@ impl Reporter for Bars {
                     self.bars.remove(&bar);
                 }
             }
-            Event::Done => {
+            Event::Done | Event::UpdateDone { .. } | Event::RolledBack { .. } => {
                 self.batch.finish_and_clear();
                 self.overall.finish_with_message("done");
             }
@@ -299,7 +143,11 @@ impl Reporter for Bars {
         let line = event.describe();
         match &event {
             // Frequent, short-lived states go to a bar's message rather than the scrollback.
-            Event::EvictionBlocked { .. } | Event::Waiting { .. } | Event::Validated { .. } => {
+            Event::EvictionBlocked { .. }
+            | Event::Waiting { .. }
+            | Event::Validated { .. }
+            | Event::Scaled { .. }
+            | Event::StepDone { .. } => {
                 self.overall.set_message(line);
             }
             Event::PodGone { .. } | Event::Evicted { .. } => {}
@@ -321,21 +169,5 @@ impl Reporter for JsonLines {
         if let Ok(line) = serde_json::to_string(&event) {
             println!("{line}");
         }
-    }
-}
-
-/// Keeps every event, for tests and summaries.
-#[derive(Default)]
-pub struct Collect(pub Mutex<Vec<Event>>);
-
-impl Reporter for Collect {
-    fn report(&self, event: Event) {
-        self.0.lock().unwrap().push(event);
-    }
-}
-
-impl Collect {
-    pub fn events(&self) -> Vec<Event> {
-        self.0.lock().unwrap().clone()
     }
 }

@@ -9,13 +9,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams};
-use serde::Deserialize;
+use crate::cluster::{Cluster, ClusterError};
+pub use crate::policy::provider::{ExecSpec, ProviderSpec};
 
-use crate::cluster::{Cluster, ClusterError, Request};
-
-const PLACEHOLDERS: &[&str] = &["{node}", "{providerID}", "{group}"];
 /// How much of a failed command's output an error quotes.
 const QUOTED_OUTPUT: usize = 2000;
 
@@ -25,65 +21,6 @@ pub struct Target {
     pub node: String,
     pub provider_id: String,
     pub group: String,
-}
-
-/// The `provider` section of a policy.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub enum ProviderSpec {
-    Exec(ExecSpec),
-    DeleteNode {},
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecSpec {
-    /// Terminates an instance; its group replaces it unless it was detached.
-    pub terminate: Vec<String>,
-    /// Detaches an instance so that its group boots a replacement first (a surge).
-    #[serde(default)]
-    pub detach: Option<Vec<String>>,
-    /// How long one command may run (default 5m).
-    #[serde(default)]
-    pub timeout: Option<String>,
-}
-
-impl ProviderSpec {
-    /// Checks templates: non-empty, known placeholders only.
-    pub fn validate(&self) -> Result<(), String> {
-        let ProviderSpec::Exec(exec) = self else {
-            return Ok(());
-        };
-        for (name, template) in [
-            ("terminate", Some(&exec.terminate)),
-            ("detach", exec.detach.as_ref()),
-        ] {
-            let Some(template) = template else { continue };
-            if template.is_empty() {
-                return Err(format!("provider exec {name}: the command is empty"));
-            }
-            for arg in template {
-                let mut rest = arg.as_str();
-                while let Some(start) = rest.find('{') {
-                    let end = rest[start..]
-                        .find('}')
-                        .ok_or_else(|| format!("provider exec {name}: unclosed '{{' in {arg:?}"))?;
-                    let placeholder = &rest[start..start + end + 1];
-                    if !PLACEHOLDERS.contains(&placeholder) {
-                        return Err(format!(
-                            "provider exec {name}: unknown placeholder {placeholder} in {arg:?}; expected {}",
-                            PLACEHOLDERS.join(", ")
-                        ));
-                    }
-                    rest = &rest[start + end + 1..];
-                }
-            }
-        }
-        if let Some(t) = &exec.timeout {
-            crate::policy::parse_duration(t).map_err(|e| format!("provider exec timeout: {e}"))?;
-        }
-        Ok(())
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,18 +98,8 @@ impl Provider {
                 terminate, timeout, ..
             } => run(terminate, target, *timeout).await,
             Provider::DeleteNode => {
-                let api: Api<Node> = Api::all(cluster.client.clone());
-                match api.delete(&target.node, &DeleteParams::default()).await {
-                    Ok(_) => Ok(String::new()),
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(String::new()),
-                    Err(e) => Err(Request {
-                        verb: "delete",
-                        resource: "nodes",
-                        namespace: None,
-                    }
-                    .error(&cluster.server, e)
-                    .into()),
-                }
+                cluster.delete_node(&target.node).await?;
+                Ok(String::new())
             }
         }
     }

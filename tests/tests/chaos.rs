@@ -463,8 +463,7 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
         let left = kill_at.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => {
-                // A JSON event's kind, or a plain line's first word (rolling-update speaks as
-                // legacy kubectl did: "Created …", "Scaling …", "Renaming …").
+                // A JSON event's kind, or a plain line's first word.
                 let kind = match serde_json::from_str::<serde_json::Value>(&line) {
                     Ok(event) => event["event"].as_str().unwrap_or_default().to_string(),
                     Err(_) => line
@@ -912,9 +911,16 @@ async fn a_rotation_stops_resumably_when_the_api_server_fails_for_too_long() {
 // ---------------------------------------------------------------------------------------------
 // The controller rolling update under chaos.
 
-/// Lines of `rolling-update` a kill can be tied to: creating the next controller, each scale
-/// step, the rename, the deletion of the old controller.
-const UPDATE_LINES: &[&str] = &["Created", "Scaling", "Continuing", "Renaming", "Update"];
+/// Events of `rolling-update` a kill can be tied to: the start, creating the next controller,
+/// each scale step, the rename, the deletion of the old controller.
+const UPDATE_LINES: &[&str] = &[
+    "update-started",
+    "controller-created",
+    "update-continued",
+    "step-started",
+    "renaming",
+    "deleting",
+];
 
 const V1: &str = "registry.invalid/app:1";
 const V2: &str = "registry.invalid/app:2";
@@ -989,6 +995,8 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         cluster.kubeconfig.to_str().unwrap(),
         "-n",
         ns,
+        "-o",
+        "json",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -1002,7 +1010,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         UPDATE_LINES,
         Duration::from_millis(1000),
         MIN_UPDATE_KILLS,
-        Some("Renaming"),
+        Some("renaming"),
         // A step per new pod, one for deleting the old controller, one for the rename.
         || {
             let (pods, rcs) = (pods.clone(), rcs.clone());

@@ -179,7 +179,7 @@ fn hooks_inspect_and_test_describe_a_module() {
     );
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["name"], "zone-spread");
-    assert_eq!(info["witVersion"], "0.2.0");
+    assert_eq!(info["witVersion"], rollout_ext::hooks::WIT_VERSION);
     assert_eq!(info["points"], serde_json::json!(["select", "batch"]));
     assert_eq!(info["sha256"].as_str().unwrap().len(), 64);
 

@@ -1,12 +1,13 @@
 //! kubectl's habits: KUBECONFIG with several files merged, the namespace from the context,
-//! impersonation, output formats, completion scripts and the version line.
+//! impersonation, output formats, completion scripts and the version line; and the hook contract
+//! version, written once.
 
 use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
 use kube::api::{Api, PostParams};
 use rollout_ext_e2e::cluster::{OPERATOR_USER, TestCluster};
-use rollout_ext_e2e::plugin_binary;
+use rollout_ext_e2e::{plugin_binary, workspace_root};
 use serde_json::{Value, json};
 
 fn plugin(args: &[&str], kubeconfig_env: Option<&str>) -> Output {
@@ -161,11 +162,48 @@ fn completion_scripts_and_version_come_from_the_command_definitions() {
         )),
         "{version}"
     );
-    assert!(
-        version.contains("hook contract rollout-ext:policy@0.2.0"),
-        "{version}"
-    );
     let out = plugin(&["nodes", "--no-such-flag"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty() && stderr(&out).contains("--no-such-flag"));
+}
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(workspace_root().join(file)).unwrap()
+}
+
+/// The contract version is written once, in the WIT package declaration; the host, the SDK and
+/// `--version` derive it. What cannot (a guest in another language, the docs) must agree.
+#[test]
+fn the_hook_contract_version_is_the_wit_package_version() {
+    use rollout_ext::hooks::{WIT_PACKAGE, WIT_VERSION};
+    let package = read("hooks-sdk/wit/policy.wit")
+        .lines()
+        .find_map(|line| line.strip_prefix("package ")?.strip_suffix(';'))
+        .expect("policy.wit declares its package")
+        .to_string();
+    assert_eq!(package, format!("{WIT_PACKAGE}@{WIT_VERSION}"), "host");
+    assert_eq!(rollout_ext_hooks::WIT_VERSION, WIT_VERSION, "SDK");
+
+    let out = plugin(&["--version"], None);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains(&format!("(hook contract {package})")),
+        "{version}"
+    );
+
+    let app = read("examples-hooks/oldest-first-py/app.py");
+    assert!(
+        app.contains(&format!("wit_version=\"{WIT_VERSION}\"")),
+        "the Python example states another contract version"
+    );
+    for doc in ["docs/hooks.md", "SECURITY.md"] {
+        let text = read(doc);
+        for (at, _) in text.match_indices(&format!("{WIT_PACKAGE}@")) {
+            assert!(
+                text[at..].starts_with(&package),
+                "{doc} names another contract version: {}",
+                text[at..].lines().next().unwrap_or_default()
+            );
+        }
+    }
 }

@@ -360,7 +360,11 @@ fn modules_that_must_not_run_are_refused_by_name() {
         other => panic!("expected a version error, got {other}"),
     }
     assert!(
-        past.to_string().contains("rollout-ext:policy@0.2.0"),
+        past.to_string().contains(&format!(
+            "{}@{}",
+            rollout_ext::hooks::WIT_PACKAGE,
+            rollout_ext::hooks::WIT_VERSION
+        )),
         "{past}"
     );
 }

@@ -220,7 +220,12 @@ fn a_release_archive_installs_the_way_krew_does() {
     assert!(version.status.success());
     let version = String::from_utf8_lossy(&version.stdout);
     assert!(
-        version.contains(env!("CARGO_PKG_VERSION")) && version.contains("rollout-ext:policy@0.2.0"),
+        version.contains(env!("CARGO_PKG_VERSION"))
+            && version.contains(&format!(
+                "{}@{}",
+                rollout_ext::hooks::WIT_PACKAGE,
+                rollout_ext::hooks::WIT_VERSION
+            )),
         "{version}"
     );
 }

@@ -102,17 +102,34 @@ async fn run(mut cmd: Command) -> Output {
         .unwrap()
 }
 
-/// Runs the command and SIGKILLs it at the first stdout line containing `at`; returns the lines.
+/// A progress line without the timestamp the plain reporter puts before it.
+fn message(line: &str) -> &str {
+    match line.split_once(' ') {
+        Some((time, rest)) if time.parse::<jiff::Timestamp>().is_ok() => rest,
+        _ => line,
+    }
+}
+
+/// The progress lines (on stderr), without their timestamps.
+fn messages(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(|l| message(l).to_string())
+        .collect()
+}
+
+/// Runs the command and SIGKILLs it at the first progress line containing `at`; returns the
+/// progress lines, without their timestamps.
 async fn run_until(mut cmd: Command, at: &'static str) -> Vec<String> {
     tokio::task::spawn_blocking(move || {
         let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut seen = Vec::new();
-        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-            let line = line.unwrap();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = message(&line.unwrap()).to_string();
             let stop = line.contains(at);
             seen.push(line);
             if stop {
@@ -275,9 +292,9 @@ async fn a_replication_controller_rolls_within_its_budget_and_keeps_its_name() {
     watcher.abort();
     // maxSurge 1, maxUnavailable 0: never fewer than 3 available pods.
     assert_eq!(*fewest.lock().unwrap(), 3, "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let next = stdout
-        .lines()
+    let lines = messages(&out);
+    let next = lines
+        .iter()
         .find_map(|l| l.strip_prefix("Created "))
         .expect("the next controller is created")
         .to_string();
@@ -286,8 +303,8 @@ async fn a_replication_controller_rolls_within_its_budget_and_keeps_its_name() {
         "{next}"
     );
     assert!(
-        stdout.contains(&format!("Renaming {next} to foo")),
-        "{stdout}"
+        lines.contains(&format!("Renaming {next} to foo")),
+        "{lines:?}"
     );
     assert_renamed(&client, ns, "foo", 3, &format!("{next}-")).await;
 }
@@ -449,7 +466,9 @@ async fn an_orphaned_rename_is_finished_from_its_record() {
     let out = run(plugin(cluster, ns, &["svc", &format!("--image={V2}")])).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Finishing an interrupted rename"),
+        messages(&out)
+            .iter()
+            .any(|l| l.starts_with("Finishing an interrupted rename")),
         "{}",
         text(&out)
     );
@@ -524,8 +543,9 @@ async fn a_rollout_started_by_legacy_kubectl_is_finished() {
     let out = run(cmd).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("Continuing update with existing controller foo-next."),
+        messages(&out)
+            .iter()
+            .any(|l| l == "Continuing update with existing controller foo-next."),
         "{}",
         text(&out)
     );
@@ -633,6 +653,187 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
             .iter()
             .all(|p| image_of(p) == V1)
     );
+}
+
+/// The events of kind `kind` in a `-o json` stream.
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+#[tokio::test]
+async fn a_live_update_with_json_output_reports_every_step_and_decision_as_an_event() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-events";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "ev", 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        wasm_module("maintenance-window"),
+        dir.path().join("window.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(wasm_module("error-budget"), dir.path().join("budget.wasm")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    // A window open all week sizes every step 1; the gate holds (1s) while a pod is not Ready.
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  \
+         - {name: window, module: window.wasm, points: [batch], config: {windows: [{days: [mon, tue, wed, thu, fri, sat, sun], start: \"00:00\", end: \"00:00\"}], maxBatch: 1}}\n  \
+         - {name: budget, module: budget.wasm, points: [gate], config: {maxPodsNotReady: 0, retrySeconds: 1, maxFailedChecks: 120}}\n",
+    )
+    .unwrap();
+    let out = run(plugin(
+        cluster,
+        ns,
+        &[
+            "ev",
+            &format!("--image={V2}"),
+            "--policy",
+            policy.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Nothing but events on stdout.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| {
+            let event: Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}\n{}", text(&out)));
+            assert!(event["event"].is_string(), "no event field: {l}");
+            event
+        })
+        .collect();
+    let created = of_kind(&events, "controller-created");
+    assert_eq!(created.len(), 1, "{stdout}");
+    let next = created[0]["controller"].as_str().unwrap().to_string();
+    let started = of_kind(&events, "update-started");
+    assert_eq!(started.len(), 1, "{stdout}");
+    assert_eq!(
+        (
+            &started[0]["old"],
+            &started[0]["next"],
+            &started[0]["desired"],
+            &started[0]["max_total"]
+        ),
+        (&json!("ev"), &json!(next), &json!(3), &json!(4))
+    );
+
+    // Each step: started (sized by the hook), scaled, let through by the gate, done; in order,
+    // numbered from 0, one replica at a time, 3 up and 3 down.
+    let mut steps: i64 = 0;
+    let mut replicas = HashMap::from([("ev".to_string(), 3), (next.clone(), 0)]);
+    let mut rest = events.as_slice();
+    while let Some(at) = rest.iter().position(|e| e["event"] == "step-started") {
+        let step = &rest[at];
+        assert_eq!(step["step"], steps, "{stdout}");
+        assert_eq!(step["decided_by"], "hook/window", "{step}");
+        let sized = rest[..at]
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "decided")
+            .unwrap_or_else(|| panic!("step {steps} was sized: {stdout}"));
+        assert_eq!(
+            (
+                &sized["point"],
+                &sized["batch"],
+                &sized["decision"],
+                &sized["decided_by"]
+            ),
+            (
+                &json!("batch"),
+                &json!(steps),
+                &json!("size 1"),
+                &json!("hook/window")
+            ),
+            "{stdout}"
+        );
+        let controller = step["controller"].as_str().unwrap().to_string();
+        let before = replicas[&controller];
+        assert_eq!(step["from"], before, "{step}");
+        assert_eq!((step["to"].as_i64().unwrap() - before).abs(), 1, "{step}");
+        let done = rest[at..]
+            .iter()
+            .position(|e| e["event"] == "step-done")
+            .unwrap_or_else(|| panic!("step {steps} is done: {stdout}"))
+            + at;
+        let within = &rest[at + 1..done];
+        let scaled = of_kind(within, "scaled");
+        assert_eq!(scaled.len(), 1, "{within:?}");
+        assert_eq!(
+            (
+                &scaled[0]["controller"],
+                &scaled[0]["from"],
+                &scaled[0]["to"]
+            ),
+            (&json!(controller), &json!(before), &step["to"])
+        );
+        replicas.insert(controller, step["to"].as_i64().unwrap());
+        let gates = of_kind(within, "decided");
+        assert!(!gates.is_empty(), "the gate was asked after step {steps}");
+        for (attempt, gate) in gates.iter().enumerate() {
+            assert_eq!(
+                (
+                    &gate["point"],
+                    &gate["phase"],
+                    &gate["batch"],
+                    &gate["attempt"]
+                ),
+                (
+                    &json!("gate"),
+                    &json!("after-batch"),
+                    &json!(steps),
+                    &json!(attempt)
+                ),
+                "{gate}"
+            );
+            assert_eq!(gate["decided_by"], "hook/budget", "{gate}");
+        }
+        let (last, holds) = gates.split_last().unwrap();
+        assert_eq!(last["decision"], "proceed", "{last}");
+        for hold in holds {
+            assert!(
+                hold["decision"].as_str().unwrap().starts_with("wait 1s: "),
+                "{hold}"
+            );
+        }
+        assert_eq!(
+            of_kind(within, "waiting").len(),
+            holds.len(),
+            "each hold is waited out"
+        );
+        let done = &rest[done];
+        assert_eq!(done["step"], steps);
+        assert_eq!(
+            (&done["old_replicas"], &done["next_replicas"]),
+            (&json!(replicas["ev"]), &json!(replicas[&next]))
+        );
+        steps += 1;
+        rest = &rest[at + 1..];
+    }
+    assert_eq!(steps, 6, "{stdout}");
+    assert_eq!((replicas["ev"], replicas[&next]), (0, 3));
+    assert!(
+        !events.iter().any(|e| e["point"] == "select"),
+        "no hook serves selection: nothing to report"
+    );
+
+    // Then the rename, and the end.
+    let renaming = of_kind(&events, "renaming");
+    assert_eq!(renaming.len(), 1, "{stdout}");
+    assert_eq!(
+        (&renaming[0]["from"], &renaming[0]["to"]),
+        (&json!(next), &json!("ev"))
+    );
+    assert_eq!(
+        events.last().unwrap(),
+        &json!({"event": "update-done", "controller": "rc/ev"})
+    );
+    assert_renamed(&client, ns, "ev", 3, &format!("{next}-")).await;
 }
 
 #[tokio::test]

@@ -76,8 +76,8 @@ pub fn run(cmd: HooksCommand) -> Result<(), Failure> {
     }
 }
 
-fn runtime() -> Result<HookRuntime, Failure> {
-    HookRuntime::new(HookRuntime::default_cache_dir())
+fn runtime() -> Result<&'static HookRuntime, Failure> {
+    HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))
 }
 
@@ -146,7 +146,11 @@ fn inspect(module: &Path, format: OutputFormat) -> Result<(), Failure> {
                 vec!["SDK".into(), inspection.info.sdk_version.clone()],
                 vec![
                     "CONTRACT".into(),
-                    format!("rollout-ext:policy@{}", inspection.info.wit_version),
+                    format!(
+                        "{}@{}",
+                        crate::hooks::WIT_PACKAGE,
+                        inspection.info.wit_version
+                    ),
                 ],
                 vec!["POINTS".into(), points.join(", ")],
             ];

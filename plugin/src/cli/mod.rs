@@ -46,10 +46,15 @@ pub struct Cli {
 /// How every stopped run that can resume ends its message.
 const RESUME: &str = "run the same command again to resume";
 
+/// Names the hook contract, as read from the WIT package by build.rs.
 const fn version() -> &'static str {
     concat!(
         env!("CARGO_PKG_VERSION"),
-        " (hook contract rollout-ext:policy@0.2.0)"
+        " (hook contract ",
+        env!("ROLLOUT_EXT_WIT_PACKAGE"),
+        "@",
+        env!("ROLLOUT_EXT_WIT_VERSION"),
+        ")"
     )
 }
 
@@ -306,7 +311,7 @@ fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                     "Rotation running: {} (lock renewed {} ago)",
                     l.holder,
                     l.renewed_seconds_ago
-                        .map(crate::plan::groups::human_duration)
+                        .map(crate::duration::human_duration)
                         .unwrap_or_else(|| "never".into())
                 ),
             }

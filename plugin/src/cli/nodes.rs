@@ -259,9 +259,9 @@ pub fn plan_with_hooks(
     let mut hooks = if policy.hooks.is_empty() {
         Vec::new()
     } else {
-        let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
+        let runtime = HookRuntime::shared()
             .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
-        crate::hooks::load_all(&runtime, policy, objects)?
+        crate::hooks::load_all(runtime, policy, objects)?
     };
     Ok(crate::plan::plan_nodes(
         snapshot, policy, options, &mut hooks,
@@ -302,7 +302,5 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             pod_selector: args.pod_selector.clone(),
             disable_eviction: args.disable_eviction,
         },
-        progress: Default::default(),
-        only: None,
     }
 }

@@ -3,8 +3,9 @@
 use std::fmt::Write;
 
 use super::{Failure, OutputFormat, print_structured};
+use crate::duration::human_duration;
 use crate::plan::hook::DecidedBy;
-use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan, groups::human_duration};
+use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan};
 
 pub fn print_plan(plan: &Plan, format: OutputFormat) -> Result<(), Failure> {
     match format {

@@ -14,6 +14,7 @@ use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::plan::hook::{CallContext, Hook};
 use crate::policy::{IntOrPercent, Policy, parse_duration};
+use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::workload::controller::{Controller, Kind};
 use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
 use crate::workload::plan::{self, PlanInput, RollingUpdatePlan, Side};
@@ -97,7 +98,8 @@ pub struct RollingUpdateArgs {
     #[arg(long, value_enum, default_value_t = OnAbort::Stop)]
     pub on_abort: OnAbort,
 
-    /// Output format of the plan.
+    /// Output format of the plan; a live update with `json` prints its progress as one JSON
+    /// event per line.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
@@ -275,19 +277,32 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 None => Action::Rollback,
             },
         };
-        let mut out = |line: &str| println!("{line}");
+        let reporter = reporter(args.output);
         let mut updater = Updater {
             cluster: &cluster,
             settings: &settings,
             hooks: &mut hooks,
             run_id: format!("rolling-update-{}", std::process::id()),
-            out: &mut out,
+            reporter: reporter.as_ref(),
         };
         tokio::select! {
             result = updater.run(&request) => result.map_err(failure),
             _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
         }
     })
+}
+
+/// Progress as `nodes --yes` shows it: NDJSON events on stdout with `-o json`, bars on a
+/// terminal, timestamped lines on stderr otherwise.
+fn reporter(output: OutputFormat) -> Box<dyn Reporter> {
+    use std::io::IsTerminal;
+    match output {
+        OutputFormat::Json => Box::new(JsonLines),
+        _ if std::io::stderr().is_terminal() => Box::new(Bars::new(
+            crate::progress::color_allowed(crate::report::no_color()),
+        )),
+        _ => Box::new(Lines),
+    }
 }
 
 fn failure(e: UpdateError) -> Failure {
@@ -308,9 +323,9 @@ fn load_hooks(
     if policy.hooks.is_empty() {
         return Ok(Vec::new());
     }
-    let runtime = HookRuntime::new(HookRuntime::default_cache_dir())
+    let runtime = HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
-    Ok(crate::hooks::load_all(&runtime, policy, objects)?)
+    Ok(crate::hooks::load_all(runtime, policy, objects)?)
 }
 
 /// The objects a plan is made from: the two controllers (if they exist) and the pods.

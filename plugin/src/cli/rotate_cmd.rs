@@ -101,10 +101,10 @@ pub fn run(
             if policy.hooks.is_empty() {
                 return Ok(Vec::new());
             }
-            let runtime = HookRuntime::new(HookRuntime::default_cache_dir()).map_err(|e| {
+            let runtime = HookRuntime::shared().map_err(|e| {
                 Failure::failed(format!("cannot start the WebAssembly runtime: {e}"))
             })?;
-            crate::hooks::load_all(&runtime, policy, objects).map_err(Failure::from)
+            crate::hooks::load_all(runtime, policy, objects).map_err(Failure::from)
         })?;
         let identity = identity();
         plan.run_id = identity.clone();

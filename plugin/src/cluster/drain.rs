@@ -15,8 +15,8 @@ use kube::runtime::wait::{await_condition, conditions};
 
 use super::eviction::Eviction;
 use super::{Cluster, ClusterError, Request, urlencode};
+use crate::events::{Event, Reporter};
 use crate::plan::drain::{DrainOptions, PodFate, classify};
-use crate::progress::{Event, Reporter};
 use crate::snapshot::{Pdb, Pod, Snapshot};
 
 /// How many times a compare-and-swap of a node is tried when others keep changing it.

@@ -113,7 +113,7 @@ impl Cluster {
                     return Err(LockError::Held {
                         holder,
                         renewed_ago: if renewed.is_some() {
-                            crate::plan::groups::human_duration(age)
+                            crate::duration::human_duration(age)
                         } else {
                             "never".into()
                         },

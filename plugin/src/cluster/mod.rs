@@ -7,6 +7,7 @@ pub mod controllers;
 pub mod drain;
 pub mod eviction;
 pub mod lock;
+pub mod nodes;
 mod objects;
 pub mod retry;
 pub mod validate;

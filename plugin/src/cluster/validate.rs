@@ -12,11 +12,11 @@ use kube::api::Api;
 use kube::runtime::watcher;
 
 use super::{Cluster, ClusterError, Request};
+use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::drain::DrainOptions;
 use crate::plan::health::{Index, summarize};
 use crate::plan::hook::HealthSummary;
-use crate::progress::{Event, Reporter};
 use crate::snapshot::Snapshot;
 
 /// How validation is judged.

@@ -1,10 +1,11 @@
 //! The WebAssembly host: runs policy hooks as sandboxed components.
 //!
-//! One [`HookRuntime`] per process holds the engine, the linker and the epoch ticker. Each module
-//! is compiled once (and cached on disk, keyed by its sha256 and the engine's compatibility hash)
-//! and pre-instantiated; every call gets a fresh store with a memory limit and an epoch deadline,
-//! and a WASI context that grants nothing: no files, no environment, no sockets, a clock frozen
-//! at the context's `now`. Guest stdout/stderr is captured into our log under the hook's name.
+//! One [`HookRuntime`] per process ([`HookRuntime::shared`]) holds the engine, the linker and the
+//! epoch ticker. Each module is compiled once (and cached on disk, keyed by its sha256 and the
+//! engine's compatibility hash) and pre-instantiated; every call gets a fresh store with a memory
+//! limit and an epoch deadline, and a WASI context that grants nothing: no files, no environment,
+//! no sockets, a clock frozen at the context's `now`. Guest stdout/stderr is captured into our log
+//! under the hook's name.
 //!
 //! This module turns calls into answers or [`HookFault`]s; it never judges an answer's meaning
 //! (that is `plan::decide`).
@@ -13,7 +14,7 @@ mod convert;
 mod objects;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -52,9 +53,10 @@ mod bindings {
 use bindings::rollout_ext::policy::host as wit_host;
 use bindings::rollout_ext::policy::types as wit;
 
-/// The WIT package version this host speaks.
-pub const WIT_VERSION: &str = "0.2.0";
-const WIT_PACKAGE: &str = "rollout-ext:policy";
+/// The WIT package this host speaks, read from the same file `bindgen!` reads (see build.rs).
+pub const WIT_PACKAGE: &str = env!("ROLLOUT_EXT_WIT_PACKAGE");
+/// The version of [`WIT_PACKAGE`] this host speaks.
+pub const WIT_VERSION: &str = env!("ROLLOUT_EXT_WIT_VERSION");
 
 /// How often the epoch advances; deadlines are counted in these ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -116,7 +118,22 @@ pub struct HookRuntime {
 }
 
 impl HookRuntime {
-    /// Builds the runtime. `cache_dir` holds compiled modules; `None` disables the disk cache.
+    /// The process's runtime, built on first use with the default cache. Every command shares it,
+    /// so the engine is configured and its epoch thread started once. A failure to build it is
+    /// kept too: trying again would fail the same way.
+    pub fn shared() -> wasmtime::Result<&'static HookRuntime> {
+        static SHARED: OnceLock<Result<HookRuntime, String>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                HookRuntime::new(HookRuntime::default_cache_dir()).map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(|e| wasmtime::Error::msg(e.clone()))
+    }
+
+    /// Builds a runtime of its own, with its own epoch thread. `cache_dir` holds compiled
+    /// modules; `None` disables the disk cache. Commands use [`HookRuntime::shared`]; this is for
+    /// tests and benchmarks that need a cache of their own.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<HookRuntime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
@@ -153,7 +170,7 @@ impl HookRuntime {
     }
 
     /// The default compile cache: `$XDG_CACHE_HOME/rollout-ext/hooks` or `~/.cache/...`.
-    pub fn default_cache_dir() -> Option<PathBuf> {
+    fn default_cache_dir() -> Option<PathBuf> {
         let base = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
@@ -806,4 +823,22 @@ pub fn load_all(
                 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_caller_gets_the_one_shared_runtime() {
+        let callers: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(HookRuntime::shared))
+            .collect();
+        let first = HookRuntime::shared().expect("the runtime starts");
+        assert_eq!(first.cache_dir, HookRuntime::default_cache_dir());
+        for caller in callers {
+            let other = caller.join().unwrap().expect("the runtime starts");
+            assert!(std::ptr::eq(other, first));
+        }
+    }
 }

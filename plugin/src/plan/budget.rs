@@ -22,6 +22,30 @@ pub enum BudgetError {
     ControlPlaneSurge,
 }
 
+/// Everything a group's budget is resolved from but the number of instances selected, which
+/// is known only once the selection hooks answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetRule {
+    pub role: Role,
+    pub cluster: RollingUpdate,
+    pub group: RollingUpdate,
+    pub size: u32,
+    pub interactive: bool,
+}
+
+impl BudgetRule {
+    pub fn resolve(&self, selected: u32) -> Result<Budget, BudgetError> {
+        resolve(
+            self.role,
+            self.cluster,
+            self.group,
+            self.size,
+            selected,
+            self.interactive,
+        )
+    }
+}
+
 /// Resolves the budget of a group of `size` instances of which `selected` will be updated.
 ///
 /// - Per-group fields override cluster-wide ones field by field.

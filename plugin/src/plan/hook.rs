@@ -121,6 +121,16 @@ pub enum Phase {
     AfterBatch,
 }
 
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::BeforeGroup => "before-group",
+            Phase::BeforeBatch => "before-batch",
+            Phase::AfterBatch => "after-batch",
+        }
+    }
+}
+
 /// The batch a gate is asked about.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchInfo {

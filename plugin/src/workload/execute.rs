@@ -14,10 +14,11 @@ use super::prepare::{self, NextSource, source_id};
 use super::steps::{self, Budgets};
 use crate::cluster::controllers::Write;
 use crate::cluster::{Cluster, ClusterError};
+use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::decide::{self, BatchDecision, HookFailed, Verdict};
-use crate::plan::hook::{CallContext, DecidedBy, Hook};
-use crate::policy::IntOrPercent;
+use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
+use crate::policy::{HookPoint, IntOrPercent};
 
 /// What the command asks for.
 #[derive(Debug, Clone)]
@@ -87,8 +88,8 @@ pub struct Updater<'a> {
     pub settings: &'a Settings,
     pub hooks: &'a mut [Box<dyn Hook>],
     pub run_id: String,
-    /// Progress lines, as legacy kubectl printed them.
-    pub out: &'a mut dyn FnMut(&str),
+    /// Where progress goes: the same events and reporters as a node rotation.
+    pub reporter: &'a dyn Reporter,
 }
 
 fn parse_count(c: &Controller, key: &str) -> Result<Option<i32>, UpdateError> {
@@ -111,9 +112,57 @@ fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
     json!({"metadata": {"annotations": map}})
 }
 
+/// A batching decision in the words of [`Event::Decided`].
+fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
+    match decision {
+        BatchDecision::Size { size, by } => (format!("size {size}"), by),
+        BatchDecision::Pause {
+            seconds,
+            reason,
+            by,
+        } => (format!("pause {seconds}s: {reason}"), by),
+    }
+}
+
+/// A gate verdict in the words of [`Event::Decided`].
+fn verdict_text(verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Proceed => "proceed".into(),
+        Verdict::Wait { seconds, reason } => format!("wait {seconds}s: {reason}"),
+        Verdict::Abort(reason) => format!("abort: {reason}"),
+    }
+}
+
 impl Updater<'_> {
-    fn say(&mut self, line: &str) {
-        (self.out)(line);
+    /// Reports a decision of the hooks at `point`; nothing when no hook serves it (then the
+    /// built-in behaviour is not a decision anyone asked for).
+    fn decided(
+        &self,
+        point: HookPoint,
+        phase: Option<Phase>,
+        (batch, attempt): (u32, u32),
+        by: &DecidedBy,
+        decision: String,
+    ) {
+        if decide::serves_any(self.hooks, point) {
+            self.reporter.report(Event::Decided {
+                point,
+                phase,
+                batch,
+                attempt,
+                decided_by: by.to_string(),
+                decision,
+            });
+        }
+    }
+
+    /// Reports a wait and sleeps through it.
+    async fn hold(&self, duration: Duration, reason: String) {
+        self.reporter.report(Event::Waiting {
+            seconds: duration.as_secs(),
+            reason,
+        });
+        tokio::time::sleep(duration).await;
     }
 
     fn ctx(&self) -> CallContext {
@@ -166,7 +215,9 @@ impl Updater<'_> {
         let ns = request.namespace.as_str();
         match self.scale_loop(&pair, ns, true).await {
             Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.say(&format!("{reason}; rolling back (--on-abort=rollback)"));
+                self.reporter.report(Event::RollingBackOnAbort {
+                    reason: reason.clone(),
+                });
                 let back = Request {
                     old_name: pair.from.name().to_string(),
                     next_name: Some(pair.to.name().to_string()),
@@ -211,11 +262,10 @@ impl Updater<'_> {
             created.selector() == old.selector()
         };
         if let Some((pod, record)) = record.filter(|(_, r)| renamed(r)) {
-            self.say(&format!(
-                "Finishing an interrupted rename to {}/{} (recorded on pod {pod})",
-                kind.short(),
-                request.old_name
-            ));
+            self.reporter.report(Event::RenameResumed {
+                controller: format!("{}/{}", kind.short(), request.old_name),
+                pod,
+            });
             return self.create_renamed(kind, ns, &record).await.map(|()| None);
         }
         let next_name = request.next_name.clone().or_else(|| {
@@ -263,10 +313,9 @@ impl Updater<'_> {
                         )));
                     }
                 }
-                self.say(&format!(
-                    "Continuing update with existing controller {}.",
-                    next.name()
-                ));
+                self.reporter.report(Event::UpdateContinued {
+                    controller: next.name().to_string(),
+                });
                 if old.selector().contains_key(&self.settings.deployment_key)
                     || !kind.selector_is_mutable()
                 {
@@ -292,7 +341,9 @@ impl Updater<'_> {
                     .cluster
                     .create_controller(ns, &next, Write::Apply)
                     .await?;
-                self.say(&format!("Created {}", created.name()));
+                self.reporter.report(Event::ControllerCreated {
+                    controller: created.name().to_string(),
+                });
                 old_label = prepared.old_label;
                 created
             }
@@ -405,21 +456,18 @@ impl Updater<'_> {
                 desired,
                 cleanup: Cleanup::for_next(request.next_name.is_some()),
             };
-            self.say(&format!(
-                "{}/{} is gone; continuing with {}",
-                kind.short(),
-                request.old_name,
-                pair.to.name()
-            ));
+            self.reporter.report(Event::OldGone {
+                old: format!("{}/{}", kind.short(), request.old_name),
+                next: pair.to.name().to_string(),
+            });
             // The old side is already gone; only the cleanup is left.
             return self.finish(&pair, ns, &request.old_name, false).await;
         }
         if let Some((pod, record)) = self.find_rename_record(kind, ns, &request.old_name).await? {
-            self.say(&format!(
-                "Finishing an interrupted rename to {}/{} (recorded on pod {pod})",
-                kind.short(),
-                request.old_name
-            ));
+            self.reporter.report(Event::RenameResumed {
+                controller: format!("{}/{}", kind.short(), request.old_name),
+                pod,
+            });
             return self.create_renamed(kind, ns, &record).await;
         }
         Err(UpdateError::Invalid(format!(
@@ -464,7 +512,9 @@ impl Updater<'_> {
                     cleanup: Cleanup::DeleteOld,
                 };
                 self.clear_update_annotations(&pair.to, ns, true).await?;
-                self.say(&format!("Rollback of {} complete.", pair.to.display()));
+                self.reporter.report(Event::RolledBack {
+                    controller: pair.to.display(),
+                });
                 return Ok(None);
             }
             return Err(UpdateError::Invalid(format!(
@@ -479,7 +529,10 @@ impl Updater<'_> {
                 keys::LEGACY_ORIGINAL_REPLICAS
             )));
         };
-        self.say(&format!("Setting {:?} replicas to {original}", old.name()));
+        self.reporter.report(Event::RollbackStarted {
+            controller: old.name().to_string(),
+            replicas: original,
+        });
         let old = self
             .annotate(
                 &old,
@@ -514,8 +567,19 @@ impl Updater<'_> {
             desired,
             from.replicas(),
         );
+        self.reporter.report(Event::UpdateStarted {
+            old: from.name().to_string(),
+            old_replicas: from.replicas(),
+            next: to.name().to_string(),
+            next_replicas: to.replicas(),
+            desired,
+            min_available: budgets.min_available,
+            max_total: desired + budgets.max_surge,
+        });
         let mut warnings = Vec::new();
         let mut steps_done = 0u32;
+        // Pauses the batching hooks asked for since the last step: the attempt of the next ask.
+        let mut pauses = 0u32;
         let mut deadline = Instant::now() + self.settings.timeout;
         while to.replicas() != desired || from.replicas() != 0 {
             let before = (from.replicas(), to.replicas());
@@ -535,27 +599,25 @@ impl Updater<'_> {
                     ),
                 };
                 let Some(built_in) = built_in else { continue };
-                let Some(amount) = self
+                let Some((amount, by)) = self
                     .amount(
                         with_hooks,
                         &from,
                         &state,
                         &pods,
                         &budgets,
-                        built_in,
+                        (built_in, pauses),
                         &mut warnings,
                     )
                     .await?
                 else {
                     held = true;
+                    pauses += 1;
                     continue;
                 };
-                match side {
-                    Side::Next => {
-                        let target = to.replicas() + amount;
-                        self.say(&format!("Scaling {} up to {target}", to.name()));
-                        to = self.scale(&to, ns, target).await?;
-                    }
+                pauses = 0;
+                let (controller, target) = match side {
+                    Side::Next => (&to, to.replicas() + amount),
                     Side::Old => {
                         if with_hooks {
                             self.order_deletions(
@@ -568,19 +630,34 @@ impl Updater<'_> {
                             )
                             .await?;
                         }
-                        let target = from.replicas() - amount;
-                        self.say(&format!("Scaling {} down to {target}", from.name()));
-                        from = self.scale(&from, ns, target).await?;
+                        (&from, from.replicas() - amount)
                     }
+                };
+                self.reporter.report(Event::StepStarted {
+                    step: steps_done,
+                    controller: controller.name().to_string(),
+                    from: controller.replicas(),
+                    to: target,
+                    decided_by: by.to_string(),
+                });
+                let scaled = self.scale(controller, ns, target).await?;
+                self.reporter.report(Event::Scaled {
+                    controller: scaled.name().to_string(),
+                    from: controller.replicas(),
+                    to: scaled.replicas(),
+                });
+                match side {
+                    Side::Next => to = scaled,
+                    Side::Old => from = scaled,
                 }
                 steps_done += 1;
-                let scaled = match side {
+                let scaled_name = match side {
                     Side::Next => to.name().to_string(),
                     Side::Old => from.name().to_string(),
                 };
                 self.after_step(
                     with_hooks,
-                    &scaled,
+                    &scaled_name,
                     &from,
                     &to,
                     ns,
@@ -589,13 +666,24 @@ impl Updater<'_> {
                     &mut warnings,
                 )
                 .await?;
-                if side == Side::Next {
-                    // Legacy kubectl's pause between scaling up and scaling down.
-                    tokio::time::sleep(self.settings.update_period).await;
+                self.reporter.report(Event::StepDone {
+                    step: steps_done - 1,
+                    old: from.name().to_string(),
+                    old_replicas: from.replicas(),
+                    next: to.name().to_string(),
+                    next_replicas: to.replicas(),
+                    desired,
+                });
+                if side == Side::Next && !self.settings.update_period.is_zero() {
+                    self.hold(
+                        self.settings.update_period,
+                        "update period between scaling up and scaling down".into(),
+                    )
+                    .await;
                 }
             }
-            for w in warnings.drain(..) {
-                crate::report::log(crate::report::Level::Warn, &w);
+            for message in warnings.drain(..) {
+                self.reporter.report(Event::Warning { message });
             }
             if (from.replicas(), to.replicas()) != before || held {
                 deadline = Instant::now() + self.settings.timeout;
@@ -651,7 +739,9 @@ impl Updater<'_> {
         }
     }
 
-    /// The size of the step: built in, or what the batching hooks say (waiting out pauses).
+    /// The size of the step and who decided it: built in, or what the batching hooks say
+    /// (`None` after waiting out a pause: the step is asked for again). `pauses` is how many
+    /// pauses this step had already.
     #[allow(clippy::too_many_arguments)]
     async fn amount(
         &mut self,
@@ -660,11 +750,11 @@ impl Updater<'_> {
         state: &LoopState,
         pods: &[PodInfo],
         budgets: &Budgets,
-        built_in: i32,
+        (built_in, pauses): (i32, u32),
         warnings: &mut Vec<String>,
-    ) -> Result<Option<i32>, UpdateError> {
+    ) -> Result<Option<(i32, DecidedBy)>, UpdateError> {
         if !with_hooks {
-            return Ok(Some(built_in));
+            return Ok(Some((built_in, DecidedBy::BuiltIn)));
         }
         let candidates: Vec<_> = pods::owned_by(pods, from.uid())
             .iter()
@@ -683,16 +773,20 @@ impl Updater<'_> {
                 warnings,
             )
         })?;
+        let (text, by) = batch_decision(&decision);
+        self.decided(HookPoint::Batch, None, (state.steps_done, pauses), by, text);
         match decision {
-            BatchDecision::Size { size, .. } => Ok(Some(size as i32)),
+            BatchDecision::Size { size, by } => Ok(Some((size as i32, by))),
             BatchDecision::Pause {
                 seconds,
                 reason,
                 by,
             } => {
-                self.say(&format!("{by} pauses {seconds}s: {reason}"));
-                tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
-                // Asked again at the next turn of the loop.
+                self.hold(
+                    Duration::from_secs(u64::from(seconds)),
+                    format!("{reason} [{by}]"),
+                )
+                .await;
                 Ok(None)
             }
         }
@@ -718,7 +812,15 @@ impl Updater<'_> {
         let selected = tokio::task::block_in_place(|| {
             decide::select(self.hooks, &ctx, &group, &candidates, warnings)
         })?;
+        let step = (state.steps_done, 0);
         if selected.by == DecidedBy::BuiltIn {
+            self.decided(
+                HookPoint::Select,
+                None,
+                step,
+                &selected.by,
+                "order left to the controller".into(),
+            );
             return Ok(());
         }
         let first: Vec<&str> = selected
@@ -733,11 +835,13 @@ impl Updater<'_> {
                 .annotate_pod(ns, name, keys::POD_DELETION_COST, Some(&cost.to_string()))
                 .await?;
         }
-        self.say(&format!(
-            "{} chose the pods to remove first: {}",
-            selected.by,
-            first.join(", ")
-        ));
+        self.decided(
+            HookPoint::Select,
+            None,
+            step,
+            &selected.by,
+            format!("order {}", first.join(", ")),
+        );
         Ok(())
     }
 
@@ -768,14 +872,21 @@ impl Updater<'_> {
                     self.hooks, &ctx, scaled, &state, not_ready, attempt, warnings,
                 )
             })?;
+            self.decided(
+                HookPoint::Gate,
+                Some(Phase::AfterBatch),
+                (steps_done.saturating_sub(1), attempt),
+                &gate.by,
+                verdict_text(&gate.verdict),
+            );
             match gate.verdict {
                 Verdict::Proceed => return Ok(()),
                 Verdict::Wait { seconds, reason } => {
-                    self.say(&format!(
-                        "{} holds the update {seconds}s: {reason}",
-                        gate.by
-                    ));
-                    tokio::time::sleep(Duration::from_secs(u64::from(seconds))).await;
+                    self.hold(
+                        Duration::from_secs(u64::from(seconds)),
+                        format!("{reason} [{}]", gate.by),
+                    )
+                    .await;
                     attempt += 1;
                 }
                 Verdict::Abort(reason) => {
@@ -814,7 +925,9 @@ impl Updater<'_> {
     async fn cleanup(&mut self, pair: &Pair, ns: &str, rollback: bool) -> Result<(), UpdateError> {
         let old_name = pair.from.name().to_string();
         if rollback {
-            self.say(&format!("Update succeeded. Deleting {}", pair.from.name()));
+            self.reporter.report(Event::Deleting {
+                controller: pair.from.name().to_string(),
+            });
             self.cluster
                 .delete_controller(
                     pair.from.kind,
@@ -825,11 +938,9 @@ impl Updater<'_> {
                 )
                 .await?;
             self.clear_update_annotations(&pair.to, ns, true).await?;
-            self.say(&format!(
-                "{} rolled back to {:?}",
-                pair.to.display(),
-                pair.to.name()
-            ));
+            self.reporter.report(Event::RolledBack {
+                controller: pair.to.display(),
+            });
             return Ok(());
         }
         self.finish(pair, ns, &old_name, true).await
@@ -847,17 +958,18 @@ impl Updater<'_> {
         match pair.cleanup {
             Cleanup::DeleteOld => {
                 if old_exists {
-                    self.say(&format!("Update succeeded. Deleting {old_name}"));
+                    self.reporter.report(Event::Deleting {
+                        controller: old_name.to_string(),
+                    });
                     self.cluster
                         .delete_controller(kind, ns, old_name, false, self.settings.timeout)
                         .await?;
                 }
                 self.clear_update_annotations(&pair.to, ns, false).await?;
-                self.say(&format!(
-                    "{}/{old_name} rolling updated to {:?}",
-                    kind.short(),
-                    pair.to.name()
-                ));
+                self.reporter.report(Event::UpdateDone {
+                    controller: format!("{}/{old_name}", kind.short()),
+                    next: Some(pair.to.name().to_string()),
+                });
                 Ok(())
             }
             Cleanup::Rename => {
@@ -878,14 +990,17 @@ impl Updater<'_> {
                 // Recorded before anything is deleted: a rerun finds it if we stop midway.
                 self.write_rename_record(&pair.to, ns, &record).await?;
                 if old_exists {
-                    self.say(&format!(
-                        "Update succeeded. Deleting old controller: {old_name}"
-                    ));
+                    self.reporter.report(Event::Deleting {
+                        controller: old_name.to_string(),
+                    });
                     self.cluster
                         .delete_controller(kind, ns, old_name, false, self.settings.timeout)
                         .await?;
                 }
-                self.say(&format!("Renaming {} to {old_name}", pair.to.name()));
+                self.reporter.report(Event::Renaming {
+                    from: pair.to.name().to_string(),
+                    to: old_name.to_string(),
+                });
                 self.cluster
                     .delete_controller(kind, ns, pair.to.name(), true, self.settings.timeout)
                     .await?;
@@ -975,7 +1090,10 @@ impl Updater<'_> {
                 .annotate_pod(ns, &pod.name, keys::RENAME_RECORD, None)
                 .await?;
         }
-        self.say(&format!("{}/{} rolling updated", kind.short(), record.name));
+        self.reporter.report(Event::UpdateDone {
+            controller: format!("{}/{}", kind.short(), record.name),
+            next: None,
+        });
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! A hook that misbehaves as its config asks, one mode per point:
 //! `{"select": MODE, "batch": MODE, "gate": MODE}`. Used by the tests to prove that the host
-//! stops, names and survives every kind of misbehaviour.
+//! stops, names and survives every kind of misbehaviour. Mode `trace` (any point) prints one
+//! line per call, which the host logs, and defers: the tests count calls with it.
 
 use rollout_ext_hooks::{
     Batch, BatchSize, Choice, Context, Group, HookPoint, Instance, Pause, Phase, Policy, Progress,
@@ -155,6 +156,10 @@ impl Policy for Hostile {
             "env" => Err(probe_env()),
             "clock" => Err(probe_clock(ctx)),
             "socket" => Err(probe_socket()),
+            "trace" => {
+                println!("trace select dry-run={}", ctx.dry_run);
+                Ok(Selection::Defer)
+            }
             "print" => {
                 println!("hello from the hook's stdout");
                 eprintln!("and from its stderr");
@@ -175,6 +180,13 @@ impl Policy for Hostile {
                 reason: "forever".into(),
             })),
             "one" => Ok(BatchSize::Size(1)),
+            "trace" => {
+                println!(
+                    "trace batch {} dry-run={}",
+                    progress.batches_done, ctx.dry_run
+                );
+                Ok(BatchSize::Defer)
+            }
             // Reads the pending instances from the host over and over: the deadline holds while
             // the time goes into host calls.
             "hammer" => loop {
@@ -194,11 +206,32 @@ impl Policy for Hostile {
 
     fn check(
         ctx: &Context,
-        _phase: Phase,
-        _batch: &Batch,
+        phase: Phase,
+        batch: &Batch,
         _summary: &ValidationSummary,
     ) -> Result<Verdict, String> {
-        match modes(ctx).gate.as_str() {
+        let mode = modes(ctx).gate;
+        // `abort-batch-N`: proceeds until the before-batch gate of batch N (from 0), aborts that.
+        if let Some(n) = mode.strip_prefix("abort-batch-") {
+            let at = n.parse::<u32>().map_err(|e| format!("{mode}: {e}"))?;
+            return Ok(match phase {
+                Phase::BeforeBatch if batch.index == at => {
+                    Verdict::Abort(format!("batch {} must not go", batch.index + 1))
+                }
+                _ => Verdict::Proceed,
+            });
+        }
+        match mode.as_str() {
+            "trace" => {
+                println!(
+                    "trace gate {} {} attempt={} dry-run={}",
+                    phase_name(phase),
+                    batch.index,
+                    batch.attempt,
+                    ctx.dry_run
+                );
+                Ok(Verdict::Defer)
+            }
             "loop" => spin(),
             "wait-forever" => Ok(Verdict::Wait(Pause {
                 seconds: u32::MAX,
@@ -207,6 +240,14 @@ impl Policy for Hostile {
             "abort" => Ok(Verdict::Abort("hostile gate says stop".into())),
             _ => Ok(Verdict::Defer),
         }
+    }
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::BeforeGroup => "before-group",
+        Phase::BeforeBatch => "before-batch",
+        Phase::AfterBatch => "after-batch",
     }
 }
 

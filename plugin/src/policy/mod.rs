@@ -12,7 +12,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use serde_saphyr::Spanned;
 
-use crate::provider::ProviderSpec;
+pub mod provider;
+
+use provider::ProviderSpec;
 
 pub const API_VERSION: &str = "rollout-ext/v1alpha1";
 pub const KIND: &str = "RolloutPolicy";

@@ -1,0 +1,363 @@
+//! The planner: drives each group's loop ([`GroupLoop`]) with simulated outcomes and records
+//! what it would do as a [`Plan`]. Every action succeeds and replacements come Ready at once;
+//! hooks are asked for real (with `dryRun` as the options say), with the simulated clock
+//! advanced by the pauses they asked for. What a plan cannot know is assumed to go well: a
+//! gate's wait clears (the gate is not asked again), and the `after-batch` gate, which judges
+//! the cluster after the batch, proceeds without being asked.
+
+use super::decide::{self, BatchDecision, GateDecision, Verdict};
+use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
+use super::health::{self, Index};
+use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
+use super::prepare::{self, Prepared};
+use super::{
+    BatchPlan, GateStep, GroupPlan, InstancePlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep,
+    Plan, PlanError, PlanOptions,
+};
+use crate::policy::Policy;
+use crate::snapshot::Snapshot;
+
+/// Plans a node rotation.
+pub fn plan_nodes(
+    snapshot: &Snapshot,
+    policy: &Policy,
+    options: &PlanOptions,
+    hooks: &mut [Box<dyn Hook>],
+) -> Result<Plan, PlanError> {
+    let index = Index::new(snapshot);
+    let survey = prepare::survey(snapshot, &index, policy, options)?;
+    let health = health::summarize(snapshot, &index, &[], &Default::default(), &options.drain);
+    let mut planner = Planner {
+        index: &index,
+        options,
+        hooks,
+        warnings: survey.warnings,
+        health,
+        now: options.now,
+    };
+    let mut plan = Plan {
+        api_version: PLAN_API_VERSION,
+        kind: "Plan",
+        groups: Vec::new(),
+        warnings: Vec::new(),
+        stopped: None,
+    };
+    for group in &survey.groups {
+        let group_plan = match prepare::prepare_group(&index, policy, options, group)? {
+            Prepared::Disabled(disabled) => disabled,
+            Prepared::Ready(start) => planner.plan_group(start)?,
+        };
+        let aborted = group_plan.aborted.clone();
+        plan.groups.push(group_plan);
+        if let Some(reason) = aborted {
+            plan.stopped = Some(format!("group {}: {reason}", group.name));
+            break;
+        }
+    }
+    if !options.cloud_only {
+        let updated: Vec<&str> = plan
+            .groups
+            .iter()
+            .flat_map(|g| g.instances.iter().filter(|i| i.update))
+            .map(|i| i.name.as_str())
+            .collect();
+        planner
+            .warnings
+            .extend(health::drain_blockers(&index, &updated, &options.drain));
+    }
+    plan.warnings = planner.warnings;
+    Ok(plan)
+}
+
+struct Planner<'a> {
+    index: &'a Index<'a>,
+    options: &'a PlanOptions,
+    hooks: &'a mut [Box<dyn Hook>],
+    warnings: Vec<String>,
+    /// The cluster's health as the snapshot shows it, judged once for the plan.
+    health: HealthSummary,
+    /// Simulated time: advances with the pauses hooks ask for.
+    now: i64,
+}
+
+/// What the planner keeps of a group while its loop runs.
+struct Recording {
+    plan: GroupPlan,
+    /// Pauses asked for before the next batch, and how long the group paused in all.
+    pause: Option<PauseStep>,
+    paused: i64,
+    /// The last batch size and who decided it; the gate asked about that batch.
+    sized_by: DecidedBy,
+    batch: Option<BatchInfo>,
+    gate: Option<GateStep>,
+}
+
+impl Planner<'_> {
+    fn ctx(&self) -> CallContext {
+        CallContext {
+            now: self.now,
+            run_id: self.options.run_id.clone(),
+            dry_run: self.options.dry_run,
+        }
+    }
+
+    fn plan_group(&mut self, start: GroupStart) -> Result<GroupPlan, PlanError> {
+        let concurrency = start
+            .budget
+            .resolve(start.info.selected)
+            .map_or(0, |b| b.concurrency);
+        let mut group = GroupLoop::new(start);
+        let mut rec = Recording {
+            plan: GroupPlan {
+                group: group.group().clone(),
+                concurrency,
+                disabled: false,
+                note: None,
+                gate: None,
+                instances: Vec::new(),
+                batches: Vec::new(),
+                aborted: None,
+            },
+            pause: None,
+            paused: 0,
+            sized_by: DecidedBy::BuiltIn,
+            batch: None,
+            gate: None,
+        };
+        let mut input = Input::Start;
+        loop {
+            let selecting = matches!(input, Input::Selected(_));
+            let step = group.step(input);
+            if selecting {
+                self.record_selection(&mut rec.plan, &group);
+            }
+            input = match step {
+                Step::Ask(Question::Select) => {
+                    let ctx = self.ctx();
+                    Input::Selected(decide::select(
+                        self.hooks,
+                        &ctx,
+                        group.group(),
+                        group.candidates(),
+                        &mut self.warnings,
+                    )?)
+                }
+                Step::Ask(Question::BatchSize(sizing)) => {
+                    let ctx = self.ctx();
+                    let decision = decide::batch_size(
+                        self.hooks,
+                        &ctx,
+                        &group.progress(&sizing),
+                        &mut self.warnings,
+                    )?;
+                    if let BatchDecision::Size { by, .. } = &decision {
+                        rec.sized_by = by.clone();
+                    }
+                    Input::Sized(decision)
+                }
+                Step::Ask(Question::Gate { phase, batch }) => {
+                    Input::Judged(self.gate(&mut rec, phase, &batch)?)
+                }
+                Step::Do(action) => {
+                    if !self.record(&mut rec, action) {
+                        return Ok(rec.plan);
+                    }
+                    Input::Done
+                }
+                Step::Done(Outcome::Finished) => return Ok(rec.plan),
+                Step::Done(outcome @ Outcome::Aborted { .. }) => {
+                    return Ok(self.aborted(rec, &outcome));
+                }
+            };
+        }
+    }
+
+    /// The instance list, in update order, once the selection is known.
+    fn record_selection(&mut self, plan: &mut GroupPlan, group: &GroupLoop) {
+        let Some(selected) = group.selected() else {
+            return;
+        };
+        let candidates = group.candidates();
+        let dropped: Vec<&str> = candidates
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| c.reason.is_some() && !selected.chosen.iter().any(|x| x.index == *i))
+            .map(|(_, c)| c.name.as_str())
+            .collect();
+        if !dropped.is_empty() {
+            self.warnings.push(format!(
+                "group {}: selection hooks left out {} outdated instance(s): {}",
+                plan.group.name,
+                dropped.len(),
+                dropped.join(", ")
+            ));
+        }
+        plan.instances = instance_list(group);
+        plan.group.selected = selected.chosen.len() as u32;
+        if let Some(budget) = group.budget() {
+            plan.concurrency = budget.concurrency;
+        }
+    }
+
+    /// A gate's first answer about each batch is asked and shown; a wait is assumed to clear,
+    /// and the `after-batch` gate to proceed (see the module's doc).
+    fn gate(
+        &mut self,
+        rec: &mut Recording,
+        phase: Phase,
+        batch: &BatchInfo,
+    ) -> Result<GateDecision, PlanError> {
+        let assumed = GateDecision {
+            verdict: Verdict::Proceed,
+            by: DecidedBy::BuiltIn,
+        };
+        if batch.attempt > 0 || phase == Phase::AfterBatch {
+            return Ok(assumed);
+        }
+        let summary = match phase {
+            Phase::BeforeGroup => self.health.clone(),
+            _ => {
+                let refs: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
+                HealthSummary {
+                    budgets: health::budgets_covering(self.index, &refs, &self.options.drain),
+                    ..self.health.clone()
+                }
+            }
+        };
+        let ctx = self.ctx();
+        let decision = decide::gate(self.hooks, &ctx, phase, batch, &summary, &mut self.warnings)?;
+        let step = GateStep::from_decision(decision.clone());
+        match phase {
+            Phase::BeforeGroup => rec.plan.gate = step,
+            _ => {
+                rec.gate = step;
+                rec.batch = Some(batch.clone());
+            }
+        }
+        Ok(decision)
+    }
+
+    /// Records an action; false when the simulation gives up on the group (endless pauses).
+    fn record(&mut self, rec: &mut Recording, action: Action) -> bool {
+        match action {
+            Action::Validate | Action::Begin { .. } => {}
+            Action::Surge { instances, canary } => rec.plan.batches.push(BatchPlan {
+                instances,
+                canary,
+                surge: true,
+                decided_by: DecidedBy::BuiltIn,
+                pause: None,
+                gate: None,
+            }),
+            Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
+                instances: batch.instances,
+                canary: batch.canary,
+                surge: false,
+                decided_by: batch.decided_by,
+                pause: rec.pause.take(),
+                gate: rec.gate.take(),
+            }),
+            Action::Wait(wait) if wait.then == Asked::BatchSize => {
+                rec.paused += i64::from(wait.seconds);
+                self.now += i64::from(wait.seconds);
+                let by = wait.decided_by.clone();
+                PauseStep::add_to(&mut rec.pause, wait.seconds, wait.reason, wait.decided_by);
+                if rec.paused > MAX_SIMULATED_PAUSE {
+                    let left = rec.plan.group.selected as usize
+                        - rec
+                            .plan
+                            .batches
+                            .iter()
+                            .filter(|b| !b.surge)
+                            .map(|b| b.instances.len())
+                            .sum::<usize>();
+                    self.warnings.push(format!(
+                        "group {}: {by} kept pausing for more than 7 days; the plan stops here and {left} instance(s) stay pending",
+                        rec.plan.group.name
+                    ));
+                    return false;
+                }
+            }
+            // A gate's wait: shown with the verdict on its batch or group.
+            Action::Wait(_) => {}
+        }
+        true
+    }
+
+    fn aborted(&mut self, mut rec: Recording, outcome: &Outcome) -> GroupPlan {
+        let Outcome::Aborted {
+            phase,
+            batch,
+            decided_by,
+            reason,
+        } = outcome
+        else {
+            return rec.plan;
+        };
+        let at = match phase {
+            Phase::BeforeGroup => "before the group".to_string(),
+            Phase::BeforeBatch => format!("before batch {}", batch + 1),
+            Phase::AfterBatch => format!("after batch {}", batch + 1),
+        };
+        // The batch it stopped is shown, with the verdict.
+        if let (Phase::BeforeBatch, Some(at)) = (phase, rec.batch.take()) {
+            rec.plan.batches.push(BatchPlan {
+                instances: at.instances,
+                canary: at.canary,
+                surge: false,
+                decided_by: rec.sized_by.clone(),
+                pause: rec.pause.take(),
+                gate: rec.gate.take(),
+            });
+        }
+        rec.plan.aborted = Some(format!("{decided_by} aborted {at}: {reason}"));
+        rec.plan
+    }
+}
+
+/// Every instance of the group: the chosen ones in update order, then the others. Whoever
+/// decided the selection also decided who was left out.
+fn instance_list(group: &GroupLoop) -> Vec<InstancePlan> {
+    let candidates = group.candidates();
+    let Some(selected) = group.selected() else {
+        return Vec::new();
+    };
+    let mut out: Vec<InstancePlan> = selected
+        .chosen
+        .iter()
+        .map(|c| {
+            let cand = &candidates[c.index];
+            InstancePlan {
+                name: cand.name.clone(),
+                zone: cand.zone.clone(),
+                update: true,
+                reason: c.reason.clone(),
+                decided_by: c.by.clone(),
+                pods: cand.pods,
+            }
+        })
+        .collect();
+    let selected_by = &selected.by;
+    for (i, cand) in candidates.iter().enumerate() {
+        if selected.chosen.iter().any(|c| c.index == i) {
+            continue;
+        }
+        let (reason, by) = match (&cand.reason, selected_by) {
+            (Some(r), DecidedBy::Hook(_)) => (
+                format!("left out by {selected_by} (built-in: {r})"),
+                selected_by.clone(),
+            ),
+            (None, DecidedBy::Hook(_)) => ("up to date".to_string(), selected_by.clone()),
+            _ => ("up to date".to_string(), DecidedBy::BuiltIn),
+        };
+        out.push(InstancePlan {
+            name: cand.name.clone(),
+            zone: cand.zone.clone(),
+            update: false,
+            reason,
+            decided_by: by,
+            pods: cand.pods,
+        });
+    }
+    out
+}

@@ -1,0 +1,182 @@
+//! Answering the group loop's questions with the hooks, live: each question once, when it is
+//! due, about the batch at hand only, with the cluster read just before (so hooks see it as it
+//! is) and `dryRun = false`. Every decision a hook takes part in is reported.
+
+use std::collections::HashSet;
+
+use super::{GroupRun, RotateError, Rotation};
+use crate::events::Event;
+use crate::plan::decide::{self, BatchDecision, GateDecision, Selected, Verdict};
+use crate::plan::group_loop::{GroupLoop, Sizing};
+use crate::plan::health::{self, Index};
+use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Pending, Phase};
+use crate::plan::prepare;
+use crate::policy::HookPoint;
+
+/// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+impl Rotation<'_> {
+    fn ctx(&self) -> CallContext {
+        CallContext {
+            now: jiff::Timestamp::now().as_second(),
+            run_id: self.lock.identity().to_string(),
+            dry_run: false,
+        }
+    }
+
+    fn serves(&self, point: HookPoint) -> bool {
+        decide::serves_any(self.hooks, point)
+    }
+
+    /// Reports the warnings a decision left (hooks ignored under `failurePolicy: Ignore`).
+    fn report_warnings(&self, warnings: Vec<String>) {
+        for message in warnings {
+            self.warn(message);
+        }
+    }
+
+    fn decided(
+        &self,
+        point: HookPoint,
+        phase: Option<Phase>,
+        batch: &BatchInfo,
+        by: &DecidedBy,
+        decision: String,
+    ) {
+        self.reporter.report(Event::Decided {
+            point,
+            phase,
+            batch: batch.index,
+            attempt: batch.attempt,
+            decided_by: by.to_string(),
+            decision,
+        });
+    }
+
+    /// The selection, from the candidates the group started with (read just before).
+    pub(super) fn select(&mut self, machine: &GroupLoop) -> Result<Selected, RotateError> {
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let selected = blocking(|| {
+            decide::select(
+                hooks,
+                &ctx,
+                machine.group(),
+                machine.candidates(),
+                &mut warnings,
+            )
+        })?;
+        self.report_warnings(warnings);
+        if self.serves(HookPoint::Select) {
+            let names: Vec<&str> = selected
+                .chosen
+                .iter()
+                .map(|c| machine.candidates()[c.index].name.as_str())
+                .collect();
+            let batch = BatchInfo {
+                index: 0,
+                instances: Vec::new(),
+                canary: false,
+                attempt: 0,
+            };
+            let decision = format!("order {}", names.join(", "));
+            self.decided(HookPoint::Select, None, &batch, &selected.by, decision);
+        }
+        Ok(selected)
+    }
+
+    /// The next batch's size. The cluster is read again first: the batch's replacement uses
+    /// it, and a batching hook sees the pending instances as they are now.
+    pub(super) async fn size(
+        &mut self,
+        machine: &GroupLoop,
+        sizing: &Sizing,
+        run: &mut GroupRun,
+    ) -> Result<BatchDecision, RotateError> {
+        run.latest = self.cluster.snapshot().await?;
+        let mut progress = machine.progress(sizing);
+        if !self.serves(HookPoint::Batch) {
+            return Ok(BatchDecision::Size {
+                size: sizing.max_batch,
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let index = Index::new(&run.latest);
+        let label = prepare::group_label(self.policy, &self.settings.plan);
+        let groups = crate::plan::groups::collect(&run.latest.nodes, label);
+        if let Some(group) = groups.iter().find(|g| g.name == run.name) {
+            let fresh = prepare::refresh(&index, &self.settings.plan.drain, group, &sizing.pending);
+            progress.pending = Pending::from(fresh);
+        }
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let decision = blocking(|| decide::batch_size(hooks, &ctx, &progress, &mut warnings))?;
+        self.report_warnings(warnings);
+        let (by, text) = match &decision {
+            BatchDecision::Size { size, by } => (by, format!("size {size}")),
+            BatchDecision::Pause {
+                seconds,
+                reason,
+                by,
+            } => (by, format!("pause {seconds}s: {reason}")),
+        };
+        let batch = BatchInfo {
+            index: sizing.batches_done,
+            instances: Vec::new(),
+            canary: false,
+            attempt: sizing.attempt,
+        };
+        self.decided(HookPoint::Batch, None, &batch, by, text);
+        Ok(decision)
+    }
+
+    /// A gate's verdict about the group or the batch at hand. Without a gate hook the built-in
+    /// verdict is to go on, and the health it would be shown need not be read.
+    pub(super) async fn judge(
+        &mut self,
+        phase: Phase,
+        batch: &BatchInfo,
+        run: &GroupRun,
+    ) -> Result<GateDecision, RotateError> {
+        if !self.serves(HookPoint::Gate) {
+            return Ok(GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let summary = match phase {
+            // The batch's budgets, from the read that sized it a moment ago.
+            Phase::BeforeBatch => {
+                let index = Index::new(&run.latest);
+                let names: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
+                let drain = &self.settings.plan.drain;
+                let health = health::summarize(&run.latest, &index, &[], &HashSet::new(), drain);
+                HealthSummary {
+                    budgets: health::budgets_covering(&index, &names, drain),
+                    ..health
+                }
+            }
+            Phase::BeforeGroup | Phase::AfterBatch => {
+                self.cluster.check_health(&HashSet::new()).await?
+            }
+        };
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let decision =
+            blocking(|| decide::gate(hooks, &ctx, phase, batch, &summary, &mut warnings))?;
+        self.report_warnings(warnings);
+        let text = match &decision.verdict {
+            Verdict::Proceed => "proceed".to_string(),
+            Verdict::Wait { seconds, reason } => format!("wait {seconds}s: {reason}"),
+            Verdict::Abort(reason) => format!("abort: {reason}"),
+        };
+        self.decided(HookPoint::Gate, Some(phase), batch, &decision.by, text);
+        Ok(decision)
+    }
+}

@@ -1,0 +1,326 @@
+//! The node rotation executor: kops' rolling update, driven by the same step machine the
+//! planner drives ([`crate::plan::group_loop`]), with real effects.
+//!
+//! The machine says what to ask or do next; this module answers each question once, when it is
+//! due (with a fresh read of the cluster, so hooks see it as it is), and carries out each action
+//! through `cluster` and `provider`. It owns the run's effects and their crash safety, not the
+//! order of steps: that is the machine's.
+//!
+//! Progress lives in the cluster itself: replaced instances are up to date, instances it
+//! cordoned carry the phase annotation, detached ones the detached annotation, and the lock
+//! keeps each group's expected size and the provider calls in progress ([`records`]). Running
+//! the same command again therefore continues where a crashed or interrupted run stopped,
+//! without draining, surging or terminating anything twice.
+
+mod decisions;
+mod ready;
+mod records;
+mod replace;
+mod surge;
+
+use std::time::Duration;
+
+use crate::cluster::drain::{DrainError, DrainSettings};
+use crate::cluster::lock::LockGuard;
+use crate::cluster::validate::{ValidationError, ValidationSettings};
+use crate::cluster::{Cluster, ClusterError};
+use crate::events::{Event, Reporter};
+use crate::plan::decide::HookFailed;
+use crate::plan::group_loop::{Action, GroupLoop, Input, Outcome, Question, Step};
+use crate::plan::health::{self, Index};
+use crate::plan::hook::{Hook, Phase};
+use crate::plan::prepare::{self, Prepared};
+use crate::plan::{PlanError, PlanOptions, Role};
+use crate::policy::Policy;
+use crate::provider::{Provider, ProviderError};
+use crate::snapshot::Snapshot;
+
+/// Everything that shapes a rotation besides the policy.
+#[derive(Debug, Clone)]
+pub struct RotateSettings {
+    pub plan: PlanOptions,
+    pub drain: DrainSettings,
+    pub validation: ValidationSettings,
+    pub post_drain_delay: Duration,
+    pub bastion_interval: Duration,
+    pub master_interval: Duration,
+    pub node_interval: Duration,
+    pub taint_key: String,
+    pub fail_on_drain_error: bool,
+    pub fail_on_validate_error: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Hook(#[from] HookFailed),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    #[error("instance {node}: {source}")]
+    Provider {
+        node: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("aborted by {by} {at}: {reason}")]
+    Aborted {
+        by: String,
+        at: String,
+        reason: String,
+    },
+    #[error("stopped at the operator's request before batch {batch} of group {group}")]
+    Declined { group: String, batch: u32 },
+    #[error("the lock was taken over by another run; stopping here")]
+    LockLost,
+    #[error(
+        "group {group}: the replacements did not become Ready within {timeout:?} ({ready} of {expected} nodes Ready)"
+    )]
+    NoReplacement {
+        group: String,
+        timeout: Duration,
+        ready: usize,
+        expected: usize,
+    },
+}
+
+impl RotateError {
+    /// Whether a gate stopped the run (exit code 3), as opposed to a failure.
+    pub fn is_abort(&self) -> bool {
+        matches!(
+            self,
+            RotateError::Aborted { .. } | RotateError::Declined { .. }
+        )
+    }
+}
+
+/// A rotation in progress.
+pub struct Rotation<'a> {
+    pub cluster: &'a Cluster,
+    pub policy: &'a Policy,
+    pub settings: &'a RotateSettings,
+    pub hooks: &'a mut [Box<dyn Hook>],
+    pub provider: &'a Provider,
+    pub reporter: &'a dyn Reporter,
+    pub lock: &'a LockGuard,
+    pub steps: &'a Steps,
+}
+
+/// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
+/// record's removal, so that an interrupted run never leaves a provider call for the next one
+/// to repeat. A step holds a read guard; the command stops once it gets the write guard.
+#[derive(Debug, Default)]
+pub struct Steps {
+    running: tokio::sync::RwLock<()>,
+}
+
+impl Steps {
+    async fn begin(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.running.read().await
+    }
+
+    /// Resolves when no step is running, and keeps new ones from starting.
+    pub async fn settled(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.running.write().await
+    }
+
+    /// Whether a step is running now.
+    pub fn busy(&self) -> bool {
+        self.running.try_write().is_err()
+    }
+}
+
+/// One group's rotation as the executor sees it between steps.
+struct GroupRun {
+    name: String,
+    role: Role,
+    /// The cluster as last read; refreshed before each batch is sized.
+    latest: Snapshot,
+    /// How many Ready nodes the group must have between batches (see [`records`]).
+    expected: usize,
+    begun: bool,
+}
+
+impl Rotation<'_> {
+    /// Plan options for a read of the cluster now.
+    fn options(&self) -> PlanOptions {
+        let mut options = self.settings.plan.clone();
+        options.now = jiff::Timestamp::now().as_second();
+        options.staleness.now = options.now;
+        options
+    }
+
+    fn check_lock(&self) -> Result<(), RotateError> {
+        if self.lock.lost() {
+            return Err(RotateError::LockLost);
+        }
+        Ok(())
+    }
+
+    fn warn(&self, message: String) {
+        self.reporter.report(Event::Warning { message });
+    }
+
+    /// Rotates every group the options choose, in order.
+    pub async fn run(&mut self) -> Result<(), RotateError> {
+        self.finish_stopped_steps().await?;
+        let snapshot = self.cluster.snapshot().await?;
+        let index = Index::new(&snapshot);
+        let options = self.options();
+        let survey = prepare::survey(&snapshot, &index, self.policy, &options)?;
+        for warning in &survey.warnings {
+            self.warn(warning.clone());
+        }
+        let mut groups = Vec::new();
+        for group in &survey.groups {
+            match prepare::prepare_group(&index, self.policy, &options, group)? {
+                // A disabled group is not an error, but it is said: its outdated instances stay.
+                Prepared::Disabled(plan) if plan.group.selected > 0 => self.warn(format!(
+                    "group {}: {}; its {} out-of-date instances are left as they are",
+                    plan.group.name,
+                    plan.note.as_deref().unwrap_or("rolling update disabled"),
+                    plan.group.selected
+                )),
+                Prepared::Disabled(_) => {}
+                Prepared::Ready(_) => groups.push((group.name.clone(), group.role)),
+            }
+        }
+        for (group, role) in groups {
+            self.rotate_group(group, role).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the cluster, starts the group's loop from it and drives the loop to its end.
+    async fn rotate_group(&mut self, name: String, role: Role) -> Result<(), RotateError> {
+        let snapshot = self.cluster.snapshot().await?;
+        let mut options = self.options();
+        options.instance_groups = vec![name.clone()];
+        let start = {
+            let index = Index::new(&snapshot);
+            let survey = match prepare::survey(&snapshot, &index, self.policy, &options) {
+                // Every node of the group is gone: nothing is left to rotate in it.
+                Err(PlanError::UnknownGroup { .. }) => return Ok(()),
+                other => other?,
+            };
+            match prepare::prepare_group(&index, self.policy, &options, &survey.groups[0])? {
+                Prepared::Ready(start) => start,
+                Prepared::Disabled(_) => return Ok(()),
+            }
+        };
+        let mut machine = GroupLoop::new(start);
+        let mut run = GroupRun {
+            name,
+            role,
+            latest: snapshot,
+            expected: 0,
+            begun: false,
+        };
+        let mut input = Input::Start;
+        loop {
+            self.check_lock()?;
+            input = match machine.step(input) {
+                Step::Ask(Question::Select) => Input::Selected(self.select(&machine)?),
+                Step::Ask(Question::BatchSize(sizing)) => {
+                    Input::Sized(self.size(&machine, &sizing, &mut run).await?)
+                }
+                Step::Ask(Question::Gate { phase, batch }) => {
+                    Input::Judged(self.judge(phase, &batch, &run).await?)
+                }
+                Step::Do(action) => {
+                    self.carry_out(action, &mut run).await?;
+                    Input::Done
+                }
+                Step::Done(Outcome::Finished) => break,
+                Step::Done(Outcome::Aborted {
+                    phase,
+                    batch,
+                    decided_by,
+                    reason,
+                }) => {
+                    let at = match phase {
+                        Phase::BeforeGroup => format!("before group {}", run.name),
+                        Phase::BeforeBatch => {
+                            format!("before batch {} of group {}", batch + 1, run.name)
+                        }
+                        Phase::AfterBatch => {
+                            format!("after batch {} of group {}", batch + 1, run.name)
+                        }
+                    };
+                    return Err(RotateError::Aborted {
+                        by: decided_by.to_string(),
+                        at,
+                        reason,
+                    });
+                }
+            };
+        }
+        if run.begun {
+            self.finish_group(&run).await?;
+        }
+        Ok(())
+    }
+
+    async fn carry_out(&mut self, action: Action, run: &mut GroupRun) -> Result<(), RotateError> {
+        match action {
+            Action::Validate => self.validate(&run.latest).await,
+            Action::Begin { instances } => self.begin(&instances, run).await,
+            Action::Surge { instances, canary } => self.surge(&instances, canary, run).await,
+            Action::Replace(batch) => self.replace(&batch, run).await,
+            Action::Wait(wait) => {
+                let reason = format!("{} [{}]", wait.reason, wait.decided_by);
+                self.hold(Duration::from_secs(u64::from(wait.seconds)), reason)
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// The group starts: its expected size is recorded (or resumed), its instances are
+    /// announced and tainted so that evicted pods prefer other nodes.
+    async fn begin(&mut self, instances: &[String], run: &mut GroupRun) -> Result<(), RotateError> {
+        run.expected = self.expected_size(run).await?;
+        run.begun = true;
+        self.reporter.report(Event::GroupStarted {
+            group: run.name.clone(),
+            instances: instances.to_vec(),
+        });
+        if self.settings.plan.cloud_only || run.role == Role::Bastion {
+            return Ok(());
+        }
+        let index = Index::new(&run.latest);
+        let names: Vec<&str> = instances.iter().map(String::as_str).collect();
+        for message in health::drain_blockers(&index, &names, &self.settings.plan.drain) {
+            self.warn(message);
+        }
+        let taints = instances.iter().map(|node| {
+            self.cluster.taint_prefer_no_schedule(
+                node,
+                &self.settings.taint_key,
+                false,
+                self.reporter,
+            )
+        });
+        futures::future::try_join_all(taints).await?;
+        Ok(())
+    }
+
+    /// Waits for the group's last replacements, clears its record and reports it done.
+    async fn finish_group(&self, run: &GroupRun) -> Result<(), RotateError> {
+        if !self.settings.plan.cloud_only {
+            self.wait_ready(&run.name, run.expected).await?;
+        }
+        self.lock
+            .set_state(&records::expected_key(&run.name), None)
+            .await?;
+        self.reporter.report(Event::GroupDone {
+            group: run.name.clone(),
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,103 @@
+//! Waiting: for a hook's hold or a configured delay, for replacements to be Ready (by watching
+//! nodes), and for the cluster to validate.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use super::{RotateError, Rotation};
+use crate::events::Event;
+use crate::keys;
+use crate::plan::Role;
+use crate::plan::groups::group_of;
+use crate::plan::prepare::group_label;
+use crate::snapshot::Snapshot;
+
+impl Rotation<'_> {
+    /// Reports a wait and sleeps through it.
+    pub(super) async fn hold(&self, duration: Duration, reason: String) {
+        self.reporter.report(Event::Waiting {
+            seconds: duration.as_secs(),
+            reason,
+        });
+        tokio::time::sleep(duration).await;
+    }
+
+    /// The wait after terminating an instance of `role`.
+    pub(super) fn interval(&self, role: Role) -> Duration {
+        match role {
+            Role::Bastion => self.settings.bastion_interval,
+            Role::ControlPlane => self.settings.master_interval,
+            Role::Node => self.settings.node_interval,
+        }
+    }
+
+    /// Ready nodes of `group` in `snapshot`.
+    pub(super) fn ready_in(&self, snapshot: &Snapshot, group: &str) -> usize {
+        let label = group_label(self.policy, &self.settings.plan);
+        snapshot
+            .nodes
+            .iter()
+            .filter(|n| group_of(n, label) == group && n.ready)
+            .count()
+    }
+
+    /// Waits, by watching nodes, until `group` has `expected` Ready nodes.
+    /// Returns the nodes as they were when enough were Ready.
+    pub(super) async fn wait_ready(
+        &self,
+        group: &str,
+        expected: usize,
+    ) -> Result<Snapshot, RotateError> {
+        let timeout = self.settings.validation.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut changes = self.cluster.node_changes().boxed();
+        loop {
+            let nodes = self.cluster.snapshot_nodes().await?;
+            let ready = self.ready_in(&nodes, group);
+            if ready >= expected {
+                self.reporter.report(Event::Replaced {
+                    group: group.into(),
+                    ready,
+                });
+                return Ok(nodes);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, changes.next()).await.is_err() {
+                return Err(RotateError::NoReplacement {
+                    group: group.into(),
+                    timeout,
+                    ready,
+                    expected,
+                });
+            }
+        }
+    }
+
+    /// Validates the cluster `--validate-count` times; nodes this tool cordoned (in this run or
+    /// an earlier one, as `snapshot` shows) fail no check.
+    pub(super) async fn validate(&self, snapshot: &Snapshot) -> Result<(), RotateError> {
+        if self.settings.plan.cloud_only {
+            return Ok(());
+        }
+        let excused: HashSet<&str> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.annotations.contains_key(keys::PHASE))
+            .map(|n| n.name.as_str())
+            .collect();
+        match self
+            .cluster
+            .validate(&self.settings.validation, &excused, self.reporter)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if !self.settings.fail_on_validate_error => {
+                self.warn(format!("{e}; continuing (--fail-on-validate-error=false)"));
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The run state kept on the lock, so that a stopped run is finished by the next one: each
+//! group's expected Ready node count, and the provider calls in progress (terminations and
+//! surges), each recorded before the call and cleared after it.
+
+use super::{GroupRun, RotateError, Rotation};
+use crate::events::Event;
+use crate::keys;
+use crate::provider::Target;
+use crate::snapshot::Snapshot;
+
+/// The run-state key of a group's expected Ready node count: its size when the group started,
+/// plus surges, minus detached instances terminated.
+pub(super) fn expected_key(group: &str) -> String {
+    run_key("expected", group)
+}
+
+/// The run-state key of a group's termination in progress: written before its Node is deleted
+/// and cleared once the provider terminated the instance, so that a run that dies in between
+/// (the Node gone, the instance perhaps still running) is finished by the next one.
+pub(super) fn terminating_key(group: &str) -> String {
+    run_key("terminating", group)
+}
+
+const TERMINATING_PREFIX: &str = "rollout-ext.io/terminating.";
+
+/// The run-state key of a group's surge in progress: written with the group's new expected
+/// size before its instances are detached, and cleared once they are marked detached.
+pub(super) fn surging_key(group: &str) -> String {
+    run_key("surging", group)
+}
+
+const SURGING_PREFIX: &str = "rollout-ext.io/surging.";
+
+/// What a record of the run state says of an instance.
+pub(super) fn record_of(target: &Target) -> serde_json::Value {
+    serde_json::json!({
+        "node": target.node,
+        "providerID": target.provider_id,
+        "group": target.group,
+    })
+}
+
+fn target_of(record: &serde_json::Value) -> Target {
+    let field = |name: &str| record[name].as_str().unwrap_or_default().to_string();
+    Target {
+        node: field("node"),
+        provider_id: field("providerID"),
+        group: field("group"),
+    }
+}
+
+/// A run-state key: `rollout-ext.io/<what>.<group>`, the group hashed when it cannot be part
+/// of an annotation key.
+fn run_key(what: &str, group: &str) -> String {
+    let valid = group.len() <= 50
+        && group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let name = if valid {
+        group.to_string()
+    } else {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(group.as_bytes())[..12])
+    };
+    format!("rollout-ext.io/{what}.{name}")
+}
+
+/// The provider's view of a node of `snapshot`.
+pub(super) fn target(snapshot: &Snapshot, group: &str, node: &str) -> Target {
+    let provider_id = snapshot
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .and_then(|n| n.provider_id.clone())
+        .unwrap_or_default();
+    Target {
+        node: node.into(),
+        provider_id,
+        group: group.into(),
+    }
+}
+
+impl Rotation<'_> {
+    /// The group's expected size: what a stopped run recorded, else its size now (recorded).
+    pub(super) async fn expected_size(&self, run: &GroupRun) -> Result<usize, RotateError> {
+        let key = expected_key(&run.name);
+        if let Some(expected) = self
+            .lock
+            .state(&key)
+            .await?
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            return Ok(expected);
+        }
+        let label = crate::plan::prepare::group_label(self.policy, &self.settings.plan);
+        let size = run
+            .latest
+            .nodes
+            .iter()
+            .filter(|n| crate::plan::groups::group_of(n, label) == run.name)
+            .count();
+        self.lock.set_state(&key, Some(&size.to_string())).await?;
+        Ok(size)
+    }
+
+    /// Finishes the provider calls a stopped run began, each recorded on the lock before it was
+    /// made: terminations, then surges.
+    ///
+    /// A termination whose Node is still there had not deleted it yet: the rotation replaces
+    /// that node as usual. One whose Node is gone may have left its instance running: it is
+    /// terminated (again, perhaps; it was drained before its termination was recorded, and a
+    /// provider's terminate must accept an instance already gone), and its replacement waited
+    /// for. A surge whose instance is not yet marked detached is detached (again, perhaps: a
+    /// provider's detach must accept an instance already detached) and marked; the group's
+    /// expected size already counts it.
+    pub(super) async fn finish_stopped_steps(&mut self) -> Result<(), RotateError> {
+        let Some(status) = self.cluster.lock_status().await? else {
+            return Ok(());
+        };
+        let records = |prefix: &str| -> Vec<(String, serde_json::Value)> {
+            status
+                .state
+                .iter()
+                .filter(|(key, _)| key.starts_with(prefix))
+                .map(|(key, value)| (key.clone(), serde_json::from_str(value).unwrap_or_default()))
+                .collect()
+        };
+        let (terminations, surges) = (records(TERMINATING_PREFIX), records(SURGING_PREFIX));
+        if terminations.is_empty() && surges.is_empty() {
+            return Ok(());
+        }
+        let nodes = self.cluster.snapshot_nodes().await?;
+        for (key, record) in terminations {
+            let target = target_of(&record);
+            let expected = status
+                .state
+                .get(&expected_key(&target.group))
+                .and_then(|v| v.parse::<usize>().ok());
+            self.finish_termination(&nodes, &key, &target, expected)
+                .await?;
+        }
+        for (key, record) in surges {
+            let targets: Vec<Target> = record
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(target_of)
+                .collect();
+            self.finish_surge(&nodes, &key, &targets).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_termination(
+        &self,
+        nodes: &Snapshot,
+        key: &str,
+        target: &Target,
+        expected: Option<usize>,
+    ) -> Result<(), RotateError> {
+        if target.node.is_empty() || nodes.nodes.iter().any(|n| n.name == target.node) {
+            self.lock.set_state(key, None).await?;
+            return Ok(());
+        }
+        self.warn(format!(
+            "finishing the termination of {}, which a stopped run began",
+            target.node
+        ));
+        let _step = self.steps.begin().await;
+        self.terminate(target, key).await?;
+        if let Some(expected) = expected
+            && !self.settings.plan.cloud_only
+        {
+            self.wait_ready(&target.group, expected).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_surge(
+        &self,
+        nodes: &Snapshot,
+        key: &str,
+        targets: &[Target],
+    ) -> Result<(), RotateError> {
+        let _step = self.steps.begin().await;
+        for target in targets {
+            let unmarked = nodes
+                .nodes
+                .iter()
+                .any(|n| n.name == target.node && !n.annotations.contains_key(keys::DETACHED));
+            if !unmarked {
+                continue;
+            }
+            self.warn(format!(
+                "finishing the surge of {}, which a stopped run began",
+                target.node
+            ));
+            self.detach(target).await?;
+        }
+        self.lock.set_state(key, None).await?;
+        Ok(())
+    }
+
+    /// Terminates one instance through the provider, removes its termination record `record`,
+    /// and only then reports it: a run stopped after the report has nothing left to finish.
+    pub(super) async fn terminate(&self, target: &Target, record: &str) -> Result<(), RotateError> {
+        let output = self
+            .provider
+            .terminate(self.cluster, target)
+            .await
+            .map_err(|source| RotateError::Provider {
+                node: target.node.clone(),
+                source,
+            })?;
+        self.lock.set_state(record, None).await?;
+        self.reporter.report(Event::Terminated {
+            node: target.node.clone(),
+            output,
+        });
+        Ok(())
+    }
+
+    /// Detaches one instance through the provider, then marks its node detached.
+    pub(super) async fn detach(&self, target: &Target) -> Result<(), RotateError> {
+        self.provider
+            .detach(target)
+            .await
+            .map_err(|source| RotateError::Provider {
+                node: target.node.clone(),
+                source,
+            })?;
+        self.cluster
+            .annotate_node(&target.node, keys::DETACHED, "true")
+            .await?;
+        Ok(())
+    }
+}

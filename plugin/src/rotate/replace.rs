@@ -1,0 +1,134 @@
+//! Replacing one batch: cordon and drain its nodes, wait the post-drain delay, delete each Node
+//! and terminate its instance (recorded first, so a stopped run finishes it), wait the role's
+//! interval, then for the replacements to be Ready, and validate.
+
+use std::io::{BufRead, Write};
+
+use super::records::{self, expected_key, record_of, terminating_key};
+use super::{GroupRun, RotateError, Rotation};
+use crate::events::Event;
+use crate::keys;
+use crate::plan::Role;
+use crate::plan::group_loop::BatchStep;
+
+impl Rotation<'_> {
+    pub(super) async fn replace(
+        &self,
+        batch: &BatchStep,
+        run: &mut GroupRun,
+    ) -> Result<(), RotateError> {
+        let group = run.name.clone();
+        // Replacements of earlier batches first: never disrupt more than the budget. The
+        // snapshot this batch was sized from is a moment old; only when it lacks Ready nodes
+        // is the cluster watched for them.
+        if !self.settings.plan.cloud_only && self.ready_in(&run.latest, &group) < run.expected {
+            self.wait_ready(&group, run.expected).await?;
+        }
+        if self.settings.plan.interactive && !confirm(&group, batch) {
+            return Err(RotateError::Declined {
+                group,
+                batch: batch.index + 1,
+            });
+        }
+        self.reporter.report(Event::BatchStarted {
+            group: group.clone(),
+            index: batch.index,
+            nodes: batch.instances.clone(),
+            canary: batch.canary,
+            decided_by: batch.decided_by.to_string(),
+        });
+        let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
+        if move_pods {
+            let drains = batch.instances.iter().map(|node| self.drain_one(node));
+            for result in futures::future::join_all(drains).await {
+                result?;
+            }
+            if !self.settings.post_drain_delay.is_zero() {
+                self.hold(
+                    self.settings.post_drain_delay,
+                    "post-drain delay: connections to the evicted pods close".into(),
+                )
+                .await;
+            }
+        }
+        self.check_lock()?;
+        self.terminate_batch(batch, run).await?;
+        let interval = self.interval(run.role);
+        if !interval.is_zero() {
+            let reason = format!("{} interval after terminating", run.role.as_str());
+            self.hold(interval, reason).await;
+        }
+        if self.settings.plan.cloud_only {
+            return Ok(());
+        }
+        let fresh = self.wait_ready(&group, run.expected).await?;
+        self.validate(&fresh).await
+    }
+
+    /// Deletes each node of the batch and terminates its instance. Detached instances are not
+    /// replaced: the group's expected size shrinks back by as many.
+    async fn terminate_batch(
+        &self,
+        batch: &BatchStep,
+        run: &mut GroupRun,
+    ) -> Result<(), RotateError> {
+        let detached = run
+            .latest
+            .nodes
+            .iter()
+            .filter(|n| {
+                batch.instances.contains(&n.name) && n.annotations.contains_key(keys::DETACHED)
+            })
+            .count();
+        if detached > 0 {
+            run.expected = run.expected.saturating_sub(detached);
+            self.lock
+                .set_state(&expected_key(&run.name), Some(&run.expected.to_string()))
+                .await?;
+        }
+        for node in &batch.instances {
+            let target = records::target(&run.latest, &run.name, node);
+            let key = terminating_key(&run.name);
+            let _step = self.steps.begin().await;
+            self.lock
+                .set_state(&key, Some(&record_of(&target).to_string()))
+                .await?;
+            self.cluster.delete_node(node).await?;
+            self.terminate(&target, &key).await?;
+        }
+        Ok(())
+    }
+
+    /// Cordons and drains one node, recording the phase.
+    async fn drain_one(&self, node: &str) -> Result<(), RotateError> {
+        self.cluster.cordon(node, false, self.reporter).await?;
+        match self
+            .cluster
+            .drain(node, &self.settings.drain, self.reporter)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if !self.settings.fail_on_drain_error => {
+                self.warn(format!("{e}; continuing (--fail-on-drain-error=false)"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.cluster
+            .set_phase(node, "drained", false, false)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Asks the operator before a batch (`-i`). Anything but yes stops the run, resumably.
+fn confirm(group: &str, batch: &BatchStep) -> bool {
+    eprint!(
+        "Replace batch {} of group {group} ({})? [y/N] ",
+        batch.index + 1,
+        batch.instances.join(", ")
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).is_ok()
+        && matches!(answer.trim(), "y" | "Y" | "yes")
+}
