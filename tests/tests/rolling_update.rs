@@ -961,3 +961,58 @@ async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
     let offline_plan: Value = serde_json::from_slice(&offline.stdout).unwrap();
     assert_eq!(offline_plan, live_plan);
 }
+
+#[tokio::test]
+async fn the_update_performs_the_steps_its_plan_printed() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-mirror";
+    let client = setup(cluster, ns).await;
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    create_rc(&client, ns, "mirror", 4).await;
+    wait_ready(&rcs, "mirror", 4).await;
+    let args = [
+        "mirror",
+        &format!("--image={V2}"),
+        // No pod unavailable: a scale-down waits for the new pod rather than going smaller, so
+        // the live steps do not depend on how fast pods become Ready.
+        "--max-surge=1",
+        "--max-unavailable=0",
+        "-o",
+        "json",
+    ];
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let planned = run(plugin(cluster, ns, &dry)).await;
+    assert!(planned.status.success(), "{}", text(&planned));
+    let plan: Value = serde_json::from_slice(&planned.stdout).unwrap();
+    let steps: Vec<(String, i64)> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let side = s["controller"].as_str().unwrap();
+            let name = if side == "old" { "mirror" } else { "next" };
+            (name.to_string(), s["replicas"].as_i64().unwrap())
+        })
+        .collect();
+    assert!(steps.len() >= 4, "{plan}");
+
+    let done = run(plugin(cluster, ns, &args)).await;
+    assert!(done.status.success(), "{}", text(&done));
+    let events: Vec<Value> = String::from_utf8_lossy(&done.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let performed: Vec<(String, i64)> = of_kind(&events, "step-started")
+        .into_iter()
+        .map(|e| {
+            let name = if e["controller"] == "mirror" {
+                "mirror"
+            } else {
+                "next"
+            };
+            (name.to_string(), e["to"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(performed, steps, "the run scales as its plan said");
+}

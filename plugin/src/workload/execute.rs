@@ -3,15 +3,13 @@
 //! asked at every step, and cleanup (rename or delete). Every state it leaves between two calls
 //! is one the same command recognizes and resumes from.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::controller::{Controller, Kind};
-use super::plan::{self, Cleanup, LoopState, Side};
-use super::pods::{self, PodInfo};
+use super::plan::Cleanup;
 use super::prepare::{self, NextSource, source_id};
-use super::steps::{self, Budgets};
 use crate::cluster::controllers::Write;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
@@ -113,7 +111,7 @@ fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
 }
 
 /// A batching decision in the words of [`Event::Decided`].
-fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
+pub(super) fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
     match decision {
         BatchDecision::Size { size, by } => (format!("size {size}"), by),
         BatchDecision::Pause {
@@ -125,7 +123,7 @@ fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
 }
 
 /// A gate verdict in the words of [`Event::Decided`].
-fn verdict_text(verdict: &Verdict) -> String {
+pub(super) fn verdict_text(verdict: &Verdict) -> String {
     match verdict {
         Verdict::Proceed => "proceed".into(),
         Verdict::Wait { seconds, reason } => format!("wait {seconds}s: {reason}"),
@@ -136,7 +134,7 @@ fn verdict_text(verdict: &Verdict) -> String {
 impl Updater<'_> {
     /// Reports a decision of the hooks at `point`; nothing when no hook serves it (then the
     /// built-in behaviour is not a decision anyone asked for).
-    fn decided(
+    pub(super) fn decided(
         &self,
         point: HookPoint,
         phase: Option<Phase>,
@@ -157,7 +155,7 @@ impl Updater<'_> {
     }
 
     /// Reports a wait and sleeps through it.
-    async fn hold(&self, duration: Duration, reason: String) {
+    pub(super) async fn hold(&self, duration: Duration, reason: String) {
         self.reporter.report(Event::Waiting {
             seconds: duration.as_secs(),
             reason,
@@ -165,7 +163,7 @@ impl Updater<'_> {
         tokio::time::sleep(duration).await;
     }
 
-    fn ctx(&self) -> CallContext {
+    pub(super) fn ctx(&self) -> CallContext {
         CallContext {
             now: jiff::Timestamp::now().as_second(),
             run_id: self.run_id.clone(),
@@ -549,376 +547,6 @@ impl Updater<'_> {
             desired: original,
             cleanup: Cleanup::DeleteOld,
         }))
-    }
-
-    /// Scales `to` up and `from` down until `to` has `desired` replicas and `from` none.
-    async fn scale_loop(
-        &mut self,
-        pair: &Pair,
-        ns: &str,
-        with_hooks: bool,
-    ) -> Result<(), UpdateError> {
-        let mut from = pair.from.clone();
-        let mut to = pair.to.clone();
-        let desired = pair.desired;
-        let budgets = steps::budgets(
-            self.settings.max_surge,
-            self.settings.max_unavailable,
-            desired,
-            from.replicas(),
-        );
-        self.reporter.report(Event::UpdateStarted {
-            old: from.name().to_string(),
-            old_replicas: from.replicas(),
-            next: to.name().to_string(),
-            next_replicas: to.replicas(),
-            desired,
-            min_available: budgets.min_available,
-            max_total: desired + budgets.max_surge,
-        });
-        let mut warnings = Vec::new();
-        let mut steps_done = 0u32;
-        // Pauses the batching hooks asked for since the last step: the attempt of the next ask.
-        let mut pauses = 0u32;
-        let mut deadline = Instant::now() + self.settings.timeout;
-        while to.replicas() != desired || from.replicas() != 0 {
-            let before = (from.replicas(), to.replicas());
-            // A hook's pause is a decision, not a lack of progress.
-            let mut held = false;
-            for side in [Side::Next, Side::Old] {
-                let pods = self.pods_of(&from, &to, ns).await?;
-                let state = self.state(&from, &to, &pods, desired, steps_done);
-                let built_in = match side {
-                    Side::Next => steps::scale_up(state.old, state.next, desired, &budgets),
-                    Side::Old => steps::scale_down(
-                        state.old,
-                        state.next,
-                        state.next_available,
-                        desired,
-                        &budgets,
-                    ),
-                };
-                let Some(built_in) = built_in else { continue };
-                let Some((amount, by)) = self
-                    .amount(
-                        with_hooks,
-                        &from,
-                        &state,
-                        &pods,
-                        &budgets,
-                        (built_in, pauses),
-                        &mut warnings,
-                    )
-                    .await?
-                else {
-                    held = true;
-                    pauses += 1;
-                    continue;
-                };
-                pauses = 0;
-                let (controller, target) = match side {
-                    Side::Next => (&to, to.replicas() + amount),
-                    Side::Old => {
-                        if with_hooks {
-                            self.order_deletions(
-                                &from,
-                                &state,
-                                &pods,
-                                (amount, &budgets),
-                                ns,
-                                &mut warnings,
-                            )
-                            .await?;
-                        }
-                        (&from, from.replicas() - amount)
-                    }
-                };
-                self.reporter.report(Event::StepStarted {
-                    step: steps_done,
-                    controller: controller.name().to_string(),
-                    from: controller.replicas(),
-                    to: target,
-                    decided_by: by.to_string(),
-                });
-                let scaled = self.scale(controller, ns, target).await?;
-                self.reporter.report(Event::Scaled {
-                    controller: scaled.name().to_string(),
-                    from: controller.replicas(),
-                    to: scaled.replicas(),
-                });
-                match side {
-                    Side::Next => to = scaled,
-                    Side::Old => from = scaled,
-                }
-                steps_done += 1;
-                let scaled_name = match side {
-                    Side::Next => to.name().to_string(),
-                    Side::Old => from.name().to_string(),
-                };
-                self.after_step(
-                    with_hooks,
-                    &scaled_name,
-                    &from,
-                    &to,
-                    ns,
-                    desired,
-                    steps_done,
-                    &mut warnings,
-                )
-                .await?;
-                self.reporter.report(Event::StepDone {
-                    step: steps_done - 1,
-                    old: from.name().to_string(),
-                    old_replicas: from.replicas(),
-                    next: to.name().to_string(),
-                    next_replicas: to.replicas(),
-                    desired,
-                });
-                if side == Side::Next && !self.settings.update_period.is_zero() {
-                    self.hold(
-                        self.settings.update_period,
-                        "update period between scaling up and scaling down".into(),
-                    )
-                    .await;
-                }
-            }
-            for message in warnings.drain(..) {
-                self.reporter.report(Event::Warning { message });
-            }
-            if (from.replicas(), to.replicas()) != before || held {
-                deadline = Instant::now() + self.settings.timeout;
-            } else if Instant::now() > deadline {
-                return Err(UpdateError::NoProgress(self.settings.timeout));
-            } else {
-                // Nothing could move: wait for a pod of the next controller to change.
-                self.cluster
-                    .wait_pod_change(ns, &to.selector_string(), self.settings.poll_interval)
-                    .await;
-            }
-        }
-        Ok(())
-    }
-
-    /// The pods of both controllers (their selectors may differ in any key with `-f`).
-    async fn pods_of(
-        &self,
-        from: &Controller,
-        to: &Controller,
-        ns: &str,
-    ) -> Result<Vec<PodInfo>, UpdateError> {
-        let mut pods: Vec<PodInfo> = Vec::new();
-        for c in [from, to] {
-            for (_, pod) in self.cluster.list_pods(ns, &c.selector_string()).await? {
-                if !pods.iter().any(|p| p.name == pod.name) {
-                    pods.push(pod);
-                }
-            }
-        }
-        Ok(pods)
-    }
-
-    fn state(
-        &self,
-        from: &Controller,
-        to: &Controller,
-        pods: &[PodInfo],
-        desired: i32,
-        steps_done: u32,
-    ) -> LoopState {
-        let now = jiff::Timestamp::now().as_second();
-        let next_available = pods::owned_by(pods, to.uid())
-            .iter()
-            .filter(|p| p.available(to.min_ready_seconds(), now))
-            .count() as i32;
-        LoopState {
-            old: from.replicas(),
-            next: to.replicas(),
-            next_available,
-            desired,
-            steps_done,
-        }
-    }
-
-    /// The size of the step and who decided it: built in, or what the batching hooks say
-    /// (`None` after waiting out a pause: the step is asked for again). `pauses` is how many
-    /// pauses this step had already.
-    #[allow(clippy::too_many_arguments)]
-    async fn amount(
-        &mut self,
-        with_hooks: bool,
-        from: &Controller,
-        state: &LoopState,
-        pods: &[PodInfo],
-        budgets: &Budgets,
-        (built_in, pauses): (i32, u32),
-        warnings: &mut Vec<String>,
-    ) -> Result<Option<(i32, DecidedBy)>, UpdateError> {
-        if !with_hooks {
-            return Ok(Some((built_in, DecidedBy::BuiltIn)));
-        }
-        let candidates: Vec<_> = pods::owned_by(pods, from.uid())
-            .iter()
-            .map(|p| p.candidate(from.name()))
-            .collect();
-        let group = plan::group_info(from.name(), state, budgets);
-        let ctx = self.ctx();
-        let decision = tokio::task::block_in_place(|| {
-            plan::step_amount(
-                self.hooks,
-                &ctx,
-                &group,
-                state,
-                candidates.into(),
-                built_in,
-                warnings,
-            )
-        })?;
-        let (text, by) = batch_decision(&decision);
-        self.decided(HookPoint::Batch, None, (state.steps_done, pauses), by, text);
-        match decision {
-            BatchDecision::Size { size, by } => Ok(Some((size as i32, by))),
-            BatchDecision::Pause {
-                seconds,
-                reason,
-                by,
-            } => {
-                self.hold(
-                    Duration::from_secs(u64::from(seconds)),
-                    format!("{reason} [{by}]"),
-                )
-                .await;
-                Ok(None)
-            }
-        }
-    }
-
-    /// Puts the selection hook's order on the old pods as deletion costs before a scale-down.
-    async fn order_deletions(
-        &mut self,
-        from: &Controller,
-        state: &LoopState,
-        pods: &[PodInfo],
-        (amount, budgets): (i32, &Budgets),
-        ns: &str,
-        warnings: &mut Vec<String>,
-    ) -> Result<(), UpdateError> {
-        let owned = pods::owned_by(pods, from.uid());
-        let candidates: Vec<_> = owned.iter().map(|p| p.candidate(from.name())).collect();
-        if candidates.is_empty() {
-            return Ok(());
-        }
-        let group = plan::group_info(from.name(), state, budgets);
-        let ctx = self.ctx();
-        let selected = tokio::task::block_in_place(|| {
-            decide::select(self.hooks, &ctx, &group, &candidates, warnings)
-        })?;
-        let step = (state.steps_done, 0);
-        if selected.by == DecidedBy::BuiltIn {
-            self.decided(
-                HookPoint::Select,
-                None,
-                step,
-                &selected.by,
-                "order left to the controller".into(),
-            );
-            return Ok(());
-        }
-        let first: Vec<&str> = selected
-            .chosen
-            .iter()
-            .take(amount.max(0) as usize)
-            .map(|c| candidates[c.index].name.as_str())
-            .collect();
-        for (i, name) in first.iter().enumerate() {
-            let cost = (i as i64) - (first.len() as i64);
-            self.cluster
-                .annotate_pod(ns, name, keys::POD_DELETION_COST, Some(&cost.to_string()))
-                .await?;
-        }
-        self.decided(
-            HookPoint::Select,
-            None,
-            step,
-            &selected.by,
-            format!("order {}", first.join(", ")),
-        );
-        Ok(())
-    }
-
-    /// Asks the gates after a step; waits out `wait` verdicts; an abort stops the loop.
-    #[allow(clippy::too_many_arguments)]
-    async fn after_step(
-        &mut self,
-        with_hooks: bool,
-        scaled: &str,
-        from: &Controller,
-        to: &Controller,
-        ns: &str,
-        desired: i32,
-        steps_done: u32,
-        warnings: &mut Vec<String>,
-    ) -> Result<(), UpdateError> {
-        if !with_hooks {
-            return Ok(());
-        }
-        let mut attempt = 0;
-        loop {
-            let pods = self.pods_of(from, to, ns).await?;
-            let state = self.state(from, to, &pods, desired, steps_done);
-            let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
-            let ctx = self.ctx();
-            let gate = tokio::task::block_in_place(|| {
-                plan::gate_after(
-                    self.hooks, &ctx, scaled, &state, not_ready, attempt, warnings,
-                )
-            })?;
-            self.decided(
-                HookPoint::Gate,
-                Some(Phase::AfterBatch),
-                (steps_done.saturating_sub(1), attempt),
-                &gate.by,
-                verdict_text(&gate.verdict),
-            );
-            match gate.verdict {
-                Verdict::Proceed => return Ok(()),
-                Verdict::Wait { seconds, reason } => {
-                    self.hold(
-                        Duration::from_secs(u64::from(seconds)),
-                        format!("{reason} [{}]", gate.by),
-                    )
-                    .await;
-                    attempt += 1;
-                }
-                Verdict::Abort(reason) => {
-                    return Err(UpdateError::Aborted(format!(
-                        "{} aborted the update of {} after step {steps_done}: {reason}",
-                        gate.by,
-                        from.display()
-                    )));
-                }
-            }
-        }
-    }
-
-    async fn scale(
-        &mut self,
-        c: &Controller,
-        ns: &str,
-        replicas: i32,
-    ) -> Result<Controller, UpdateError> {
-        self.cluster
-            .patch_controller(
-                c.kind,
-                ns,
-                c.name(),
-                &json!({"spec": {"replicas": replicas}}),
-                Write::Apply,
-            )
-            .await?;
-        Ok(self
-            .cluster
-            .wait_settled(c.kind, ns, c.name(), self.settings.timeout)
-            .await?)
     }
 
     /// After the loop: rename or delete, as the form of the command asks.

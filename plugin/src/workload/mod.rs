@@ -9,4 +9,6 @@ pub mod execute;
 pub mod plan;
 pub mod pods;
 pub mod prepare;
+mod scale;
+pub mod scale_loop;
 pub mod steps;

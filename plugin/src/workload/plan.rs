@@ -1,13 +1,15 @@
-//! The dry-run plan of a rolling update: the scale operations the loop would make, assuming
-//! every new pod becomes available at once, with the batching and gate hooks consulted at each
-//! step exactly as a live run consults them. Pure: controllers, pods and hook answers in, plan
-//! out. The executor shares [`step_amount`] and [`gate_after`] with it.
+//! The dry-run plan of a rolling update: the planner drives the scale loop
+//! ([`super::scale_loop`]) with simulated pods (every new pod available at once) and records the
+//! scale operations, with the batching and gate hooks consulted at each step as a live run
+//! consults them. Pure: controllers, pods and hook answers in, plan out. The executor
+//! (`super::scale`) drives the same loop and shares [`step_amount`] and [`gate_after`].
 
 use serde::Serialize;
 
 use super::controller::{Controller, Kind};
 use super::pods::PodInfo;
-use super::steps::{self, Budgets};
+use super::scale_loop::{Action, Held, Input, Question, ScaleLoop, Step};
+use super::steps::Budgets;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{
     BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Pending, Phase,
@@ -105,7 +107,7 @@ pub struct RollingUpdatePlan {
 }
 
 /// Where the loop stands, as the hooks see it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopState {
     pub old: i32,
     pub next: i32,
@@ -192,7 +194,7 @@ pub fn plan(
     hooks: &mut [Box<dyn Hook>],
 ) -> Result<RollingUpdatePlan, HookFailed> {
     let mut warnings = Vec::new();
-    let mut ctx = input.ctx.clone();
+    let ctx = input.ctx.clone();
     let owned = super::pods::owned_by(input.old_pods, input.old.uid());
     let candidates = Pending::from(
         owned
@@ -200,7 +202,7 @@ pub fn plan(
             .map(|p| p.candidate(input.old.name()))
             .collect::<Vec<Candidate>>(),
     );
-    let mut state = LoopState {
+    let state = LoopState {
         old: input.old.replicas(),
         next: input.next_replicas,
         next_available: input.next_replicas,
@@ -223,88 +225,7 @@ pub fn plan(
         })
     };
 
-    let mut plan_steps: Vec<ScaleStep> = Vec::new();
-    let mut stopped = None;
-    let mut paused: i64 = 0;
-    let mut pending_pause: Option<PauseStep> = None;
-    // Each loop turn changes at least one side, so this bounds a plan that hooks keep pausing.
-    let limit = 4 * (state.old.max(0) + state.desired.max(0)) as usize + 8;
-    'outer: while (state.next != state.desired || state.old != 0) && plan_steps.len() < limit {
-        for side in [Side::Next, Side::Old] {
-            let built_in = match side {
-                Side::Next => steps::scale_up(state.old, state.next, state.desired, &budgets),
-                Side::Old => steps::scale_down(
-                    state.old,
-                    state.next,
-                    state.next_available,
-                    state.desired,
-                    &budgets,
-                ),
-            };
-            let Some(built_in) = built_in else { continue };
-            let group = group_info(input.old.name(), &state, &budgets);
-            let pending = candidates.window(0, state.old.max(0) as usize);
-            let (amount, by) = loop {
-                match step_amount(
-                    hooks,
-                    &ctx,
-                    &group,
-                    &state,
-                    pending.clone(),
-                    built_in,
-                    &mut warnings,
-                )? {
-                    BatchDecision::Size { size, by } => break (size as i32, by),
-                    BatchDecision::Pause {
-                        seconds,
-                        reason,
-                        by,
-                    } => {
-                        paused += i64::from(seconds);
-                        ctx.now += i64::from(seconds);
-                        PauseStep::add_to(&mut pending_pause, seconds, reason, by.clone());
-                        if paused > MAX_SIMULATED_PAUSE {
-                            warnings.push(format!(
-                                "{by} kept pausing for more than 7 days; the plan stops here"
-                            ));
-                            break 'outer;
-                        }
-                    }
-                }
-            };
-            let (name, replicas) = match side {
-                Side::Next => {
-                    state.next += amount;
-                    state.next_available = state.next;
-                    (input.next_name.as_str(), state.next)
-                }
-                Side::Old => {
-                    state.old -= amount;
-                    (input.old.name(), state.old)
-                }
-            };
-            state.steps_done += 1;
-            let gate = gate_after(hooks, &ctx, name, &state, 0, 0, &mut warnings)?;
-            let abort = match &gate.verdict {
-                Verdict::Abort(reason) => Some(format!(
-                    "{} aborts after scaling {name} to {replicas}: {reason}",
-                    gate.by
-                )),
-                _ => None,
-            };
-            plan_steps.push(ScaleStep {
-                controller: side,
-                replicas,
-                decided_by: by,
-                pause: pending_pause.take(),
-                gate: GateStep::from_decision(gate),
-            });
-            if abort.is_some() {
-                stopped = abort;
-                break 'outer;
-            }
-        }
-    }
+    let (plan_steps, stopped) = simulate(input, hooks, &candidates, ctx, &mut warnings)?;
     Ok(RollingUpdatePlan {
         api_version: PLAN_API_VERSION,
         kind: "RollingUpdatePlan",
@@ -327,6 +248,120 @@ pub fn plan(
         warnings,
         stopped,
     })
+}
+
+/// Drives the scale loop with simulated pods (every new pod available at once) and the hooks'
+/// real answers; returns the steps and, when a gate stops the loop, why. A gate's wait is shown
+/// and assumed to clear; the old pods' order is the one asked for once, before the loop.
+fn simulate(
+    input: &PlanInput,
+    hooks: &mut [Box<dyn Hook>],
+    candidates: &Pending,
+    mut ctx: CallContext,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<ScaleStep>, Option<String>), HookFailed> {
+    let mut machine = ScaleLoop::new(input.budgets, input.desired);
+    let (mut old, mut next) = (input.old.replicas(), input.next_replicas);
+    let mut steps: Vec<ScaleStep> = Vec::new();
+    let (mut paused, mut pause): (i64, Option<PauseStep>) = (0, None);
+    let mut sized_by = DecidedBy::BuiltIn;
+    // Each step changes one side, so this bounds a plan that could not end.
+    let limit = 4 * (old.max(0) + input.desired.max(0)) as usize + 8;
+    let mut step_input = Input::Start;
+    while steps.len() < limit {
+        step_input = match machine.step(step_input) {
+            Step::Ask(Question::Observe) => Input::Observed(LoopState {
+                old,
+                next,
+                next_available: next,
+                desired: input.desired,
+                steps_done: 0,
+            }),
+            Step::Ask(Question::StepSize { state, max, .. }) => {
+                let group = group_info(input.old.name(), &state, &input.budgets);
+                let pending = candidates.window(0, state.old.max(0) as usize);
+                let decision = step_amount(hooks, &ctx, &group, &state, pending, max, warnings)?;
+                if let BatchDecision::Size { by, .. } = &decision {
+                    sized_by = by.clone();
+                }
+                Input::Sized(decision)
+            }
+            Step::Ask(Question::Order { .. }) => Input::Ordered,
+            Step::Ask(Question::Gate {
+                side,
+                state,
+                attempt,
+                ..
+            }) => {
+                if attempt > 0 {
+                    Input::Judged(GateDecision {
+                        verdict: Verdict::Proceed,
+                        by: DecidedBy::BuiltIn,
+                    })
+                } else {
+                    let name = controller_name(input, side);
+                    let gate = gate_after(hooks, &ctx, name, &state, 0, 0, warnings)?;
+                    let replicas = match side {
+                        Side::Next => state.next,
+                        Side::Old => state.old,
+                    };
+                    steps.push(ScaleStep {
+                        controller: side,
+                        replicas,
+                        decided_by: sized_by.clone(),
+                        pause: pause.take(),
+                        gate: GateStep::from_decision(gate.clone()),
+                    });
+                    if let Verdict::Abort(reason) = &gate.verdict {
+                        let why = format!(
+                            "{} aborts after scaling {name} to {replicas}: {reason}",
+                            gate.by
+                        );
+                        return Ok((steps, Some(why)));
+                    }
+                    Input::Judged(gate)
+                }
+            }
+            Step::Do(Action::Scale { side, replicas, .. }) => {
+                match side {
+                    Side::Next => next = replicas,
+                    Side::Old => old = replicas,
+                }
+                Input::Scaled(replicas)
+            }
+            Step::Do(Action::Wait {
+                seconds,
+                reason,
+                decided_by,
+                held_by,
+            }) => {
+                // A gate's wait is shown with its verdict; a pause moves the clock on.
+                if held_by == Held::Pause {
+                    paused += i64::from(seconds);
+                    ctx.now += i64::from(seconds);
+                    let by = decided_by.clone();
+                    PauseStep::add_to(&mut pause, seconds, reason, decided_by);
+                    if paused > MAX_SIMULATED_PAUSE {
+                        warnings.push(format!(
+                            "{by} kept pausing for more than 7 days; the plan stops here"
+                        ));
+                        return Ok((steps, None));
+                    }
+                }
+                Input::Done
+            }
+            Step::Do(Action::UpdatePeriod | Action::AwaitChange) => Input::Done,
+            Step::Done(_) => return Ok((steps, None)),
+        };
+    }
+    Ok((steps, None))
+}
+
+fn controller_name<'a>(input: &'a PlanInput, side: Side) -> &'a str {
+    match side {
+        Side::Next => input.next_name.as_str(),
+        Side::Old => input.old.name(),
+    }
 }
 
 #[cfg(test)]
@@ -355,7 +390,7 @@ mod tests {
             next_replicas: 0,
             next_exists: false,
             desired,
-            budgets: steps::budgets(surge, unavailable, desired, old.replicas()),
+            budgets: crate::workload::steps::budgets(surge, unavailable, desired, old.replicas()),
             cleanup: Cleanup::Rename,
             ctx: CallContext {
                 now: 0,
