@@ -259,6 +259,126 @@ struct RawHook {
     failure_policy: FailurePolicy,
 }
 
+/// Makes errors that name the policy file, the line and the column.
+struct Located<'a> {
+    file: &'a str,
+}
+
+impl Located<'_> {
+    fn error(&self, line: u32, column: u32, message: String) -> PolicyError {
+        PolicyError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message,
+        }
+    }
+
+    /// An error about the value `spanned` (where it is referenced).
+    fn of<T>(&self, spanned: &Spanned<T>, message: String) -> PolicyError {
+        let l = spanned.referenced;
+        self.error(l.line() as u32, l.column() as u32, message)
+    }
+
+    /// The per-group overrides; a group listed twice is an error.
+    fn groups(&self, raw: Vec<Spanned<RawGroup>>) -> Result<Vec<GroupOverride>, PolicyError> {
+        let mut groups: Vec<GroupOverride> = Vec::new();
+        for g in raw {
+            if groups.iter().any(|o| o.name == g.value.name) {
+                return Err(self.of(&g, format!("group {:?} is listed twice", g.value.name)));
+            }
+            let line = g.referenced.line() as u32;
+            let ru = g.value.rolling_update;
+            let max_surge = ru.as_ref().and_then(|r| r.max_surge.as_ref());
+            groups.push(GroupOverride {
+                name: g.value.name,
+                max_surge_line: max_surge.map_or(line, |s| s.referenced.line() as u32),
+                rolling_update: RollingUpdate {
+                    max_surge: max_surge.map(|s| s.value),
+                    max_unavailable: ru.and_then(|r| r.max_unavailable),
+                },
+            });
+        }
+        Ok(groups)
+    }
+
+    /// One hook entry, checked field by field; its module is resolved against `base`.
+    fn hook(&self, h: Spanned<RawHook>, base: &Path) -> Result<HookSpec, PolicyError> {
+        let line = h.referenced.line() as u32;
+        let raw = h.value;
+        if !valid_hook_name(&raw.name) {
+            let message = format!(
+                "hook name {:?}: expected lowercase letters, digits and '-'",
+                raw.name
+            );
+            return Err(self.error(line, h.referenced.column() as u32, message));
+        }
+        if raw.points.value.is_empty() {
+            let message = format!(
+                "hook {:?} has no points: expected one or more of select, batch, gate",
+                raw.name
+            );
+            return Err(self.of(&raw.points, message));
+        }
+        let sha256 = raw.sha256.map(|s| self.sha256(&s)).transpose()?;
+        let timeout = match raw.timeout {
+            Some(t) => self.timeout(&t)?,
+            None => DEFAULT_HOOK_TIMEOUT,
+        };
+        let memory = match raw.memory {
+            Some(m) => self.memory(&m)?,
+            None => DEFAULT_HOOK_MEMORY,
+        };
+        let config = raw
+            .config
+            .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
+            .to_string();
+        Ok(HookSpec {
+            name: raw.name,
+            module: base.join(&raw.module),
+            sha256,
+            points: raw.points.value,
+            config,
+            timeout,
+            memory,
+            failure_policy: raw.failure_policy,
+            line,
+        })
+    }
+
+    /// A module pin: 64 hexadecimal digits, `sha256:` allowed in front; kept in lowercase.
+    fn sha256(&self, s: &Spanned<String>) -> Result<String, PolicyError> {
+        let v = s
+            .value
+            .trim()
+            .trim_start_matches("sha256:")
+            .to_ascii_lowercase();
+        if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+            let message = format!("sha256 {:?}: expected 64 hexadecimal digits", s.value);
+            return Err(self.of(s, message));
+        }
+        Ok(v)
+    }
+
+    fn timeout(&self, t: &Spanned<String>) -> Result<Duration, PolicyError> {
+        let d = parse_duration(&t.value).map_err(|m| self.of(t, m))?;
+        if d.is_zero() || d > MAX_HOOK_TIMEOUT {
+            let message = format!("timeout {:?}: expected more than 0 and at most 5m", t.value);
+            return Err(self.of(t, message));
+        }
+        Ok(d)
+    }
+
+    fn memory(&self, m: &Spanned<String>) -> Result<u64, PolicyError> {
+        let bytes = parse_quantity(&m.value).map_err(|msg| self.of(m, msg))?;
+        if !(1 << 20..=MAX_HOOK_MEMORY).contains(&bytes) {
+            let message = format!("memory {:?}: expected between 1Mi and 4Gi", m.value);
+            return Err(self.of(m, message));
+        }
+        Ok(bytes)
+    }
+}
+
 impl Policy {
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
@@ -274,178 +394,42 @@ impl Policy {
 
     /// Parses policy text; `file` names it in errors and `base` resolves module paths.
     pub fn parse(text: &str, file: &str, base: &Path) -> Result<Policy, PolicyError> {
-        let error = |line: u32, column: u32, message: String| PolicyError {
-            file: file.to_string(),
-            line,
-            column,
-            message,
-        };
+        let at = Located { file };
         let doc: Document = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e
                 .location()
                 .map_or((0, 0), |l| (l.line() as u32, l.column() as u32));
-            error(line, column, first_line(&e.to_string()))
+            at.error(line, column, first_line(&e.to_string()))
         })?;
         if doc.api_version.value != API_VERSION {
-            let l = doc.api_version.referenced;
-            return Err(error(
-                l.line() as u32,
-                l.column() as u32,
-                format!(
-                    "apiVersion {:?} is not supported: expected {API_VERSION}",
-                    doc.api_version.value
-                ),
-            ));
+            let message = format!(
+                "apiVersion {:?} is not supported: expected {API_VERSION}",
+                doc.api_version.value
+            );
+            return Err(at.of(&doc.api_version, message));
         }
         if doc.kind.value != KIND {
-            let l = doc.kind.referenced;
-            return Err(error(
-                l.line() as u32,
-                l.column() as u32,
-                format!("kind {:?}: expected {KIND}", doc.kind.value),
-            ));
+            let message = format!("kind {:?}: expected {KIND}", doc.kind.value);
+            return Err(at.of(&doc.kind, message));
         }
         let _ = doc.metadata;
         let spec = doc.spec.unwrap_or_default();
-
-        let mut groups: Vec<GroupOverride> = Vec::new();
-        for g in spec.groups {
-            let line = g.referenced.line() as u32;
-            if groups.iter().any(|o| o.name == g.value.name) {
-                return Err(error(
-                    line,
-                    g.referenced.column() as u32,
-                    format!("group {:?} is listed twice", g.value.name),
-                ));
-            }
-            let ru = g.value.rolling_update;
-            let max_surge = ru.as_ref().and_then(|r| r.max_surge.as_ref());
-            groups.push(GroupOverride {
-                name: g.value.name,
-                max_surge_line: max_surge.map_or(line, |s| s.referenced.line() as u32),
-                rolling_update: RollingUpdate {
-                    max_surge: max_surge.map(|s| s.value),
-                    max_unavailable: ru.and_then(|r| r.max_unavailable),
-                },
-            });
-        }
-
+        let groups = at.groups(spec.groups)?;
         let mut hooks: Vec<HookSpec> = Vec::new();
         for h in spec.hooks {
-            let line = h.referenced.line() as u32;
-            let column = h.referenced.column() as u32;
-            let raw = h.value;
-            if hooks.iter().any(|o| o.name == raw.name) {
-                return Err(error(
-                    line,
-                    column,
-                    format!("hook {:?} is listed twice", raw.name),
-                ));
+            if hooks.iter().any(|o| o.name == h.value.name) {
+                let message = format!("hook {:?} is listed twice", h.value.name);
+                return Err(at.of(&h, message));
             }
-            if !valid_hook_name(&raw.name) {
-                return Err(error(
-                    line,
-                    column,
-                    format!(
-                        "hook name {:?}: expected lowercase letters, digits and '-'",
-                        raw.name
-                    ),
-                ));
-            }
-            if raw.points.value.is_empty() {
-                let l = raw.points.referenced;
-                return Err(error(
-                    l.line() as u32,
-                    l.column() as u32,
-                    format!(
-                        "hook {:?} has no points: expected one or more of select, batch, gate",
-                        raw.name
-                    ),
-                ));
-            }
-            let sha256 = match raw.sha256 {
-                Some(s) => {
-                    let v = s
-                        .value
-                        .trim()
-                        .trim_start_matches("sha256:")
-                        .to_ascii_lowercase();
-                    if v.len() != 64 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
-                        return Err(error(
-                            s.referenced.line() as u32,
-                            s.referenced.column() as u32,
-                            format!("sha256 {:?}: expected 64 hexadecimal digits", s.value),
-                        ));
-                    }
-                    Some(v)
-                }
-                None => None,
-            };
-            let timeout = match raw.timeout {
-                Some(t) => parse_duration(&t.value)
-                    .and_then(|d| {
-                        if d.is_zero() || d > MAX_HOOK_TIMEOUT {
-                            Err(format!(
-                                "timeout {:?}: expected more than 0 and at most 5m",
-                                t.value
-                            ))
-                        } else {
-                            Ok(d)
-                        }
-                    })
-                    .map_err(|m| {
-                        error(t.referenced.line() as u32, t.referenced.column() as u32, m)
-                    })?,
-                None => DEFAULT_HOOK_TIMEOUT,
-            };
-            let memory = match raw.memory {
-                Some(m) => parse_quantity(&m.value)
-                    .and_then(|b| {
-                        if !(1 << 20..=MAX_HOOK_MEMORY).contains(&b) {
-                            Err(format!(
-                                "memory {:?}: expected between 1Mi and 4Gi",
-                                m.value
-                            ))
-                        } else {
-                            Ok(b)
-                        }
-                    })
-                    .map_err(|msg| {
-                        error(
-                            m.referenced.line() as u32,
-                            m.referenced.column() as u32,
-                            msg,
-                        )
-                    })?,
-                None => DEFAULT_HOOK_MEMORY,
-            };
-            let config = raw
-                .config
-                .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
-                .to_string();
-            hooks.push(HookSpec {
-                name: raw.name,
-                module: base.join(&raw.module),
-                sha256,
-                points: raw.points.value,
-                config,
-                timeout,
-                memory,
-                failure_policy: raw.failure_policy,
-                line,
-            });
+            hooks.push(at.hook(h, base)?);
         }
-
         let provider = match spec.provider {
             Some(p) => {
-                p.value.validate().map_err(|m| {
-                    error(p.referenced.line() as u32, p.referenced.column() as u32, m)
-                })?;
+                p.value.validate().map_err(|m| at.of(&p, m))?;
                 Some(p.value)
             }
             None => None,
         };
-
         Ok(Policy {
             source: file.to_string(),
             provider,

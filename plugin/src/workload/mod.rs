@@ -2,8 +2,11 @@
 //! (or ReplicaSet) `foo` rolled to `foo-next` step by step within surge and availability budgets,
 //! resumable from the annotations legacy kubectl wrote, then renamed or cleaned up.
 //!
-//! `controller`, `pods`, `steps`, `prepare` and `plan` are pure; `execute` does the I/O.
+//! `controller`, `pods`, `steps`, `prepare`, `scale_loop` (the loop as a step machine) and `plan`
+//! (its dry-run driver) are pure; `execute` runs a request through `start`, `scale` (the loop's
+//! live driver) and `cleanup`, which do the I/O.
 
+mod cleanup;
 pub mod controller;
 pub mod execute;
 pub mod plan;
@@ -11,4 +14,5 @@ pub mod pods;
 pub mod prepare;
 mod scale;
 pub mod scale_loop;
+mod start;
 pub mod steps;

@@ -250,6 +250,19 @@ pub fn plan(
     })
 }
 
+/// The planner's side of the scale loop: the simulated controllers and what is recorded.
+struct Simulation<'a> {
+    input: &'a PlanInput<'a>,
+    ctx: CallContext,
+    old: i32,
+    next: i32,
+    steps: Vec<ScaleStep>,
+    /// Pauses asked for before the next step, and how long the loop paused in all.
+    pause: Option<PauseStep>,
+    paused: i64,
+    sized_by: DecidedBy,
+}
+
 /// Drives the scale loop with simulated pods (every new pod available at once) and the hooks'
 /// real answers; returns the steps and, when a gate stops the loop, why. A gate's wait is shown
 /// and assumed to clear; the old pods' order is the one asked for once, before the loop.
@@ -257,32 +270,39 @@ fn simulate(
     input: &PlanInput,
     hooks: &mut [Box<dyn Hook>],
     candidates: &Pending,
-    mut ctx: CallContext,
+    ctx: CallContext,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<ScaleStep>, Option<String>), HookFailed> {
+    let mut sim = Simulation {
+        input,
+        ctx,
+        old: input.old.replicas(),
+        next: input.next_replicas,
+        steps: Vec::new(),
+        pause: None,
+        paused: 0,
+        sized_by: DecidedBy::BuiltIn,
+    };
     let mut machine = ScaleLoop::new(input.budgets, input.desired);
-    let (mut old, mut next) = (input.old.replicas(), input.next_replicas);
-    let mut steps: Vec<ScaleStep> = Vec::new();
-    let (mut paused, mut pause): (i64, Option<PauseStep>) = (0, None);
-    let mut sized_by = DecidedBy::BuiltIn;
     // Each step changes one side, so this bounds a plan that could not end.
-    let limit = 4 * (old.max(0) + input.desired.max(0)) as usize + 8;
+    let limit = 4 * (sim.old.max(0) + input.desired.max(0)) as usize + 8;
     let mut step_input = Input::Start;
-    while steps.len() < limit {
+    while sim.steps.len() < limit {
         step_input = match machine.step(step_input) {
             Step::Ask(Question::Observe) => Input::Observed(LoopState {
-                old,
-                next,
-                next_available: next,
+                old: sim.old,
+                next: sim.next,
+                next_available: sim.next,
                 desired: input.desired,
                 steps_done: 0,
             }),
             Step::Ask(Question::StepSize { state, max, .. }) => {
                 let group = group_info(input.old.name(), &state, &input.budgets);
                 let pending = candidates.window(0, state.old.max(0) as usize);
-                let decision = step_amount(hooks, &ctx, &group, &state, pending, max, warnings)?;
+                let decision =
+                    step_amount(hooks, &sim.ctx, &group, &state, pending, max, warnings)?;
                 if let BatchDecision::Size { by, .. } = &decision {
-                    sized_by = by.clone();
+                    sim.sized_by = by.clone();
                 }
                 Input::Sized(decision)
             }
@@ -292,40 +312,14 @@ fn simulate(
                 state,
                 attempt,
                 ..
-            }) => {
-                if attempt > 0 {
-                    Input::Judged(GateDecision {
-                        verdict: Verdict::Proceed,
-                        by: DecidedBy::BuiltIn,
-                    })
-                } else {
-                    let name = controller_name(input, side);
-                    let gate = gate_after(hooks, &ctx, name, &state, 0, 0, warnings)?;
-                    let replicas = match side {
-                        Side::Next => state.next,
-                        Side::Old => state.old,
-                    };
-                    steps.push(ScaleStep {
-                        controller: side,
-                        replicas,
-                        decided_by: sized_by.clone(),
-                        pause: pause.take(),
-                        gate: GateStep::from_decision(gate.clone()),
-                    });
-                    if let Verdict::Abort(reason) = &gate.verdict {
-                        let why = format!(
-                            "{} aborts after scaling {name} to {replicas}: {reason}",
-                            gate.by
-                        );
-                        return Ok((steps, Some(why)));
-                    }
-                    Input::Judged(gate)
-                }
-            }
+            }) => match sim.gate(hooks, side, &state, attempt, warnings)? {
+                Ok(decision) => Input::Judged(decision),
+                Err(stopped) => return Ok((sim.steps, Some(stopped))),
+            },
             Step::Do(Action::Scale { side, replicas, .. }) => {
                 match side {
-                    Side::Next => next = replicas,
-                    Side::Old => old = replicas,
+                    Side::Next => sim.next = replicas,
+                    Side::Old => sim.old = replicas,
                 }
                 Input::Scaled(replicas)
             }
@@ -333,28 +327,80 @@ fn simulate(
                 seconds,
                 reason,
                 decided_by,
-                held_by,
+                held_by: Held::Pause,
             }) => {
-                // A gate's wait is shown with its verdict; a pause moves the clock on.
-                if held_by == Held::Pause {
-                    paused += i64::from(seconds);
-                    ctx.now += i64::from(seconds);
-                    let by = decided_by.clone();
-                    PauseStep::add_to(&mut pause, seconds, reason, decided_by);
-                    if paused > MAX_SIMULATED_PAUSE {
-                        warnings.push(format!(
-                            "{by} kept pausing for more than 7 days; the plan stops here"
-                        ));
-                        return Ok((steps, None));
-                    }
+                if !sim.pause_for(seconds, reason, decided_by, warnings) {
+                    return Ok((sim.steps, None));
                 }
                 Input::Done
             }
-            Step::Do(Action::UpdatePeriod | Action::AwaitChange) => Input::Done,
-            Step::Done(_) => return Ok((steps, None)),
+            // A gate's wait is shown with its verdict.
+            Step::Do(_) => Input::Done,
+            Step::Done(_) => return Ok((sim.steps, None)),
         };
     }
-    Ok((steps, None))
+    Ok((sim.steps, None))
+}
+
+impl Simulation<'_> {
+    /// The gate's first answer after a step is asked and recorded with the step; a wait is
+    /// assumed to clear. `Err` carries why an abort stops the plan.
+    fn gate(
+        &mut self,
+        hooks: &mut [Box<dyn Hook>],
+        side: Side,
+        state: &LoopState,
+        attempt: u32,
+        warnings: &mut Vec<String>,
+    ) -> Result<Result<GateDecision, String>, HookFailed> {
+        if attempt > 0 {
+            return Ok(Ok(GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::BuiltIn,
+            }));
+        }
+        let name = controller_name(self.input, side);
+        let gate = gate_after(hooks, &self.ctx, name, state, 0, 0, warnings)?;
+        let replicas = match side {
+            Side::Next => state.next,
+            Side::Old => state.old,
+        };
+        self.steps.push(ScaleStep {
+            controller: side,
+            replicas,
+            decided_by: self.sized_by.clone(),
+            pause: self.pause.take(),
+            gate: GateStep::from_decision(gate.clone()),
+        });
+        if let Verdict::Abort(reason) = &gate.verdict {
+            let by = &gate.by;
+            return Ok(Err(format!(
+                "{by} aborts after scaling {name} to {replicas}: {reason}"
+            )));
+        }
+        Ok(Ok(gate))
+    }
+
+    /// Moves the simulated clock on by a pause; false once the pauses pass a week.
+    fn pause_for(
+        &mut self,
+        seconds: u32,
+        reason: String,
+        by: DecidedBy,
+        warnings: &mut Vec<String>,
+    ) -> bool {
+        self.paused += i64::from(seconds);
+        self.ctx.now += i64::from(seconds);
+        let who = by.clone();
+        PauseStep::add_to(&mut self.pause, seconds, reason, by);
+        if self.paused > MAX_SIMULATED_PAUSE {
+            warnings.push(format!(
+                "{who} kept pausing for more than 7 days; the plan stops here"
+            ));
+            return false;
+        }
+        true
+    }
 }
 
 fn controller_name<'a>(input: &'a PlanInput, side: Side) -> &'a str {

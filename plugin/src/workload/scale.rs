@@ -98,48 +98,7 @@ impl Updater<'_> {
                     state,
                     attempt,
                 }) => Input::Judged(self.judge(&sides, side, (step, attempt), &state).await?),
-                Step::Do(Action::Scale {
-                    side,
-                    step,
-                    replicas,
-                    decided_by,
-                    ..
-                }) => {
-                    let now = self
-                        .scale(&mut sides, side, (step, replicas), decided_by)
-                        .await?;
-                    Input::Scaled(now)
-                }
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by,
-                    ..
-                }) => {
-                    let reason = format!("{reason} [{decided_by}]");
-                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                        .await;
-                    // A hook's hold is a decision, not a lack of progress.
-                    sides.deadline = Instant::now() + self.settings.timeout;
-                    Input::Done
-                }
-                Step::Do(Action::UpdatePeriod) => {
-                    if !self.settings.update_period.is_zero() {
-                        let reason = "update period between scaling up and scaling down".into();
-                        self.hold(self.settings.update_period, reason).await;
-                    }
-                    Input::Done
-                }
-                Step::Do(Action::AwaitChange) => {
-                    if Instant::now() > sides.deadline {
-                        return Err(UpdateError::NoProgress(self.settings.timeout));
-                    }
-                    let selector = sides.to.selector_string();
-                    self.cluster
-                        .wait_pod_change(ns, &selector, self.settings.poll_interval)
-                        .await;
-                    Input::Done
-                }
+                Step::Do(action) => self.carry_out(&mut sides, action).await?,
                 Step::Done(Outcome::Finished) => return Ok(()),
                 Step::Done(Outcome::Aborted {
                     step,
@@ -155,6 +114,51 @@ impl Updater<'_> {
                 }
             };
         }
+    }
+
+    /// Carries out one action of the loop; returns what the loop is told next.
+    async fn carry_out(&mut self, sides: &mut Sides, action: Action) -> Result<Input, UpdateError> {
+        match action {
+            Action::Scale {
+                side,
+                step,
+                replicas,
+                decided_by,
+                ..
+            } => {
+                let now = self
+                    .scale(sides, side, (step, replicas), decided_by)
+                    .await?;
+                return Ok(Input::Scaled(now));
+            }
+            Action::Wait {
+                seconds,
+                reason,
+                decided_by,
+                ..
+            } => {
+                let reason = format!("{reason} [{decided_by}]");
+                self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                    .await;
+                // A hook's hold is a decision, not a lack of progress.
+                sides.deadline = Instant::now() + self.settings.timeout;
+            }
+            Action::UpdatePeriod if !self.settings.update_period.is_zero() => {
+                let reason = "update period between scaling up and scaling down".into();
+                self.hold(self.settings.update_period, reason).await;
+            }
+            Action::UpdatePeriod => {}
+            Action::AwaitChange => {
+                if Instant::now() > sides.deadline {
+                    return Err(UpdateError::NoProgress(self.settings.timeout));
+                }
+                let selector = sides.to.selector_string();
+                self.cluster
+                    .wait_pod_change(&sides.ns, &selector, self.settings.poll_interval)
+                    .await;
+            }
+        }
+        Ok(Input::Done)
     }
 
     /// Reads the pods of both controllers: how far the loop stands.
