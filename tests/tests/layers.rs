@@ -1,5 +1,5 @@
 //! The plugin's layers point one way: cli → executors (rotate, workload) → cluster, provider,
-//! hooks, progress → plan → model. These rules are read from the sources: a module that imports
+//! hooks, progress → events → plan → model. These rules are read from the sources: a module that imports
 //! a layer above it fails here, with the file and the line.
 
 use std::path::{Path, PathBuf};
@@ -65,7 +65,7 @@ fn layers_point_one_way() {
                 "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress",
             ],
         ),
-        ("cluster", &["cli", "rotate", "progress"]),
+        ("cluster", &["cli", "rotate", "workload", "progress"]),
         ("provider", &["cli", "rotate", "workload", "progress"]),
         (
             "events",

@@ -13,14 +13,14 @@ use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::plan::hook::{CallContext, Hook};
+use crate::plan::rolling_update::controller::{Controller, Kind};
+use crate::plan::rolling_update::planner::{self, PlanInput, RollingUpdatePlan, Side};
+use crate::plan::rolling_update::pods::PodInfo;
+use crate::plan::rolling_update::prepare::{NextSource, PairView, view_pair};
+use crate::plan::rolling_update::steps;
 use crate::policy::{IntOrPercent, Policy, parse_duration};
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
-use crate::workload::controller::{Controller, Kind};
 use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
-use crate::workload::plan::{self, PlanInput, RollingUpdatePlan, Side};
-use crate::workload::pods::PodInfo;
-use crate::workload::prepare::{NextSource, PairView, view_pair};
-use crate::workload::steps;
 
 #[derive(Debug, Args)]
 pub struct RollingUpdateArgs {
@@ -436,7 +436,7 @@ fn plan_from(
         existing,
         source,
         &args.deployment_label_key,
-        plan::Cleanup::for_next(args.next.is_some()),
+        planner::Cleanup::for_next(args.next.is_some()),
     )
     .map_err(Failure::usage)?;
     let input = PlanInput {
@@ -459,7 +459,7 @@ fn plan_from(
             dry_run: true,
         },
     };
-    let plan = plan::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
+    let plan = planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
     Ok((plan, pair))
 }
 
@@ -565,11 +565,11 @@ fn print(plan: &RollingUpdatePlan, format: OutputFormat) -> Result<(), Failure> 
             match &plan.stopped {
                 Some(reason) => println!("Stops: {reason}"),
                 None => match plan.cleanup {
-                    plan::Cleanup::Rename => println!(
+                    planner::Cleanup::Rename => println!(
                         "Then: delete {} and rename {} to {}",
                         plan.old.name, plan.next.name, plan.old.name
                     ),
-                    plan::Cleanup::DeleteOld => println!("Then: delete {}", plan.old.name),
+                    planner::Cleanup::DeleteOld => println!("Then: delete {}", plan.old.name),
                 },
             }
             Ok(())

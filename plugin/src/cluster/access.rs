@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 
 use super::lock::LOCK_NAMESPACE;
 use super::{Cluster, ClusterError, Request};
-use crate::workload::controller::Kind;
+use crate::plan::rolling_update::controller::Kind;
 
 /// One permission: a verb on a resource, written as Kubernetes names it (`nodes`,
 /// `pods/eviction`, `leases.coordination.k8s.io`), cluster-wide or in one namespace.

@@ -12,8 +12,8 @@ use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::{Cluster, ClusterError, Request};
-use crate::workload::controller::{Controller, Kind};
-use crate::workload::pods::PodInfo;
+use crate::plan::rolling_update::controller::{Controller, Kind};
+use crate::plan::rolling_update::pods::PodInfo;
 
 /// Writes are real, or sent with `dryRun=All`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

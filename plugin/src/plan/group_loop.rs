@@ -6,10 +6,12 @@
 //! and every question is asked once, when its decision is due.
 //!
 //! The loop of one group: ask the selection; validate the cluster (not for a bastion, nor with
-//! `--cloudonly`); ask the `before-group` gate until it proceeds; begin (the instances are fixed
-//! from here on); surge (a canary surge alone first when nothing is up to date); then per batch:
-//! ask its size, ask the `before-batch` gate, replace it, ask the `after-batch` gate. A wait or
-//! pause is an action, after which the same question is asked again with the attempt counted.
+//! `--cloudonly`); ask the `before-group` gate until it proceeds; ask the first batch's size
+//! (so that a closed window or a broken batching hook stops the group before anything changed);
+//! begin (the instances are fixed from here on); surge (a canary surge alone first when nothing
+//! is up to date); then per batch: its size (asked already for the first), the `before-batch`
+//! gate, the replacement, the `after-batch` gate. A wait or pause is an action, after which the
+//! same question is asked again with the attempt counted.
 
 use std::sync::Arc;
 
@@ -164,8 +166,11 @@ pub struct GroupLoop {
     /// Instances replaced so far, and batches run.
     done: usize,
     batches: u32,
-    /// The batch between its sizing and its replacement.
+    /// The batch at hand: sized, then replaced, then judged.
     current: Option<BatchStep>,
+    /// `current` is sized and not replaced yet.
+    sized: bool,
+    begun: bool,
 }
 
 impl GroupLoop {
@@ -181,6 +186,8 @@ impl GroupLoop {
             done: 0,
             batches: 0,
             current: None,
+            sized: false,
+            begun: false,
         }
     }
 
@@ -337,13 +344,9 @@ impl GroupLoop {
     fn judged(&mut self, phase: Phase, attempt: u32, decision: GateDecision) -> Step {
         match decision.verdict {
             Verdict::Proceed => match phase {
-                Phase::BeforeGroup => {
-                    self.state = State::Beginning;
-                    Step::Do(Action::Begin {
-                        instances: self.order.iter().map(|c| c.name.clone()).collect(),
-                    })
-                }
+                Phase::BeforeGroup => self.size(0),
                 Phase::BeforeBatch => {
+                    self.sized = false;
                     self.state = State::Replacing;
                     Step::Do(Action::Replace(
                         self.current.clone().expect("a batch is at hand"),
@@ -373,6 +376,9 @@ impl GroupLoop {
         if let Some((instances, canary)) = self.surges.pop() {
             self.state = State::Surging;
             return Step::Do(Action::Surge { instances, canary });
+        }
+        if self.sized {
+            return self.gate(Phase::BeforeBatch, 0);
         }
         if self.done >= self.order.len() {
             return Step::Done(Outcome::Finished);
@@ -412,6 +418,14 @@ impl GroupLoop {
                     canary: self.canary_wave && self.done == 0,
                     decided_by: by,
                 });
+                self.sized = true;
+                if !self.begun {
+                    self.begun = true;
+                    self.state = State::Beginning;
+                    return Step::Do(Action::Begin {
+                        instances: self.order.iter().map(|c| c.name.clone()).collect(),
+                    });
+                }
                 self.gate(Phase::BeforeBatch, 0)
             }
             BatchDecision::Pause {

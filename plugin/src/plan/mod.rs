@@ -16,6 +16,7 @@ pub mod health;
 pub mod hook;
 pub mod planner;
 pub mod prepare;
+pub mod rolling_update;
 
 use std::fmt;
 

@@ -89,15 +89,14 @@ impl Rotation<'_> {
         Ok(selected)
     }
 
-    /// The next batch's size. The cluster is read again first: the batch's replacement uses
-    /// it, and a batching hook sees the pending instances as they are now.
+    /// The next batch's size. For a batching hook the cluster is read again first, so that it
+    /// sees the pending instances as they are now.
     pub(super) async fn size(
         &mut self,
         machine: &GroupLoop,
         sizing: &Sizing,
         run: &mut GroupRun,
     ) -> Result<BatchDecision, RotateError> {
-        run.latest = self.cluster.snapshot().await?;
         let mut progress = machine.progress(sizing);
         if !self.serves(HookPoint::Batch) {
             return Ok(BatchDecision::Size {
@@ -105,6 +104,7 @@ impl Rotation<'_> {
                 by: DecidedBy::BuiltIn,
             });
         }
+        run.latest = self.cluster.snapshot().await?;
         let index = Index::new(&run.latest);
         let label = prepare::group_label(self.policy, &self.settings.plan);
         let groups = crate::plan::groups::collect(&run.latest.nodes, label);
@@ -141,7 +141,7 @@ impl Rotation<'_> {
         &mut self,
         phase: Phase,
         batch: &BatchInfo,
-        run: &GroupRun,
+        run: &mut GroupRun,
     ) -> Result<GateDecision, RotateError> {
         if !self.serves(HookPoint::Gate) {
             return Ok(GateDecision {
@@ -150,8 +150,9 @@ impl Rotation<'_> {
             });
         }
         let summary = match phase {
-            // The batch's budgets, from the read that sized it a moment ago.
+            // The budgets covering the batch, as they are now.
             Phase::BeforeBatch => {
+                run.latest = self.cluster.snapshot().await?;
                 let index = Index::new(&run.latest);
                 let names: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
                 let drain = &self.settings.plan.drain;

@@ -139,7 +139,8 @@ impl Steps {
 struct GroupRun {
     name: String,
     role: Role,
-    /// The cluster as last read; refreshed before each batch is sized.
+    /// The cluster as last read: when the group started, before hooks are asked about a batch,
+    /// and when a batch is replaced.
     latest: Snapshot,
     /// How many Ready nodes the group must have between batches (see [`records`]).
     expected: usize,
@@ -230,7 +231,7 @@ impl Rotation<'_> {
                     Input::Sized(self.size(&machine, &sizing, &mut run).await?)
                 }
                 Step::Ask(Question::Gate { phase, batch }) => {
-                    Input::Judged(self.judge(phase, &batch, &run).await?)
+                    Input::Judged(self.judge(phase, &batch, &mut run).await?)
                 }
                 Step::Do(action) => {
                     self.carry_out(action, &mut run).await?;

@@ -18,9 +18,10 @@ impl Rotation<'_> {
         run: &mut GroupRun,
     ) -> Result<(), RotateError> {
         let group = run.name.clone();
-        // Replacements of earlier batches first: never disrupt more than the budget. The
-        // snapshot this batch was sized from is a moment old; only when it lacks Ready nodes
-        // is the cluster watched for them.
+        // The batch's nodes as they are now (surges may have detached some since its sizing).
+        run.latest = self.cluster.snapshot().await?;
+        // Replacements of earlier batches first: never disrupt more than the budget. Only when
+        // the group lacks Ready nodes is the cluster watched for them.
         if !self.settings.plan.cloud_only && self.ready_in(&run.latest, &group) < run.expected {
             self.wait_ready(&group, run.expected).await?;
         }

@@ -4,13 +4,13 @@
 
 use serde_json::Value;
 
-use super::controller::{Controller, Kind};
 use super::execute::{Pair, Request, UpdateError, Updater};
-use super::plan::Cleanup;
 use super::start::parse_count;
 use crate::cluster::controllers::Write;
 use crate::events::Event;
 use crate::keys;
+use crate::plan::rolling_update::controller::{Controller, Kind};
+use crate::plan::rolling_update::planner::Cleanup;
 
 /// A pending rename, kept on pods until the controller exists under its final name.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::controller::{Controller, Kind};
-use super::plan::Cleanup;
-use super::prepare::NextSource;
 use crate::cluster::controllers::Write;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::decide::{self, BatchDecision, HookFailed, Verdict};
 use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
+use crate::plan::rolling_update::controller::{Controller, Kind};
+use crate::plan::rolling_update::planner::Cleanup;
+use crate::plan::rolling_update::prepare::NextSource;
 use crate::policy::{HookPoint, IntOrPercent};
 
 /// What the command asks for.

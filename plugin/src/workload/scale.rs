@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::controller::Controller;
 use super::execute::{Pair, UpdateError, Updater, batch_decision, verdict_text};
-use super::plan::{self, LoopState, Side};
-use super::pods::{self, PodInfo};
-use super::scale_loop::{Action, Input, Outcome, Question, ScaleLoop, Step};
-use super::steps::{self, Budgets};
 use crate::cluster::controllers::Write;
 use crate::events::Event;
 use crate::keys;
 use crate::plan::decide::{self, BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::{DecidedBy, Phase};
+use crate::plan::rolling_update::controller::Controller;
+use crate::plan::rolling_update::planner::{self, LoopState, Side};
+use crate::plan::rolling_update::pods::{self, PodInfo};
+use crate::plan::rolling_update::scale_loop::{Action, Input, Outcome, Question, ScaleLoop, Step};
+use crate::plan::rolling_update::steps::{self, Budgets};
 use crate::policy::HookPoint;
 
 /// The two controllers as the loop last saw them.
@@ -221,12 +221,12 @@ impl Updater<'_> {
             .iter()
             .map(|p| p.candidate(sides.from.name()))
             .collect();
-        let group = plan::group_info(sides.from.name(), state, &sides.budgets);
+        let group = planner::group_info(sides.from.name(), state, &sides.budgets);
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
         let decision = tokio::task::block_in_place(|| {
-            plan::step_amount(
+            planner::step_amount(
                 hooks,
                 &ctx,
                 &group,
@@ -258,7 +258,7 @@ impl Updater<'_> {
         if !sides.with_hooks || candidates.is_empty() {
             return Ok(());
         }
-        let group = plan::group_info(sides.from.name(), state, &sides.budgets);
+        let group = planner::group_info(sides.from.name(), state, &sides.budgets);
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
@@ -349,7 +349,7 @@ impl Updater<'_> {
             let mut warnings = Vec::new();
             let hooks = &mut *self.hooks;
             let gate = tokio::task::block_in_place(|| {
-                plan::gate_after(hooks, &ctx, &name, state, not_ready, attempt, &mut warnings)
+                planner::gate_after(hooks, &ctx, &name, state, not_ready, attempt, &mut warnings)
             })?;
             self.flush(warnings);
             let text = verdict_text(&gate.verdict);

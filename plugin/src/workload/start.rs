@@ -5,13 +5,13 @@
 use serde_json::json;
 
 use super::cleanup::RenameRecord;
-use super::controller::Controller;
 use super::execute::{Pair, Request, UpdateError, Updater};
-use super::plan::Cleanup;
-use super::prepare::{self, NextSource, source_id};
 use crate::cluster::controllers::Write;
 use crate::events::Event;
 use crate::keys;
+use crate::plan::rolling_update::controller::Controller;
+use crate::plan::rolling_update::planner::Cleanup;
+use crate::plan::rolling_update::prepare::{self, NextSource, source_id};
 
 pub(super) fn parse_count(c: &Controller, key: &str) -> Result<Option<i32>, UpdateError> {
     match c.annotation(key) {

@@ -116,8 +116,8 @@ fn a_group_with_nothing_up_to_date_starts_with_a_canary_wave_and_asks_each_gate_
             "select",
             "validate",
             "before-group#0",
-            "begin n1 n2 n3",
             "size<=1#0",
+            "begin n1 n2 n3",
             "before-batch#0",
             "replace(c) n1",
             "after-batch#0",
@@ -147,7 +147,10 @@ fn surges_come_before_the_waves_the_canary_surge_alone() {
 #[test]
 fn a_bastion_is_not_validated_and_nothing_selected_ends_at_once() {
     let (trace, _) = drive(start(Role::Bastion, 1, 1, 0, 1), built_in, |_, _| proceed());
-    assert_eq!(&trace[..3], ["select", "before-group#0", "begin n1"]);
+    assert_eq!(
+        &trace[..4],
+        ["select", "before-group#0", "size<=1#0", "begin n1"]
+    );
     let (trace, outcome) = drive(start(Role::Node, 0, 2, 0, 1), built_in, |_, _| proceed());
     assert_eq!(
         (trace, outcome),
@@ -235,11 +238,12 @@ fn a_pause_asks_the_size_again_and_not_the_gates() {
         |_, _| proceed(),
     );
     assert_eq!(
-        &trace[4..],
+        &trace[3..],
         [
             "size<=2#0",
             "wait 60s",
             "size<=2#1",
+            "begin n1 n2",
             "before-batch#0",
             "replace n1 n2",
             "after-batch#0",
@@ -278,6 +282,14 @@ fn a_hook_that_trims_the_selection_shrinks_the_update() {
     assert_eq!(group.group().selected, 1);
     group.step(Input::Done);
     let step = group.step(Input::Judged(proceed()));
+    assert!(
+        matches!(step, Step::Ask(Question::BatchSize(_))),
+        "{step:?}"
+    );
+    let step = group.step(Input::Sized(BatchDecision::Size {
+        size: 1,
+        by: DecidedBy::BuiltIn,
+    }));
     assert_eq!(
         step,
         Step::Do(Action::Begin {

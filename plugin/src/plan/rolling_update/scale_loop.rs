@@ -10,7 +10,7 @@
 //! move waits for a change. The loop ends when the next controller has the desired replicas
 //! and the old one none.
 
-use super::plan::{LoopState, Side};
+use super::planner::{LoopState, Side};
 use super::steps::{self, Budgets};
 use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::DecidedBy;

@@ -2,7 +2,7 @@
 //! ([`super::scale_loop`]) with simulated pods (every new pod available at once) and records the
 //! scale operations, with the batching and gate hooks consulted at each step as a live run
 //! consults them. Pure: controllers, pods and hook answers in, plan out. The executor
-//! (`super::scale`) drives the same loop and shares [`step_amount`] and [`gate_after`].
+//! (`crate::workload::scale`) drives the same loop and shares [`step_amount`] and [`gate_after`].
 
 use serde::Serialize;
 
@@ -436,7 +436,12 @@ mod tests {
             next_replicas: 0,
             next_exists: false,
             desired,
-            budgets: crate::workload::steps::budgets(surge, unavailable, desired, old.replicas()),
+            budgets: crate::plan::rolling_update::steps::budgets(
+                surge,
+                unavailable,
+                desired,
+                old.replicas(),
+            ),
             cleanup: Cleanup::Rename,
             ctx: CallContext {
                 now: 0,

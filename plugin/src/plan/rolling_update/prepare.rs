@@ -225,7 +225,7 @@ pub struct PairView {
     pub to_replicas: i32,
     pub to_exists: bool,
     pub desired: i32,
-    pub cleanup: super::plan::Cleanup,
+    pub cleanup: super::planner::Cleanup,
     /// The next controller to create, when it does not exist yet.
     pub to_create: Option<Controller>,
 }
@@ -239,9 +239,9 @@ pub fn view_pair(
     existing_next: Option<&Controller>,
     source: Option<&NextSource>,
     deployment_key: &str,
-    cleanup: super::plan::Cleanup,
+    cleanup: super::planner::Cleanup,
 ) -> Result<PairView, String> {
-    use super::plan::Cleanup;
+    use super::planner::Cleanup;
     let Some(source) = source else {
         let next = existing_next.ok_or_else(|| {
             format!(
