@@ -32,12 +32,7 @@ pub struct GroupStart {
 }
 
 /// What the loop needs next.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    Ask(Question),
-    Do(Action),
-    Done(Outcome),
-}
+pub type Step = super::Step<Question, Action, Outcome>;
 
 /// A decision the policy makes: the driver asks the hooks (or uses the built-in answer).
 #[derive(Debug, Clone, PartialEq)]

@@ -35,6 +35,15 @@ pub const PLAN_API_VERSION: &str = "rollout-ext/v1alpha1";
 /// How long the simulation follows a hook's pauses before giving up on a group.
 pub(crate) const MAX_SIMULATED_PAUSE: i64 = 7 * 24 * 3600;
 
+/// What a flow's step machine says next: ask a question (a decision for the policy), perform an
+/// action, or stop with an outcome. The drivers (planner, executors) answer and carry out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step<Question, Action, Outcome> {
+    Ask(Question),
+    Do(Action),
+    Done(Outcome),
+}
+
 /// The role of an instance group, in update order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -16,12 +16,7 @@ use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::DecidedBy;
 
 /// What the loop needs next.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    Ask(Question),
-    Do(Action),
-    Done(Outcome),
-}
+pub type Step = crate::plan::Step<Question, Action, Outcome>;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Question {
