@@ -104,7 +104,7 @@ impl Rotation<'_> {
                 by: DecidedBy::BuiltIn,
             });
         }
-        run.latest = self.cluster.snapshot().await?;
+        self.refresh(run).await?;
         let index = Index::new(&run.latest);
         let label = prepare::group_label(self.policy, &self.settings.plan);
         let groups = crate::plan::groups::collect(&run.latest.nodes, label);
@@ -152,7 +152,7 @@ impl Rotation<'_> {
         let summary = match phase {
             // The budgets covering the batch, as they are now.
             Phase::BeforeBatch => {
-                run.latest = self.cluster.snapshot().await?;
+                self.refresh(run).await?;
                 let index = Index::new(&run.latest);
                 let names: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
                 let drain = &self.settings.plan.drain;

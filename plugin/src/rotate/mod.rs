@@ -142,6 +142,8 @@ struct GroupRun {
     /// The cluster as last read: when the group started, before hooks are asked about a batch,
     /// and when a batch is replaced.
     latest: Snapshot,
+    /// `latest` was read after the last action: nothing this run did since can have changed it.
+    fresh: bool,
     /// How many Ready nodes the group must have between batches (see [`records`]).
     expected: usize,
     begun: bool,
@@ -219,6 +221,7 @@ impl Rotation<'_> {
             name,
             role,
             latest: snapshot,
+            fresh: true,
             expected: 0,
             begun: false,
         };
@@ -235,6 +238,7 @@ impl Rotation<'_> {
                 }
                 Step::Do(action) => {
                     self.carry_out(action, &mut run).await?;
+                    run.fresh = false;
                     Input::Done
                 }
                 Step::Done(Outcome::Finished) => break,
@@ -280,6 +284,16 @@ impl Rotation<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// Reads the cluster again unless nothing was done since the last read (the questions about
+    /// one batch and its replacement follow each other within moments).
+    async fn refresh(&self, run: &mut GroupRun) -> Result<(), RotateError> {
+        if !run.fresh {
+            run.latest = self.cluster.snapshot().await?;
+            run.fresh = true;
+        }
+        Ok(())
     }
 
     /// The group starts: its expected size is recorded (or resumed), its instances are

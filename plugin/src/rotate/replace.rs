@@ -19,7 +19,7 @@ impl Rotation<'_> {
     ) -> Result<(), RotateError> {
         let group = run.name.clone();
         // The batch's nodes as they are now (surges may have detached some since its sizing).
-        run.latest = self.cluster.snapshot().await?;
+        self.refresh(run).await?;
         // Replacements of earlier batches first: never disrupt more than the budget. Only when
         // the group lacks Ready nodes is the cluster watched for them.
         if !self.settings.plan.cloud_only && self.ready_in(&run.latest, &group) < run.expected {
