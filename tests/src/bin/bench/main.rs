@@ -4,11 +4,16 @@
 //! Sections: `plan` (offline plans of synthetic clusters, 500 and 5,000 nodes, hooks off and on,
 //! against a bare JSON parse of the same file), `hooks` (one call with 5,000 candidates, cached
 //! instantiate and first compile, against the same policy as native Rust), `drain` (a 100-pod
-//! node against `kubectl drain`, and a live plan against `kubectl get`) and `rotation` (the
-//! tool's own share of a 10-node rotation's wall time) on a real test cluster.
+//! node against `kubectl drain`, and a live plan against `kubectl get`), `rotation` (the
+//! tool's own share of a 10-node rotation's wall time, without hooks and with the three demo
+//! hooks) and `calls` (hook calls per live rotation of 12 and 100 instances) on a real test
+//! cluster. With `--baseline-binary PATH` (another build of the plugin, e.g. the previous
+//! release), `rotation` and `calls` measure it too, in the same run.
 //!
-//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation]`. Prints a Markdown table.
+//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,calls] [--baseline-binary PATH]`.
+//! Prints a Markdown table.
 
+mod calls;
 mod drain;
 mod hooks;
 mod measure;
@@ -52,17 +57,20 @@ impl Row {
     }
 }
 
-const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation"];
+const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation", "calls"];
 
 struct Args {
     runs: usize,
     only: Vec<String>,
+    /// Another build of the plugin, the peer of the `calls` section.
+    baseline: Option<std::path::PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         runs: 5,
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
+        baseline: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -85,8 +93,18 @@ fn parse_args() -> anyhow::Result<Args> {
                     );
                 }
             }
+            "--baseline-binary" => {
+                let value = it
+                    .next()
+                    .context("--baseline-binary needs the path of a plugin binary")?;
+                let path = std::path::PathBuf::from(value);
+                if !path.is_file() {
+                    bail!("--baseline-binary: {} is not a file", path.display());
+                }
+                args.baseline = Some(path);
+            }
             other => bail!(
-                "unknown argument {other:?}; usage: bench [--runs N] [--only {}]",
+                "unknown argument {other:?}; usage: bench [--runs N] [--only {}] [--baseline-binary PATH]",
                 SECTIONS.join(",")
             ),
         }
@@ -108,12 +126,17 @@ fn main() -> anyhow::Result<()> {
         .tempdir()?;
     let mut rows = Vec::new();
     for section in &args.only {
-        eprintln!("bench: {section} ({} runs each)…", args.runs);
+        match section.as_str() {
+            "calls" => eprintln!("bench: {section} (one rotation per size and binary)…"),
+            _ => eprintln!("bench: {section} ({} runs each)…", args.runs),
+        }
         let mut section_rows = match section.as_str() {
             "plan" => plan::run(args.runs, work.path())?,
             "hooks" => hooks::run(args.runs, work.path())?,
             "drain" => drain::run(args.runs, work.path())?,
-            "rotation" => rotation::run(args.runs, work.path())?,
+            "rotation" => rotation::run(args.runs, work.path(), args.baseline.as_deref())?,
+            // Counts, not timings: one rotation per size and binary.
+            "calls" => calls::run(work.path(), args.baseline.as_deref())?,
             _ => unreachable!("sections are checked when parsing"),
         };
         rows.append(&mut section_rows);
