@@ -2,30 +2,47 @@
 componentize-py against the same WIT as the Rust hooks (hooks-sdk/wit/policy.wit).
 
 Selection only: the instances the built-in rules chose are replaced oldest first (by creation
-time; those without one last), then by name. Every other point defers.
+time; those without one last), then by name. Up-to-date instances are never chosen (that would
+need `force`). Every other point defers. The hook takes no config: any JSON object is accepted.
 """
 
-from typing import List
+import json
 
+from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host, types
+
+# The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
+WIT_VERSION = "0.3.0"
 
 
 class Metadata(exports.Metadata):
     def describe(self) -> types.Info:
         return types.Info(
             name="oldest-first",
-            sdk_version="0.1.0",
-            wit_version="0.2.0",
+            # No SDK here: the SDK version of a Python hook is the contract's.
+            sdk_version=WIT_VERSION,
+            wit_version=WIT_VERSION,
             points=[types.HookPoint.SELECT],
         )
+
+    def validate_config(self, config: str) -> None:
+        try:
+            value = json.loads(config)
+        except ValueError as e:
+            raise Err(f"config is not JSON: {e}")
+        if not isinstance(value, dict):
+            raise Err("config must be an object")
 
 
 class Selection(exports.Selection):
     def select(
-        self, ctx: types.Context, group: types.Group, candidates: List[types.Instance]
+        self, ctx: types.Context, group: types.Group, candidates: types.Instances
     ) -> types.Selection:
-        chosen = [c for c in candidates if c.reason is not None]
+        # The candidates stay with the host: one read brings them all (the fields only; labels
+        # would be read one call each).
+        everyone = candidates.get(0, candidates.len())
+        chosen = [c for c in everyone if c.reason is not None and not c.up_to_date]
         if not chosen:
             return types.Selection_Defer()
         never = 2**62
@@ -36,6 +53,7 @@ class Selection(exports.Selection):
                 types.Choice(
                     name=c.name,
                     reason=f"{c.reason}; oldest first (created {c.created})",
+                    force=False,
                 )
                 for c in chosen
             ]
@@ -44,7 +62,7 @@ class Selection(exports.Selection):
 
 class Batching(exports.Batching):
     def next_batch(
-        self, ctx: types.Context, progress: types.Progress, pending: types.Pending
+        self, ctx: types.Context, progress: types.Progress, pending: types.Instances
     ) -> types.BatchSize:
         return types.BatchSize_Defer()
 

@@ -1,11 +1,51 @@
 //! Typed helpers for the small computations most policies need.
 
-use crate::{Context, Instance};
+use crate::{Batch, Context, Instance, Pause, Verdict};
 
 /// Parses the hook's `config` (JSON from the policy file) into `T`.
 pub fn config<T: serde::de::DeserializeOwned>(ctx: &Context) -> Result<T, String> {
-    serde_json::from_str(&ctx.config)
-        .map_err(|e| format!("invalid config for hook {}: {e}", ctx.hook_name))
+    parse_config(&ctx.config).map_err(|e| format!("invalid config for hook {}: {e}", ctx.hook_name))
+}
+
+/// Checks that `config` (the hook's config as JSON) parses into `T`: the body of a
+/// [`crate::Policy::validate_config`] for a policy whose config is a serde struct. Give the
+/// struct `#[serde(deny_unknown_fields)]` so that a misspelt key is an error:
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// #[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// struct Config {
+///     #[serde(default)]
+///     max_per_zone: u32,
+/// }
+///
+/// assert_eq!(rollout_ext_hooks::check_config::<Config>(r#"{"maxPerZone": 2}"#), Ok(()));
+/// assert_eq!(
+///     rollout_ext_hooks::check_config::<Config>(r#"{"maxPerZon": 2}"#),
+///     Err("unknown field `maxPerZon`, expected `maxPerZone`".to_string())
+/// );
+/// ```
+pub fn check_config<T: serde::de::DeserializeOwned>(config: &str) -> Result<(), String> {
+    parse_config::<T>(config).map(drop)
+}
+
+/// Parses `config` (the hook's config as JSON) into `T`, for a [`crate::Policy::validate_config`]
+/// that checks more than the shape. The error is serde's message without its JSON position,
+/// which means nothing to whoever wrote the policy file (the host names the policy file's line).
+pub fn parse_config<T: serde::de::DeserializeOwned>(config: &str) -> Result<T, String> {
+    serde_json::from_str(config).map_err(|e| without_position(&e.to_string()))
+}
+
+/// `message` without a trailing ` at line L column C`.
+fn without_position(message: &str) -> String {
+    if let Some((text, position)) = message.rsplit_once(" at line ") {
+        let numbers = position.split_once(" column ");
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if numbers.is_some_and(|(line, column)| digits(line) && digits(column)) {
+            return text.to_string();
+        }
+    }
+    message.to_string()
 }
 
 /// `percent` of `total`, rounded up or down, as the seed's budget math does (maxSurge rounds
@@ -20,27 +60,53 @@ pub fn percent_of(percent: u32, total: u32, round_up: bool) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
 
+/// The verdict of a gate whose condition does not hold yet: wait `retry_seconds` and check again,
+/// up to `max_checks` checks of the same batch in all, then abort. Bounds a hold that would
+/// otherwise wait forever on something that will not recover (a stuck pod, a budget that never
+/// allows a disruption), leaving the run resumable.
+///
+/// `batch.attempt` counts the waits answered so far, so this check is number
+/// `batch.attempt + 1`: it waits while that is below `max_checks` (the reason says
+/// `(check k of N)`), and the `max_checks`-th check aborts. A `max_checks` of 0 or 1 aborts at
+/// the first check.
+///
+/// ```
+/// use rollout_ext_hooks::{hold, testing, Pause, Verdict};
+///
+/// let mut batch = testing::batch(&["n1"]);
+/// assert_eq!(
+///     hold(&batch, 3, 30, "2 pods not Ready"),
+///     Verdict::Wait(Pause { seconds: 30, reason: "2 pods not Ready (check 1 of 3)".into() })
+/// );
+/// batch.attempt = 2;
+/// assert_eq!(
+///     hold(&batch, 3, 30, "2 pods not Ready"),
+///     Verdict::Abort("2 pods not Ready after 3 checks".into())
+/// );
+/// ```
+pub fn hold(
+    batch: &Batch,
+    max_checks: u32,
+    retry_seconds: u32,
+    reason: impl Into<String>,
+) -> Verdict {
+    let reason = reason.into();
+    let check = batch.attempt.saturating_add(1);
+    if check < max_checks {
+        Verdict::Wait(Pause {
+            seconds: retry_seconds,
+            reason: format!("{reason} (check {check} of {max_checks})"),
+        })
+    } else {
+        let checks = max_checks.max(1);
+        let plural = if checks == 1 { "" } else { "s" };
+        Verdict::Abort(format!("{reason} after {checks} check{plural}"))
+    }
+}
+
 /// The instance's zone, or `""` when it has none.
 pub fn zone(instance: &Instance) -> &str {
     instance.zone.as_deref().unwrap_or("")
-}
-
-/// The value of a label of the instance.
-pub fn label<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
-    instance
-        .labels
-        .iter()
-        .find(|kv| kv.key == key)
-        .map(|kv| kv.value.as_str())
-}
-
-/// The value of an annotation of the instance.
-pub fn annotation<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
-    instance
-        .annotations
-        .iter()
-        .find(|kv| kv.key == key)
-        .map(|kv| kv.value.as_str())
 }
 
 /// Parses a duration such as `90s`, `15m`, `1h30m` or `2d` into seconds. A bare number is
@@ -142,6 +208,70 @@ mod tests {
         assert_eq!(percent_of(25, 10, false), 2);
         assert_eq!(percent_of(100, 7, false), 7);
         assert_eq!(percent_of(0, 7, true), 0);
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Config {
+        #[serde(default)]
+        max_per_zone: u32,
+    }
+
+    #[test]
+    fn config_errors_name_the_problem_not_the_json_position() {
+        assert_eq!(check_config::<Config>("{}"), Ok(()));
+        assert_eq!(check_config::<Config>(r#"{"maxPerZone": 3}"#), Ok(()));
+        assert_eq!(
+            check_config::<Config>(r#"{"maxPerZon": 3}"#),
+            Err("unknown field `maxPerZon`, expected `maxPerZone`".into())
+        );
+        assert_eq!(
+            check_config::<Config>(r#"{"maxPerZone": "three"}"#),
+            Err("invalid type: string \"three\", expected u32".into())
+        );
+        let ctx = crate::testing::context(0, serde_json::json!({"maxPerZone": -1}));
+        let err = config::<Config>(&ctx).unwrap_err();
+        assert_eq!(
+            err,
+            "invalid config for hook test: invalid value: integer `-1`, expected u32"
+        );
+        assert_eq!(without_position("fine at line one"), "fine at line one");
+    }
+
+    #[test]
+    fn hold_waits_until_the_last_check_then_aborts() {
+        let at = |attempt: u32| Batch {
+            attempt,
+            ..crate::testing::batch(&["n1"])
+        };
+        let wait = |k: u32| {
+            Verdict::Wait(Pause {
+                seconds: 15,
+                reason: format!("budget exhausted (check {k} of 4)"),
+            })
+        };
+        let abort = Verdict::Abort("budget exhausted after 4 checks".into());
+        assert_eq!(hold(&at(0), 4, 15, "budget exhausted"), wait(1));
+        assert_eq!(hold(&at(2), 4, 15, "budget exhausted"), wait(3));
+        // attempt N-1 is the N-th check: the last one.
+        assert_eq!(hold(&at(3), 4, 15, "budget exhausted"), abort);
+        assert_eq!(hold(&at(4), 4, 15, "budget exhausted"), abort);
+        assert_eq!(hold(&at(u32::MAX), 4, 15, "budget exhausted"), abort);
+        // No retries allowed: the first check aborts.
+        for max in [0, 1] {
+            assert_eq!(
+                hold(&at(0), max, 15, "x"),
+                Verdict::Abort("x after 1 check".into())
+            );
+        }
+        assert_eq!(
+            hold(&at(0), 2, 15, String::from("x")),
+            Verdict::Wait(Pause {
+                seconds: 15,
+                reason: "x (check 1 of 2)".into()
+            })
+        );
     }
 
     #[test]

@@ -6,25 +6,77 @@
 //! defers to the built-in behaviour by default, so a hook implements only what it cares about:
 //!
 //! ```no_run
-//! use rollout_ext_hooks::{export_policy, HookPoint, Policy, BatchSize, Context, Progress};
+//! use rollout_ext_hooks::{
+//!     export_policy, BatchSize, Choice, Context, Group, HookPoint, Instances, Policy, Progress,
+//!     Selection,
+//! };
 //!
-//! struct OneAtATime;
-//! impl Policy for OneAtATime {
-//!     const NAME: &'static str = "one-at-a-time";
-//!     const POINTS: &'static [HookPoint] = &[HookPoint::Batch];
+//! #[derive(serde::Deserialize)]
+//! #[serde(rename_all = "camelCase", deny_unknown_fields)]
+//! struct Config {
+//!     #[serde(default)]
+//!     pool: Option<String>,
+//! }
+//!
+//! struct PoolFirst;
+//! impl Policy for PoolFirst {
+//!     const NAME: &'static str = "pool-first";
+//!     const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch];
+//!
+//!     fn validate_config(config: &str) -> Result<(), String> {
+//!         rollout_ext_hooks::check_config::<Config>(config)
+//!     }
+//!
+//!     /// The instances the built-in rules chose, those of the configured pool first.
+//!     fn select(ctx: &Context, _: &Group, candidates: &Instances) -> Result<Selection, String> {
+//!         let cfg: Config = rollout_ext_hooks::config(ctx)?;
+//!         let (mut first, mut then) = (Vec::new(), Vec::new());
+//!         for c in candidates.iter().filter(|c| c.reason.is_some()) {
+//!             // One host call, for the one label looked at.
+//!             let in_pool = cfg.pool.is_some() && c.label("pool") == cfg.pool;
+//!             let reason = c.reason.clone().unwrap_or_default();
+//!             let list = if in_pool { &mut first } else { &mut then };
+//!             list.push(Choice::new(&c.name, reason));
+//!         }
+//!         first.append(&mut then);
+//!         Ok(Selection::Choose(first))
+//!     }
+//!
 //!     fn next_batch(_: &Context, _: &Progress) -> Result<BatchSize, String> {
-//!         Ok(BatchSize::Size(1))
+//!         Ok(BatchSize::size(1, "one at a time"))
 //!     }
 //! }
-//! export_policy!(OneAtATime);
+//! export_policy!(PoolFirst);
 //! ```
 //!
 //! Build with `cargo build --release --target wasm32-wasip2`; the `.wasm` file is the component.
 //! The same code compiles natively, so a policy is unit-tested with plain `cargo test` and the
 //! builders in [`testing`].
+//!
+//! A gate that reads the cluster lists typed objects ([`host::pods`],
+//! [`host::pod_disruption_budgets`], [`host::config_maps`], [`host::nodes`], or any kind with
+//! [`host::list`]) among those the policy file's `contextResources` allow; in unit tests a
+//! [`testing::FakeCluster`] serves them. [`hold`] bounds how long a gate waits before it aborts.
+//!
+//! Candidates and pending instances stay with the host: [`Instances`] reads them a chunk at a
+//! time, and a [`Candidate`]'s labels, annotations and taints only when asked, one host call
+//! each. The fields of [`Instance`] (zone, readiness, creation time, …) cost nothing more.
+
+// A hook is a WASI 0.2 component. Any other WebAssembly target builds a core module that the
+// plugin only refuses when it loads it; say so at build time instead.
+#[cfg(all(
+    any(target_arch = "wasm32", target_arch = "wasm64"),
+    not(all(target_os = "wasi", target_env = "p2"))
+))]
+compile_error!(
+    "rollout-ext hooks are WASI 0.2 components: build hooks with --target wasm32-wasip2 \
+     (wasm32-unknown-unknown and wasm32-wasip1 build modules the plugin cannot load)"
+);
 
 pub mod helpers;
 pub mod host;
+mod instances;
+pub mod objects;
 mod progress;
 pub mod testing;
 
@@ -33,6 +85,8 @@ pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
         world: "policy",
+        // Used only by a bare `__export_policy_world!(T)`; `export_policy!` passes
+        // `$crate::bindings` instead, so a renamed dependency works too.
         default_bindings_module: "rollout_ext_hooks::bindings",
         pub_export_macro: true,
         export_macro_name: "__export_policy_world",
@@ -42,20 +96,62 @@ pub mod bindings {
 
 pub use bindings::rollout_ext::policy::types::{
     Batch, BatchSize, Budget, Choice, Context, Group, HookPoint, Info, Instance, InstanceKind,
-    KeyValue, Pause, Phase, Role, Selection, Taint, ValidationSummary, Verdict,
+    KeyValue, Pause, Phase, Role, Selection, SizedBatch, Taint, ValidationSummary, Verdict,
 };
 pub use helpers::*;
-pub use progress::{Pending, Progress};
+pub use instances::{Candidate, Instances, LocalInstance};
+pub use objects::{ConfigMap, Node, ObjectMeta, Pod, PodDisruptionBudget};
+pub use progress::Progress;
 
 use bindings::exports::rollout_ext::policy::{batching, gates, metadata, selection};
+use bindings::rollout_ext::policy::types;
 
 /// Version of the WIT package (`rollout-ext:policy`) this SDK implements, read from
 /// `wit/policy.wit` at build time. The host refuses a module built against a version it does not
 /// speak, before calling it.
 pub const WIT_VERSION: &str = env!("ROLLOUT_EXT_WIT_VERSION");
 
-/// Version of this SDK, stamped into every module built with it.
+/// Version of this SDK, stamped into every module built with it. Always the contract's version
+/// ([`WIT_VERSION`]).
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+impl Choice {
+    /// Update `name` (one of the candidates) for `reason`. Choosing an up-to-date candidate this
+    /// way is an invalid answer: see [`Choice::forced`].
+    pub fn new(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Choice {
+            name: name.into(),
+            reason: reason.into(),
+            force: false,
+        }
+    }
+
+    /// Update `name` even if it is up to date.
+    pub fn forced(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        Choice {
+            force: true,
+            ..Choice::new(name, reason)
+        }
+    }
+}
+
+impl BatchSize {
+    /// A batch of `count` of the pending instances (1 ..= `progress.max_batch`), for `reason`.
+    pub fn size(count: u32, reason: impl Into<String>) -> Self {
+        BatchSize::Size(SizedBatch {
+            count,
+            reason: reason.into(),
+        })
+    }
+
+    /// The size of a [`BatchSize::Size`] answer; none for a deferral or a pause.
+    pub fn count(&self) -> Option<u32> {
+        match self {
+            BatchSize::Size(sized) => Some(sized.count),
+            BatchSize::Defer | BatchSize::Pause(_) => None,
+        }
+    }
+}
 
 /// A site policy. Implement the points you need; the others defer to the built-in behaviour.
 pub trait Policy {
@@ -64,19 +160,29 @@ pub trait Policy {
     /// The points this module implements. A policy file may only enable these.
     const POINTS: &'static [HookPoint];
 
-    /// Which candidates of `group` to update, in which order. Candidates carry the built-in
-    /// `reason` (none when up to date); the answer may only name candidates, each at most once.
+    /// Checks the hook's `config` (JSON from the policy file) when the policy is loaded, before
+    /// any point is asked: an error stops the run before anything is done. Accepts anything by
+    /// default; a policy with a serde config struct answers
+    /// [`check_config::<Config>(config)`](check_config).
+    fn validate_config(_config: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Which candidates of `group` to update, in which order. `candidates` are the group's
+    /// instances, the current choice first (in its order, each with its `reason`), then the
+    /// others (no reason). The answer may only name candidates, each at most once, and an
+    /// up-to-date candidate only with [`Choice::forced`].
     fn select(
         _ctx: &Context,
         _group: &Group,
-        _candidates: &[Instance],
+        _candidates: &Instances,
     ) -> Result<Selection, String> {
         Ok(Selection::Defer)
     }
 
-    /// How many of the pending instances the next batch holds (1 ..= `progress.max_batch`), or a
-    /// pause. Read only the pending instances the decision needs: each read costs a call into
-    /// the host.
+    /// How many of the pending instances the next batch holds (1 ..= `progress.max_batch`), and
+    /// why ([`BatchSize::size`]), or a pause. Read only the pending instances the decision
+    /// needs: each read costs a call into the host.
     fn next_batch(_ctx: &Context, _progress: &Progress) -> Result<BatchSize, String> {
         Ok(BatchSize::Defer)
     }
@@ -105,19 +211,27 @@ impl<P: Policy> metadata::Guest for Exported<P> {
             points: P::POINTS.to_vec(),
         }
     }
+
+    fn validate_config(config: String) -> Result<(), String> {
+        P::validate_config(&config)
+    }
 }
 
 impl<P: Policy> selection::Guest for Exported<P> {
-    fn select(ctx: Context, group: Group, candidates: Vec<Instance>) -> Result<Selection, String> {
-        P::select(&ctx, &group, &candidates)
+    fn select(
+        ctx: Context,
+        group: Group,
+        candidates: &types::Instances,
+    ) -> Result<Selection, String> {
+        P::select(&ctx, &group, &Instances::host(candidates))
     }
 }
 
 impl<P: Policy> batching::Guest for Exported<P> {
     fn next_batch(
         ctx: Context,
-        progress: bindings::rollout_ext::policy::types::Progress,
-        pending: &bindings::rollout_ext::policy::types::Pending,
+        progress: types::Progress,
+        pending: &types::Instances,
     ) -> Result<BatchSize, String> {
         P::next_batch(&ctx, &Progress::from_host(progress, pending))
     }
@@ -134,7 +248,8 @@ impl<P: Policy> gates::Guest for Exported<P> {
     }
 }
 
-/// Makes a [`Policy`] the module's exports: `export_policy!(MyPolicy);` once per crate.
+/// Makes a [`Policy`] the module's exports: `export_policy!(MyPolicy);` once per crate. Paths go
+/// through `$crate`, so the SDK may be renamed in `Cargo.toml`.
 ///
 /// Only WebAssembly builds export anything: a native build (the policy's unit tests) has no host
 /// to export to, and component export names are not valid native symbols.
@@ -144,6 +259,50 @@ macro_rules! export_policy {
         #[cfg(target_arch = "wasm32")]
         type __RolloutExtExported = $crate::Exported<$policy>;
         #[cfg(target_arch = "wasm32")]
-        $crate::bindings::__export_policy_world!(__RolloutExtExported);
+        $crate::bindings::__export_policy_world!(
+            __RolloutExtExported with_types_in $crate::bindings
+        );
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sdk_is_versioned_with_its_contract() {
+        assert_eq!(SDK_VERSION, WIT_VERSION);
+    }
+
+    #[test]
+    fn constructors_fill_every_field() {
+        assert_eq!(
+            Choice::new("n1", "why"),
+            Choice {
+                name: "n1".into(),
+                reason: "why".into(),
+                force: false
+            }
+        );
+        assert!(Choice::forced("n1", "why").force);
+        assert_eq!(
+            BatchSize::size(3, "because"),
+            BatchSize::Size(SizedBatch {
+                count: 3,
+                reason: "because".into()
+            })
+        );
+        assert_eq!(BatchSize::size(3, "because").count(), Some(3));
+        assert_eq!(BatchSize::Defer.count(), None);
+    }
+
+    #[test]
+    fn config_is_accepted_by_default() {
+        struct Anything;
+        impl Policy for Anything {
+            const NAME: &'static str = "anything";
+            const POINTS: &'static [HookPoint] = &[];
+        }
+        assert_eq!(Anything::validate_config("{\"whatever\": 1}"), Ok(()));
+    }
 }

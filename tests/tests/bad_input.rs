@@ -139,7 +139,7 @@ fn bad_policies(files: &Files) -> Vec<(String, Vec<&'static str>)> {
                 "missing-module.yaml",
                 "  hooks:\n  - {name: gone, module: gone.wasm, points: [gate]}\n",
             ),
-            vec!["missing-module.yaml:5:0: hook gone: cannot read module", "gone.wasm"],
+            vec!["missing-module.yaml:5: hook gone: cannot read module", "gone.wasm"],
         ),
         (
             files.policy(

@@ -193,7 +193,7 @@ fn the_hook_contract_version_is_the_wit_package_version() {
 
     let app = read("examples-hooks/oldest-first-py/app.py");
     assert!(
-        app.contains(&format!("wit_version=\"{WIT_VERSION}\"")),
+        app.contains(&format!("WIT_VERSION = \"{WIT_VERSION}\"")),
         "the Python example states another contract version"
     );
     for doc in ["docs/hooks.md", "SECURITY.md"] {

@@ -33,8 +33,9 @@ fn spec(module: PathBuf, points: &[HookPoint], config: serde_json::Value) -> Hoo
         name: "hostile".into(),
         module,
         sha256: None,
-        points: points.to_vec(),
+        points: Some(points.to_vec()),
         config: config.to_string(),
+        config_line: 9,
         timeout: Duration::from_millis(300),
         memory: 32 << 20,
         failure_policy: FailurePolicy::Fail,
@@ -114,6 +115,18 @@ fn pending_instances_are_read_within_bounds() {
     assert_eq!(
         fault,
         HookFault::Refused("len 1, past the end 0, all 1".into())
+    );
+}
+
+#[test]
+fn labels_annotations_and_taints_are_read_on_demand() {
+    // Selection sees every candidate; the first one's labels come through the resource.
+    let (fault, _) = fault_of(HookPoint::Select, "select", "read-labels");
+    assert_eq!(
+        fault,
+        HookFault::Refused(
+            "len 3; first n1: zone-label Some(\"a\"), labels [topology.kubernetes.io/zone=a], annotations [rollout-ext.io/needs-update=], taints []".into()
+        )
     );
 }
 

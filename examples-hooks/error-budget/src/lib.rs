@@ -5,7 +5,8 @@
 //! Config: `{"maxPodsNotReady": 0, "maxFailedChecks": 10, "retrySeconds": 30}`.
 
 use rollout_ext_hooks::{
-    Batch, Context, HookPoint, Pause, Phase, Policy, ValidationSummary, Verdict, config,
+    Batch, Context, HookPoint, Pause, Phase, Policy, ValidationSummary, Verdict, check_config,
+    config,
 };
 use serde::Deserialize;
 
@@ -32,6 +33,10 @@ pub struct ErrorBudget;
 impl Policy for ErrorBudget {
     const NAME: &'static str = "error-budget";
     const POINTS: &'static [HookPoint] = &[HookPoint::Gate];
+
+    fn validate_config(config: &str) -> Result<(), String> {
+        check_config::<Config>(config)
+    }
 
     fn check(
         ctx: &Context,
@@ -119,6 +124,27 @@ mod tests {
             other => panic!("expected wait, got {other:?}"),
         }
         assert!(matches!(check(&s, 2), Verdict::Abort(r) if r.contains("3 times")));
+    }
+
+    #[test]
+    fn validates_its_config() {
+        assert_eq!(ErrorBudget::validate_config("{}"), Ok(()));
+        assert_eq!(
+            ErrorBudget::validate_config(r#"{"maxPodsNotReady": 2, "retrySeconds": 10}"#),
+            Ok(())
+        );
+        assert_eq!(
+            ErrorBudget::validate_config(r#"{"maxPodNotReady": 2}"#),
+            Err(
+                "unknown field `maxPodNotReady`, expected one of `maxPodsNotReady`, \
+                 `maxFailedChecks`, `retrySeconds`"
+                    .into()
+            )
+        );
+        assert_eq!(
+            ErrorBudget::validate_config(r#"{"retrySeconds": "30s"}"#),
+            Err("invalid type: string \"30s\", expected u32".into())
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use rollout_ext_hooks::{
     BatchSize, Context, HookPoint, Pause, Policy, Progress, WeekTime, config, parse_clock,
-    parse_weekday,
+    parse_config, parse_weekday,
 };
 use serde::Deserialize;
 
@@ -74,6 +74,16 @@ fn openings(cfg: &Config) -> Result<Vec<Opening>, String> {
     Ok(out)
 }
 
+impl Config {
+    /// The openings of a valid config; an error names what is wrong.
+    fn check(&self) -> Result<Vec<Opening>, String> {
+        if self.initial_batch == 0 || self.max_batch == 0 {
+            return Err("initialBatch and maxBatch must be at least 1".into());
+        }
+        openings(self)
+    }
+}
+
 /// `UTC`, `UTC+02:00`, `UTC-05:30`.
 fn utc_offset(minutes: i32) -> String {
     if minutes == 0 {
@@ -90,28 +100,35 @@ impl Policy for MaintenanceWindow {
     const NAME: &'static str = "maintenance-window";
     const POINTS: &'static [HookPoint] = &[HookPoint::Batch];
 
+    fn validate_config(config: &str) -> Result<(), String> {
+        parse_config::<Config>(config)?.check().map(drop)
+    }
+
     fn next_batch(ctx: &Context, progress: &Progress) -> Result<BatchSize, String> {
         let cfg: Config = config(ctx)?;
-        if cfg.initial_batch == 0 || cfg.max_batch == 0 {
-            return Err("initialBatch and maxBatch must be at least 1".into());
-        }
+        let openings = cfg.check()?;
         let now = WeekTime::at(ctx.now, cfg.utc_offset_minutes);
         let minute = i64::from(now.minute_of_week());
         let second = ctx.now.rem_euclid(60);
-        let openings = openings(&cfg)?;
 
         if openings
             .iter()
             .any(|o| (minute - o.start).rem_euclid(WEEK_MINUTES) < o.length)
         {
             let growth = 1u32.checked_shl(progress.batches_done).unwrap_or(u32::MAX);
-            let size = cfg
-                .initial_batch
-                .saturating_mul(growth)
-                .min(cfg.max_batch)
-                .min(progress.max_batch)
-                .max(1);
-            return Ok(BatchSize::Size(size));
+            let wanted = cfg.initial_batch.saturating_mul(growth).min(cfg.max_batch);
+            let size = wanted.min(progress.max_batch).max(1);
+            let mut reason = format!(
+                "window open: slow start {}, then doubling up to {}",
+                cfg.initial_batch, cfg.max_batch
+            );
+            if size < wanted {
+                reason.push_str(&format!(
+                    "; {wanted} due, the budget allows {}",
+                    progress.max_batch
+                ));
+            }
+            return Ok(BatchSize::size(size, reason));
         }
 
         let next = openings
@@ -164,7 +181,10 @@ mod tests {
                 MaintenanceWindow::next_batch(&context(SATURDAY_23H, cfg()), &p).unwrap()
             })
             .collect();
-        let expected: Vec<_> = [1, 2, 4, 4, 4].into_iter().map(BatchSize::Size).collect();
+        let expected: Vec<_> = [1, 2, 4, 4, 4]
+            .into_iter()
+            .map(|n| BatchSize::size(n, "window open: slow start 1, then doubling up to 4"))
+            .collect();
         assert_eq!(sizes, expected);
     }
 
@@ -174,7 +194,13 @@ mod tests {
         p.max_batch = 3;
         p.batches_done = 3;
         let size = MaintenanceWindow::next_batch(&context(SATURDAY_23H, cfg()), &p).unwrap();
-        assert_eq!(size, BatchSize::Size(3));
+        assert_eq!(
+            size,
+            BatchSize::size(
+                3,
+                "window open: slow start 1, then doubling up to 4; 4 due, the budget allows 3"
+            )
+        );
     }
 
     #[test]
@@ -182,7 +208,7 @@ mod tests {
         // Sunday 05:00 is inside Saturday's 22:00-06:00 window.
         let sunday_5h = SATURDAY_23H + 6 * 3600;
         let size = MaintenanceWindow::next_batch(&context(sunday_5h, cfg()), &pending(3)).unwrap();
-        assert_eq!(size, BatchSize::Size(1));
+        assert_eq!(size.count(), Some(1));
     }
 
     #[test]
@@ -208,5 +234,43 @@ mod tests {
     fn rejects_config_without_windows() {
         let ctx = context(WEDNESDAY_NOON, json!({"windows": []}));
         assert!(MaintenanceWindow::next_batch(&ctx, &pending(1)).is_err());
+    }
+
+    #[test]
+    fn validates_its_config() {
+        assert_eq!(
+            MaintenanceWindow::validate_config(&cfg().to_string()),
+            Ok(())
+        );
+        let invalid = [
+            (
+                json!({"windows": []}),
+                "config has no window: nothing could ever be updated",
+            ),
+            (
+                json!({"windows": [{"days": ["sat"], "start": "22:00", "end": "06:00"}], "maxBatch": 0}),
+                "initialBatch and maxBatch must be at least 1",
+            ),
+            (
+                json!({"windows": [{"days": ["someday"], "start": "22:00", "end": "06:00"}]}),
+                "invalid weekday \"someday\"",
+            ),
+            (
+                json!({"windows": [{"days": ["sat"], "start": "25:00", "end": "06:00"}]}),
+                "invalid time \"25:00\"",
+            ),
+            (
+                json!({"windows": [{"days": ["sat"], "from": "22:00", "end": "06:00"}]}),
+                "unknown field `from`, expected one of `days`, `start`, `end`",
+            ),
+            (json!({}), "missing field `windows`"),
+        ];
+        for (config, error) in invalid {
+            assert_eq!(
+                MaintenanceWindow::validate_config(&config.to_string()),
+                Err(error.to_string()),
+                "{config}"
+            );
+        }
     }
 }

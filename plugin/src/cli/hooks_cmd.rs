@@ -81,7 +81,7 @@ fn runtime() -> Result<&'static HookRuntime, Failure> {
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))
 }
 
-fn spec(module: &Path, points: Vec<HookPoint>, config: String) -> HookSpec {
+fn spec(module: &Path, points: Option<Vec<HookPoint>>, config: String) -> HookSpec {
     let name = module
         .file_stem()
         .map(|s| s.to_string_lossy().to_ascii_lowercase().replace('_', "-"))
@@ -92,15 +92,12 @@ fn spec(module: &Path, points: Vec<HookPoint>, config: String) -> HookSpec {
         sha256: None,
         points,
         config,
+        config_line: 0,
         timeout: DEFAULT_HOOK_TIMEOUT,
         memory: DEFAULT_HOOK_MEMORY,
         failure_policy: FailurePolicy::Fail,
         line: 0,
     }
-}
-
-fn no_objects() -> Arc<dyn ObjectSource> {
-    Arc::new(SnapshotObjects::new(b"{\"items\":[]}".to_vec()))
 }
 
 #[derive(serde::Serialize)]
@@ -113,21 +110,12 @@ struct Inspection {
 }
 
 fn inspect(module: &Path, format: OutputFormat) -> Result<(), Failure> {
-    let runtime = runtime()?;
-    let hook = runtime
-        .load(
-            &spec(module, vec![], "{}".into()),
-            no_objects(),
-            Arc::new(vec![]),
-        )
+    let (info, sha256) = runtime()?
+        .describe(module)
         .map_err(|e| Failure::usage(e.to_string()))?;
-    let info = hook
-        .info()
-        .cloned()
-        .expect("a loaded hook has described itself");
     let inspection = Inspection {
         module: module.display().to_string(),
-        sha256: hook.digest().to_string(),
+        sha256,
         info,
     };
     match format {
@@ -188,19 +176,8 @@ fn test(
 
     let runtime = runtime()?;
     let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
-    // Describe the module first to learn its points when none are given.
-    let probe = runtime
-        .load(
-            &spec(module, vec![], "{}".into()),
-            no_objects(),
-            Arc::new(vec![]),
-        )
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let points: Vec<HookPoint> = if points.is_empty() {
-        probe.info().map(|i| i.points.clone()).unwrap_or_default()
-    } else {
-        points.iter().map(|p| HookPoint::from(*p)).collect()
-    };
+    // No --point: every point the module implements.
+    let points = (!points.is_empty()).then(|| points.iter().map(|p| HookPoint::from(*p)).collect());
     let hook = runtime
         .load(
             &spec(module, points, config_value.to_string()),

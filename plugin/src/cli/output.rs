@@ -104,7 +104,7 @@ fn render_table(plan: &Plan, wide: bool) -> String {
                     format!("  {}", i + 1),
                     batch_kind(b),
                     b.instances.join(", "),
-                    format!("[{}]", batch_credit(g, b)),
+                    format!("[{}]", batch_credit(g, b, wide)),
                 ]
             })
             .collect();
@@ -120,7 +120,12 @@ fn render_table(plan: &Plan, wide: bool) -> String {
             }
             let _ = writeln!(out, "{line}");
             if let Some(gate) = &b.gate {
-                let _ = writeln!(out, "     gate: {}", gate_text(gate));
+                let _ = writeln!(
+                    out,
+                    "     gate {}: {}",
+                    gate.phase.as_str(),
+                    gate_text(gate)
+                );
             }
         }
         if let Some(reason) = &g.aborted {
@@ -203,8 +208,9 @@ fn batch_kind(b: &BatchPlan) -> String {
     }
 }
 
-/// Who sized the batch, and who ordered its instances when a hook did.
-fn batch_credit(g: &GroupPlan, b: &BatchPlan) -> String {
+/// Who sized the batch and why (the built-in's reason in wide output only), and who ordered its
+/// instances when a hook did.
+fn batch_credit(g: &GroupPlan, b: &BatchPlan, wide: bool) -> String {
     let mut order: Vec<&DecidedBy> = b
         .instances
         .iter()
@@ -214,6 +220,9 @@ fn batch_credit(g: &GroupPlan, b: &BatchPlan) -> String {
         .collect();
     order.dedup();
     let mut credit = format!("size: {}", b.decided_by);
+    if (wide || b.decided_by != DecidedBy::BuiltIn) && !b.size_reason.is_empty() {
+        let _ = write!(credit, " ({})", b.size_reason);
+    }
     if !order.is_empty() {
         let names: Vec<String> = order.iter().map(ToString::to_string).collect();
         let _ = write!(credit, ", order: {}", names.join(", "));

@@ -1,8 +1,8 @@
 //! Planner types → WIT types (and back for the few enums hooks return).
 //!
-//! Arguments of a hook call are WIT types that borrow from the planner's data (`*Param`), so a
-//! call copies each string once, into the guest. Only what a hook reads through the `pending`
-//! resource is built as owned values (`*Result`), since the host returns it.
+//! Arguments of a hook call are WIT types that borrow from the planner's data, so a call copies
+//! each string once, into the guest. What a hook reads through the `instances` resource is
+//! built as owned values (`*Result`), since the host returns it.
 
 use super::wit;
 use crate::labels::Labels;
@@ -11,6 +11,7 @@ use crate::plan::hook::{
     BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress,
 };
 use crate::policy::HookPoint;
+use crate::snapshot::Taint;
 
 fn role(r: Role) -> wit::Role {
     match r {
@@ -35,109 +36,42 @@ pub fn point_from_wit(p: wit::HookPoint) -> HookPoint {
     }
 }
 
-/// The lists inside the candidates of one call, laid end to end, so that borrowing candidates
-/// costs three allocations per call rather than three per candidate.
-#[derive(Default)]
-pub struct Lists<'a> {
-    labels: Vec<wit::KeyValueParam<'a>>,
-    annotations: Vec<wit::KeyValueParam<'a>>,
-    taints: Vec<wit::TaintParam<'a>>,
+/// Labels or annotations as the owned pairs the `instances` resource returns.
+pub fn pairs(map: &Labels) -> Vec<wit::KeyValue> {
+    map.iter()
+        .map(|(k, v)| wit::KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
 }
 
-impl<'a> Lists<'a> {
-    pub fn of(candidates: &'a [Candidate]) -> Lists<'a> {
-        let pairs = |map: &'a Labels| {
-            map.iter()
-                .map(|(key, value)| wit::KeyValueParam { key, value })
-        };
-        Lists {
-            labels: candidates.iter().flat_map(|c| pairs(&c.labels)).collect(),
-            annotations: candidates
-                .iter()
-                .flat_map(|c| pairs(&c.annotations))
-                .collect(),
-            taints: candidates
-                .iter()
-                .flat_map(|c| &c.taints)
-                .map(|t| wit::TaintParam {
-                    key: &t.key,
-                    value: &t.value,
-                    effect: &t.effect,
-                })
-                .collect(),
-        }
-    }
-
-    /// `candidates` (the ones given to [`Lists::of`]) as call arguments.
-    pub fn instances(&'a self, candidates: &'a [Candidate]) -> Vec<wit::InstanceParam<'a>> {
-        let (mut labels, mut annotations, mut taints) = (
-            self.labels.as_slice(),
-            self.annotations.as_slice(),
-            self.taints.as_slice(),
-        );
-        candidates
-            .iter()
-            .map(|c| wit::InstanceParam {
-                kind: kind(c.kind),
-                name: &c.name,
-                group: &c.group,
-                role: role(c.role),
-                zone: c.zone.as_deref(),
-                labels: take(&mut labels, c.labels.len()),
-                annotations: take(&mut annotations, c.annotations.len()),
-                taints: take(&mut taints, c.taints.len()),
-                ready: c.ready,
-                unschedulable: c.unschedulable,
-                created: c.created,
-                kubelet_version: c.kubelet_version.as_deref(),
-                pods: c.pods,
-                pods_not_ready: c.pods_not_ready,
-                reason: c.reason.as_deref(),
-            })
-            .collect()
-    }
+pub fn taints(list: &[Taint]) -> Vec<wit::Taint> {
+    list.iter()
+        .map(|t| wit::Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+        })
+        .collect()
 }
 
-/// The first `n` items of `rest`, which moves past them.
-fn take<'s, T>(rest: &mut &'s [T], n: usize) -> &'s [T] {
-    let (head, tail) = rest.split_at(n);
-    *rest = tail;
-    head
-}
-
-/// A candidate as the owned value a `pending.get` returns.
-pub fn instance(c: &Candidate) -> wit::InstanceResult {
-    let pairs = |map: &Labels| {
-        map.iter()
-            .map(|(k, v)| wit::KeyValueResult {
-                key: k.clone(),
-                value: v.clone(),
-            })
-            .collect()
-    };
-    wit::InstanceResult {
+/// A candidate as the owned value `instances.get` returns: its scalar fields only, since labels,
+/// annotations and taints are read one instance at a time when a hook asks.
+pub fn instance(c: &Candidate) -> wit::Instance {
+    wit::Instance {
         kind: kind(c.kind),
         name: c.name.clone(),
         group: c.group.clone(),
         role: role(c.role),
         zone: c.zone.clone(),
-        labels: pairs(&c.labels),
-        annotations: pairs(&c.annotations),
-        taints: c
-            .taints
-            .iter()
-            .map(|t| wit::TaintResult {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: t.effect.clone(),
-            })
-            .collect(),
         ready: c.ready,
         unschedulable: c.unschedulable,
         created: c.created,
         kubelet_version: c.kubelet_version.clone(),
         pods: c.pods,
         pods_not_ready: c.pods_not_ready,
+        up_to_date: c.up_to_date,
         reason: c.reason.clone(),
     }
 }

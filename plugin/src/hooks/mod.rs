@@ -26,8 +26,8 @@ use wasmtime_wasi::{
 };
 
 use crate::plan::hook::{
-    BatchAnswer, BatchInfo, CallContext, Candidate, GateAnswer, GroupInfo, HealthSummary, Hook,
-    HookFault, Pending, Phase, Progress, SelectAnswer,
+    BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
+    Instances, Phase, Progress, SelectAnswer,
 };
 use crate::policy::{ContextResource, FailurePolicy, HookPoint, HookSpec};
 use crate::report;
@@ -38,12 +38,19 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../hooks-sdk/wit",
         world: "policy",
-        // The host keeps a batch's candidates as the planner made them; a hook reads them
-        // through the resource.
+        // The host keeps the candidates as the planner made them; a hook reads what it needs
+        // of them through the resource.
         with: {
-            "rollout-ext:policy/types.pending": crate::plan::hook::Pending,
+            "rollout-ext:policy/types.instances": crate::plan::hook::Instances,
         },
-        imports: { "rollout-ext:policy/types.[method]pending.get": trappable },
+        imports: {
+            "rollout-ext:policy/types.[method]instances.get": trappable,
+            "rollout-ext:policy/types.[method]instances.label": trappable,
+            "rollout-ext:policy/types.[method]instances.annotation": trappable,
+            "rollout-ext:policy/types.[method]instances.labels": trappable,
+            "rollout-ext:policy/types.[method]instances.annotations": trappable,
+            "rollout-ext:policy/types.[method]instances.taints": trappable,
+        },
         // Arguments are lowered straight from borrowed data: the candidates' strings are not
         // copied before they are copied into the guest.
         ownership: Borrowing { duplicate_if_necessary: true },
@@ -93,7 +100,8 @@ pub enum LoadError {
     #[error("cannot compile {path}: {message}")]
     Compile { path: PathBuf, message: String },
     #[error(
-        "{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION}: rebuild it with a matching rollout-ext-hooks SDK"
+        "{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION} (and every {}.x): rebuild it with a matching rollout-ext-hooks SDK",
+        compatible_series()
     )]
     WrongVersion { path: PathBuf, found: String },
     #[error(
@@ -108,6 +116,41 @@ pub enum LoadError {
         module: String,
         implemented: String,
     },
+    #[error("module {module} rejects its config: {message}")]
+    ConfigRejected { module: String, message: String },
+    #[error("module {module} could not check its config: {fault}")]
+    ConfigUnchecked { module: String, fault: HookFault },
+}
+
+impl LoadError {
+    /// Whether the error is about the hook's `config`, so that it points at that line.
+    fn is_about_config(&self) -> bool {
+        matches!(
+            self,
+            LoadError::ConfigRejected { .. } | LoadError::ConfigUnchecked { .. }
+        )
+    }
+}
+
+/// The contract versions this host accepts: the same minor version (a 0.x series; the same
+/// major version from 1.0 on), any patch.
+fn compatible_series() -> &'static str {
+    let mut parts = WIT_VERSION.splitn(3, '.');
+    let (major, minor) = (parts.next().unwrap_or("0"), parts.next().unwrap_or("0"));
+    let end = if major == "0" {
+        major.len() + 1 + minor.len()
+    } else {
+        major.len()
+    };
+    &WIT_VERSION[..end]
+}
+
+/// Whether a module built against contract `version` can be called by this host.
+pub fn compatible(version: &str) -> bool {
+    let series = compatible_series();
+    version
+        .strip_prefix(series)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Engine, linker and epoch ticker, shared by every hook of the process.
@@ -241,8 +284,81 @@ impl HookRuntime {
         Some(dir.join(format!("{digest}-{:016x}.cwasm", h.finish())))
     }
 
-    /// Loads the hook a policy entry describes: checks bytes, WIT version and declared points.
+    /// Loads the hook a policy entry describes: checks bytes, contract version and points, and
+    /// has the module check its config.
     pub fn load(
+        &self,
+        spec: &HookSpec,
+        objects: Arc<dyn ObjectSource>,
+        allowed: Arc<Vec<ContextResource>>,
+    ) -> Result<WasmHook, LoadError> {
+        let mut hook = self.open(spec, objects, allowed)?;
+        let info = hook
+            .info
+            .take()
+            .expect("an opened hook has described itself");
+        let enabled = spec.points.clone().unwrap_or_else(|| info.points.clone());
+        if let Some(point) = enabled.iter().find(|p| !info.points.contains(p)) {
+            return Err(LoadError::PointNotImplemented {
+                point: *point,
+                module: info.name.clone(),
+                implemented: join(&info.points),
+            });
+        }
+        hook.left_out = info
+            .points
+            .iter()
+            .filter(|p| !enabled.contains(p))
+            .copied()
+            .collect();
+        hook.points = enabled;
+        match hook.validate_config() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                return Err(LoadError::ConfigRejected {
+                    module: info.name,
+                    message: truncate(&message, 500),
+                });
+            }
+            Err(fault) => {
+                return Err(LoadError::ConfigUnchecked {
+                    module: info.name,
+                    fault,
+                });
+            }
+        }
+        hook.info = Some(info);
+        Ok(hook)
+    }
+
+    /// What a module says about itself and its sha256, without a policy: its config is not
+    /// checked and no point is enabled.
+    pub fn describe(&self, module: &Path) -> Result<(ModuleInfo, String), LoadError> {
+        let spec = HookSpec {
+            name: "inspect".into(),
+            module: module.to_path_buf(),
+            sha256: None,
+            points: None,
+            config: "{}".into(),
+            config_line: 0,
+            timeout: LOAD_TIMEOUT,
+            memory: crate::policy::DEFAULT_HOOK_MEMORY,
+            failure_policy: FailurePolicy::Fail,
+            line: 0,
+        };
+        let empty: Arc<dyn ObjectSource> =
+            Arc::new(SnapshotObjects::new(b"{\"items\":[]}".to_vec()));
+        let mut hook = self.open(&spec, empty, Arc::new(Vec::new()))?;
+        let info = hook
+            .info
+            .take()
+            .expect("an opened hook has described itself");
+        Ok((info, hook.digest))
+    }
+
+    /// Compiles and pre-instantiates a module and has it describe itself; refuses another
+    /// contract version.
+    fn open(
         &self,
         spec: &HookSpec,
         objects: Arc<dyn ObjectSource>,
@@ -262,7 +378,8 @@ impl HookRuntime {
         })?;
         let mut hook = WasmHook {
             name: spec.name.clone(),
-            points: spec.points.clone(),
+            points: Vec::new(),
+            left_out: Vec::new(),
             failure_policy: spec.failure_policy,
             config: spec.config.clone(),
             timeout: spec.timeout,
@@ -278,20 +395,11 @@ impl HookRuntime {
             path: spec.module.clone(),
             message: fault.to_string(),
         })?;
-        if info.wit_version != WIT_VERSION {
+        if !compatible(&info.wit_version) {
             return Err(LoadError::WrongVersion {
                 path: spec.module.clone(),
                 found: format!("{WIT_PACKAGE}@{}", info.wit_version),
             });
-        }
-        for point in &spec.points {
-            if !info.points.contains(point) {
-                return Err(LoadError::PointNotImplemented {
-                    point: *point,
-                    module: info.name.clone(),
-                    implemented: join(&info.points),
-                });
-            }
         }
         hook.info = Some(info);
         Ok(hook)
@@ -363,7 +471,7 @@ fn check_version(engine: &Engine, component: &Component, path: &Path) -> Result<
             .split_once('@')
             .map(|(_, v)| v)
             .unwrap_or("(unversioned)");
-        if version != WIT_VERSION {
+        if !compatible(version) {
             return Err(LoadError::WrongVersion {
                 path: path.to_path_buf(),
                 found: format!("{WIT_PACKAGE}@{version}"),
@@ -392,7 +500,10 @@ pub struct ModuleInfo {
 /// A loaded hook: a pre-instantiated component plus its policy settings.
 pub struct WasmHook {
     name: String,
+    /// The points it is asked at: the policy's, else all the module implements.
     points: Vec<HookPoint>,
+    /// Points the module implements that the policy does not enable.
+    left_out: Vec<HookPoint>,
     failure_policy: FailurePolicy,
     config: String,
     timeout: Duration,
@@ -427,28 +538,94 @@ impl WasiView for CallState {
 
 impl wit::Host for CallState {}
 
-impl wit::HostPending for CallState {
-    fn len(&mut self, pending: Resource<Pending>) -> u32 {
+impl CallState {
+    /// The candidate at `index` of a list the hook was given; none past the end.
+    fn candidate(
+        &self,
+        list: &Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Option<&crate::plan::hook::Candidate>> {
+        Ok(self.table.get(list)?.get(index as usize))
+    }
+}
+
+impl wit::HostInstances for CallState {
+    fn len(&mut self, list: Resource<Instances>) -> u32 {
         self.table
-            .get(&pending)
+            .get(&list)
             .map_or(0, |p| u32::try_from(p.len()).unwrap_or(u32::MAX))
     }
 
     /// Lowers only what the hook asks for.
     fn get(
         &mut self,
-        pending: Resource<Pending>,
+        list: Resource<Instances>,
         start: u32,
         count: u32,
-    ) -> wasmtime::Result<Vec<wit::InstanceResult>> {
-        let pending = self.table.get(&pending)?;
-        let start = (start as usize).min(pending.len());
-        let end = start.saturating_add(count as usize).min(pending.len());
-        Ok(pending[start..end].iter().map(convert::instance).collect())
+    ) -> wasmtime::Result<Vec<wit::Instance>> {
+        let list = self.table.get(&list)?;
+        let start = (start as usize).min(list.len());
+        let end = start.saturating_add(count as usize).min(list.len());
+        Ok(list[start..end].iter().map(convert::instance).collect())
     }
 
-    fn drop(&mut self, pending: Resource<Pending>) -> wasmtime::Result<()> {
-        self.table.delete(pending)?;
+    fn label(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+        key: String,
+    ) -> wasmtime::Result<Option<String>> {
+        Ok(self
+            .candidate(&list, index)?
+            .and_then(|c| c.labels.get(&key).cloned()))
+    }
+
+    fn annotation(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+        key: String,
+    ) -> wasmtime::Result<Option<String>> {
+        Ok(self
+            .candidate(&list, index)?
+            .and_then(|c| c.annotations.get(&key).cloned()))
+    }
+
+    fn labels(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::pairs(&c.labels))
+            .unwrap_or_default())
+    }
+
+    fn annotations(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::pairs(&c.annotations))
+            .unwrap_or_default())
+    }
+
+    fn taints(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::Taint>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::taints(&c.taints))
+            .unwrap_or_default())
+    }
+
+    fn drop(&mut self, list: Resource<Instances>) -> wasmtime::Result<()> {
+        self.table.delete(list)?;
         Ok(())
     }
 }
@@ -617,6 +794,14 @@ impl WasmHook {
         })
     }
 
+    /// The module's verdict on the hook's config, asked once at load.
+    fn validate_config(&self) -> Result<Result<(), String>, HookFault> {
+        self.call(0, LOAD_TIMEOUT, |p, store| {
+            p.rollout_ext_policy_metadata()
+                .call_validate_config(store, &self.config)
+        })
+    }
+
     fn describe(&mut self) -> Result<ModuleInfo, HookFault> {
         let info = self.call(0, LOAD_TIMEOUT, |p, store| {
             p.rollout_ext_policy_metadata().call_describe(store)
@@ -701,6 +886,10 @@ impl Hook for WasmHook {
         &self.points
     }
 
+    fn left_out(&self) -> &[HookPoint] {
+        &self.left_out
+    }
+
     fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
     }
@@ -709,15 +898,18 @@ impl Hook for WasmHook {
         &mut self,
         ctx: &CallContext,
         group: &GroupInfo,
-        candidates: &[Candidate],
+        candidates: &Instances,
     ) -> Result<SelectAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wgroup = convert::group(group);
-        let lists = convert::Lists::of(candidates);
-        let wcands = lists.instances(candidates);
         let answer = self.call(ctx.now, self.timeout, |p, store| {
-            p.rollout_ext_policy_selection()
-                .call_select(store, wctx, wgroup, &wcands)
+            let list = store.data_mut().table.push(candidates.clone())?;
+            p.rollout_ext_policy_selection().call_select(
+                store,
+                wctx,
+                wgroup,
+                Resource::new_borrow(list.rep()),
+            )
         })?;
         match refused(answer)? {
             wit::Selection::Defer => Ok(SelectAnswer::Defer),
@@ -729,6 +921,7 @@ impl Hook for WasmHook {
                         .map(|c| crate::plan::hook::Choice {
                             name: c.name,
                             reason: c.reason,
+                            force: c.force,
                         })
                         .collect(),
                 ))
@@ -754,7 +947,13 @@ impl Hook for WasmHook {
         })?;
         Ok(match refused(answer)? {
             wit::BatchSize::Defer => BatchAnswer::Defer,
-            wit::BatchSize::Size(n) => BatchAnswer::Size(n),
+            wit::BatchSize::Size(sized) => {
+                check_size(sized.reason.len())?;
+                BatchAnswer::Size {
+                    count: sized.count,
+                    reason: sized.reason,
+                }
+            }
             wit::BatchSize::Pause(p) => {
                 check_size(p.reason.len())?;
                 BatchAnswer::Pause {
@@ -817,7 +1016,11 @@ pub fn load_all(
                 .map(|h| Box::new(h) as Box<dyn Hook>)
                 .map_err(|e| crate::policy::PolicyError {
                     file: policy.source.clone(),
-                    line: spec.line,
+                    line: if e.is_about_config() {
+                        spec.config_line
+                    } else {
+                        spec.line
+                    },
                     column: 0,
                     message: format!("hook {}: {e}", spec.name),
                 })
@@ -828,6 +1031,17 @@ pub fn load_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modules_of_the_same_minor_version_are_compatible() {
+        assert_eq!(compatible_series(), "0.3", "this host speaks {WIT_VERSION}");
+        for ok in ["0.3.0", "0.3.1", "0.3.17", "0.3"] {
+            assert!(compatible(ok), "{ok}");
+        }
+        for bad in ["0.2.0", "0.4.0", "0.30.0", "1.3.0", "", "(unversioned)"] {
+            assert!(!compatible(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn every_caller_gets_the_one_shared_runtime() {

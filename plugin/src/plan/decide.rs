@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, Candidate, DecidedBy, GateAnswer, GroupInfo,
-    HealthSummary, Hook, HookFault, Phase, Progress, SelectAnswer,
+    HealthSummary, Hook, HookFault, Instances, Phase, Progress, SelectAnswer,
 };
 use crate::policy::{FailurePolicy, HookPoint};
 
@@ -45,6 +45,8 @@ pub struct Chosen {
 pub enum BatchDecision {
     Size {
         size: u32,
+        /// Why this size: the budget's limit, or the hook's reason.
+        reason: String,
         by: DecidedBy,
     },
     Pause {
@@ -93,6 +95,29 @@ fn on_fault(
 
 fn serves(hook: &dyn Hook, point: HookPoint) -> bool {
     hook.points().contains(&point)
+}
+
+/// A warning per hook whose module implements points the policy leaves out.
+pub fn left_out_warnings(hooks: &[Box<dyn Hook>]) -> Vec<String> {
+    hooks
+        .iter()
+        .filter(|h| !h.left_out().is_empty())
+        .map(|h| {
+            let names = |points: &[HookPoint]| {
+                points
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                "hook {}: the module implements {} but the policy enables only {}, so it is not asked there (list the point under `points`, or leave `points` out to enable all)",
+                h.name(),
+                names(h.left_out()),
+                names(h.points()),
+            )
+        })
+        .collect()
 }
 
 /// Whether any of `hooks` is asked at `point`.
@@ -159,6 +184,7 @@ pub fn select(
             selected: chosen.len() as u32,
             ..group.clone()
         };
+        let view = Instances::from(view);
         let answer = hook
             .select(ctx, &info, &view)
             .and_then(|a| check_selection(a, &view));
@@ -185,7 +211,8 @@ pub fn select(
     })
 }
 
-/// Checks a selection: every name a candidate, none twice. Returns view indexes and reasons.
+/// Checks a selection: every name a candidate, none twice, up-to-date ones only when forced.
+/// Returns view indexes and reasons.
 fn check_selection(
     answer: SelectAnswer,
     view: &[Candidate],
@@ -214,6 +241,13 @@ fn check_selection(
                 choice.name
             )));
         }
+        // Adding an up-to-date instance needs force; keeping one an earlier hook forced does not.
+        if view[i].up_to_date && view[i].reason.is_none() && !choice.force {
+            return Err(HookFault::InvalidAnswer(format!(
+                "chose {:?}, which is up to date, without force (set force on the choice to replace it anyway)",
+                choice.name
+            )));
+        }
         let reason = if choice.reason.trim().is_empty() {
             "chosen by hook".to_string()
         } else {
@@ -233,6 +267,7 @@ pub fn batch_size(
 ) -> Result<BatchDecision, HookFailed> {
     let mut decision = BatchDecision::Size {
         size: progress.max_batch,
+        reason: progress.max_batch_reason.clone(),
         by: DecidedBy::BuiltIn,
     };
     // A batch is a prefix of at most `max_batch` pending instances, so a hook is shown only
@@ -265,16 +300,26 @@ pub fn batch_size(
                     };
                 }
             }
-            Ok(BatchAnswer::Size(size)) => {
+            Ok(BatchAnswer::Size { count, reason }) => {
                 // A hook's size never exceeds the built-in one, so it replaces it; among hooks
                 // the smallest wins.
                 if let BatchDecision::Size {
                     size: current,
                     by: current_by,
+                    ..
                 } = &decision
-                    && (size < *current || *current_by == DecidedBy::BuiltIn)
+                    && (count < *current || *current_by == DecidedBy::BuiltIn)
                 {
-                    decision = BatchDecision::Size { size, by };
+                    let reason = if reason.trim().is_empty() {
+                        "no reason given".to_string()
+                    } else {
+                        reason
+                    };
+                    decision = BatchDecision::Size {
+                        size: count,
+                        reason,
+                        by,
+                    };
                 }
             }
             Err(fault) => on_fault(hook.as_ref(), HookPoint::Batch, fault, warnings)?,
@@ -285,12 +330,12 @@ pub fn batch_size(
 
 fn check_batch(answer: BatchAnswer, max_batch: u32) -> Result<BatchAnswer, HookFault> {
     match &answer {
-        BatchAnswer::Size(n) if *n == 0 => Err(HookFault::InvalidAnswer(
+        BatchAnswer::Size { count: 0, .. } => Err(HookFault::InvalidAnswer(
             "batch size 0 (answer pause to wait)".into(),
         )),
-        BatchAnswer::Size(n) if *n > max_batch => Err(HookFault::InvalidAnswer(format!(
-            "batch size {n} exceeds the budget of {max_batch}"
-        ))),
+        BatchAnswer::Size { count: n, .. } if *n > max_batch => Err(HookFault::InvalidAnswer(
+            format!("batch size {n} exceeds the budget of {max_batch}"),
+        )),
         BatchAnswer::Pause { seconds, .. } => check_wait(*seconds).map(|_| answer),
         _ => Ok(answer),
     }
@@ -411,7 +456,7 @@ pub(crate) mod tests {
             &mut self,
             _: &CallContext,
             _: &GroupInfo,
-            c: &[Candidate],
+            c: &Instances,
         ) -> Result<SelectAnswer, HookFault> {
             (self.select)(c)
         }
@@ -445,6 +490,7 @@ pub(crate) mod tests {
             kubelet_version: None,
             pods: 0,
             pods_not_ready: 0,
+            up_to_date: reason.is_none(),
             reason: reason.map(String::from),
         }
     }
@@ -470,12 +516,17 @@ pub(crate) mod tests {
     }
 
     fn choose(names: &[&str]) -> SelectAnswer {
+        choose_with(names, false)
+    }
+
+    fn choose_with(names: &[&str], force: bool) -> SelectAnswer {
         SelectAnswer::Choose(
             names
                 .iter()
                 .map(|n| Choice {
                     name: n.to_string(),
                     reason: format!("picked {n}"),
+                    force,
                 })
                 .collect(),
         )
@@ -499,8 +550,8 @@ pub(crate) mod tests {
         first.select = Box::new(|view: &[Candidate]| {
             // Sees the built-in choice first.
             assert_eq!(view[0].name, "a");
-            assert!(view[2].reason.is_none());
-            Ok(choose(&["c", "b", "a"]))
+            assert!(view[2].reason.is_none() && view[2].up_to_date);
+            Ok(choose_with(&["c", "b", "a"], true))
         });
         let mut second = FakeHook::new("second", &[HookPoint::Select]);
         second.select = Box::new(|view: &[Candidate]| {
@@ -531,6 +582,48 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn choosing_an_up_to_date_instance_needs_force() {
+        let mut h = FakeHook::new("all", &[HookPoint::Select]);
+        h.select = Box::new(|_| Ok(choose(&["a", "b", "c"])));
+        let err = select(&mut [h.boxed()], &ctx(), &group(), &cands(), &mut vec![]).unwrap_err();
+        assert!(
+            matches!(&err.fault, HookFault::InvalidAnswer(m) if m.contains("\"c\", which is up to date")),
+            "{err}"
+        );
+
+        let mut h = FakeHook::new("all", &[HookPoint::Select]);
+        h.select = Box::new(|_| Ok(choose_with(&["a", "b", "c"], true)));
+        let c = cands();
+        let chosen = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut vec![])
+            .unwrap()
+            .chosen;
+        assert_eq!(names(&chosen, &c), ["a", "b", "c"]);
+
+        // An outdated instance an earlier hook left out is not up to date: no force needed.
+        let mut first = FakeHook::new("first", &[HookPoint::Select]);
+        first.select = Box::new(|_| Ok(choose(&["a"])));
+        let mut second = FakeHook::new("second", &[HookPoint::Select]);
+        second.select = Box::new(|view: &[Candidate]| {
+            assert!(
+                view[1].reason.is_none() && !view[1].up_to_date,
+                "{:?}",
+                view[1]
+            );
+            Ok(choose(&["b", "a"]))
+        });
+        let chosen = select(
+            &mut [first.boxed(), second.boxed()],
+            &ctx(),
+            &group(),
+            &c,
+            &mut vec![],
+        )
+        .unwrap()
+        .chosen;
+        assert_eq!(names(&chosen, &c), ["b", "a"]);
+    }
+
+    #[test]
     fn ignore_policy_falls_back_to_built_in() {
         let mut h = FakeHook::new("flaky", &[HookPoint::Select]);
         h.policy = FailurePolicy::Ignore;
@@ -548,6 +641,13 @@ pub(crate) mod tests {
         );
     }
 
+    pub fn sized(count: u32) -> BatchAnswer {
+        BatchAnswer::Size {
+            count,
+            reason: format!("hook says {count}"),
+        }
+    }
+
     fn progress_of<'a>(g: &'a GroupInfo, pending: &[Candidate], max: u32) -> Progress<'a> {
         Progress {
             group: g,
@@ -555,6 +655,7 @@ pub(crate) mod tests {
             updated: 0,
             pending: pending.to_vec().into(),
             max_batch: max,
+            max_batch_reason: "the budget".into(),
         }
     }
 
@@ -564,15 +665,16 @@ pub(crate) mod tests {
         let c = cands();
         let p = progress_of(&g, &c, 3);
         let mut two = FakeHook::new("two", &[HookPoint::Batch]);
-        two.batch = Box::new(|_| Ok(BatchAnswer::Size(2)));
+        two.batch = Box::new(|_| Ok(sized(2)));
         let mut one = FakeHook::new("one", &[HookPoint::Batch]);
-        one.batch = Box::new(|_| Ok(BatchAnswer::Size(1)));
+        one.batch = Box::new(|_| Ok(sized(1)));
         let mut hooks = vec![two.boxed(), one.boxed()];
         let d = batch_size(&mut hooks, &ctx(), &p, &mut vec![]).unwrap();
         assert_eq!(
             d,
             BatchDecision::Size {
                 size: 1,
+                reason: "hook says 1".into(),
                 by: DecidedBy::Hook("one".into())
             }
         );
@@ -593,6 +695,7 @@ pub(crate) mod tests {
             d,
             BatchDecision::Size {
                 size: 3,
+                reason: "the budget".into(),
                 by: DecidedBy::BuiltIn
             }
         );
@@ -604,9 +707,9 @@ pub(crate) mod tests {
         let c = cands();
         let p = progress_of(&g, &c, 2);
         let answers = [
-            BatchAnswer::Size(0),
-            BatchAnswer::Size(3),
-            BatchAnswer::Size(u32::MAX),
+            sized(0),
+            sized(3),
+            sized(u32::MAX),
             BatchAnswer::Pause {
                 seconds: 0,
                 reason: String::new(),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::budget::{Budget, BudgetRule};
 use super::decide::{BatchDecision, GateDecision, Selected, Verdict};
-use super::hook::{BatchInfo, Candidate, DecidedBy, GroupInfo, Pending, Phase, Progress};
+use super::hook::{BatchInfo, Candidate, DecidedBy, GroupInfo, Instances, Phase, Progress};
 use crate::keys;
 
 /// What a group's loop starts from, read from one snapshot.
@@ -53,9 +53,11 @@ pub struct Sizing {
     pub batches_done: u32,
     pub updated: u32,
     /// The instances the next batch can take, in update order.
-    pub pending: Pending,
+    pub pending: Instances,
     /// The built-in size of the next batch, and the most a hook may answer.
     pub max_batch: u32,
+    /// Why `max_batch` is what it is.
+    pub max_batch_reason: String,
     /// How many pauses the batching hooks already asked for before this batch.
     pub attempt: u32,
 }
@@ -84,8 +86,9 @@ pub struct BatchStep {
     pub index: u32,
     pub instances: Vec<String>,
     pub canary: bool,
-    /// Who sized it.
+    /// Who sized it, and why.
     pub decided_by: DecidedBy,
+    pub size_reason: String,
 }
 
 /// A hold asked for by a hook.
@@ -155,7 +158,7 @@ pub struct GroupLoop {
     selected: Option<Selected>,
     budget: Option<Budget>,
     /// The chosen instances in update order, shared with every batch's sizing.
-    order: Pending,
+    order: Instances,
     surges: Vec<(Vec<String>, bool)>,
     canary_wave: bool,
     /// Instances replaced so far, and batches run.
@@ -175,7 +178,7 @@ impl GroupLoop {
             state: State::New,
             selected: None,
             budget: None,
-            order: Pending::from(Vec::new()),
+            order: Instances::from(Vec::new()),
             surges: Vec::new(),
             canary_wave: false,
             done: 0,
@@ -214,6 +217,7 @@ impl GroupLoop {
             updated: sizing.updated,
             pending: sizing.pending.clone(),
             max_batch: sizing.max_batch,
+            max_batch_reason: sizing.max_batch_reason.clone(),
         }
     }
 
@@ -272,7 +276,7 @@ impl GroupLoop {
             .map(|c| candidates[c.index].clone())
             .collect();
         self.plan_surges(&order, budget);
-        self.order = Pending::new(Arc::from(order));
+        self.order = Instances::new(Arc::from(order));
         self.budget = Some(budget);
         self.selected = Some(selected);
         if self.order.is_empty() {
@@ -390,19 +394,31 @@ impl GroupLoop {
             concurrency
         };
         let max_batch = limit.min(remaining as u32);
+        let info = &self.start.info;
+        let max_batch_reason = if self.canary_wave && self.done == 0 {
+            "canary: one instance first".to_string()
+        } else if max_batch < concurrency {
+            format!("the last {max_batch} to update")
+        } else {
+            format!(
+                "the budget allows {concurrency} at once (maxSurge {}, maxUnavailable {})",
+                info.max_surge, info.max_unavailable
+            )
+        };
         self.state = State::Sizing(attempt);
         Step::Ask(Question::BatchSize(Sizing {
             batches_done: self.batches,
             updated: self.done as u32,
             pending: self.order.window(self.done, max_batch as usize),
             max_batch,
+            max_batch_reason,
             attempt,
         }))
     }
 
     fn sized(&mut self, attempt: u32, decision: BatchDecision) -> Step {
         match decision {
-            BatchDecision::Size { size, by } => {
+            BatchDecision::Size { size, reason, by } => {
                 let end = (self.done + size as usize).min(self.order.len());
                 self.current = Some(BatchStep {
                     index: self.batches,
@@ -412,6 +428,7 @@ impl GroupLoop {
                         .collect(),
                     canary: self.canary_wave && self.done == 0,
                     decided_by: by,
+                    size_reason: reason,
                 });
                 self.sized = true;
                 if !self.begun {

@@ -37,7 +37,10 @@ pub struct Candidate {
     pub kubelet_version: Option<String>,
     pub pods: u32,
     pub pods_not_ready: u32,
-    /// Why the built-in rules would update it; none when up to date.
+    /// Whether the built-in rules find it up to date (a hook must `force` to choose it).
+    pub up_to_date: bool,
+    /// Why it is in the current choice: the built-in rules' reason or an earlier hook's; none
+    /// when it is not chosen.
     pub reason: Option<String>,
 }
 
@@ -68,38 +71,41 @@ pub struct Progress<'a> {
     pub group: &'a GroupInfo,
     pub batches_done: u32,
     pub updated: u32,
-    pub pending: Pending,
+    pub pending: Instances,
     pub max_batch: u32,
+    /// Why `max_batch` is the built-in size (the budget, the canary, the last few).
+    pub max_batch_reason: String,
 }
 
-/// Instances still to update, in update order: a window of a list shared by every batch of a
-/// group, so that handing the next batch's candidates to a hook copies nothing (the WebAssembly
-/// host keeps them for the hook to read from).
+/// A list of instances a hook reads on demand: the candidates of a selection, or the ones still
+/// to update in update order. A window of a list shared by every batch of a group, so that
+/// handing the next batch's candidates to a hook copies nothing (the WebAssembly host keeps them
+/// for the hook to read from).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
+pub struct Instances {
     order: Arc<[Candidate]>,
     window: Range<usize>,
 }
 
-impl Pending {
+impl Instances {
     /// All of `order`.
-    pub fn new(order: Arc<[Candidate]>) -> Pending {
+    pub fn new(order: Arc<[Candidate]>) -> Instances {
         let window = 0..order.len();
-        Pending { order, window }
+        Instances { order, window }
     }
 
     /// These instances from the `start`th on, at most `len` of them.
-    pub fn window(&self, start: usize, len: usize) -> Pending {
+    pub fn window(&self, start: usize, len: usize) -> Instances {
         let start = (self.window.start + start).min(self.window.end);
         let end = start.saturating_add(len).min(self.window.end);
-        Pending {
+        Instances {
             order: self.order.clone(),
             window: start..end,
         }
     }
 }
 
-impl Deref for Pending {
+impl Deref for Instances {
     type Target = [Candidate];
 
     fn deref(&self) -> &[Candidate] {
@@ -107,9 +113,9 @@ impl Deref for Pending {
     }
 }
 
-impl From<Vec<Candidate>> for Pending {
-    fn from(order: Vec<Candidate>) -> Pending {
-        Pending::new(order.into())
+impl From<Vec<Candidate>> for Instances {
+    fn from(order: Vec<Candidate>) -> Instances {
+        Instances::new(order.into())
     }
 }
 
@@ -168,6 +174,8 @@ pub struct HealthSummary {
 pub struct Choice {
     pub name: String,
     pub reason: String,
+    /// The hook replaces it even though it is up to date.
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +187,7 @@ pub enum SelectAnswer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchAnswer {
     Defer,
-    Size(u32),
+    Size { count: u32, reason: String },
     Pause { seconds: u32, reason: String },
 }
 
@@ -213,14 +221,20 @@ pub enum HookFault {
 /// One policy hook.
 pub trait Hook {
     fn name(&self) -> &str;
+    /// The points it is asked at.
     fn points(&self) -> &[HookPoint];
+    /// Points the module implements that the policy does not enable: never asked, shown as a
+    /// warning so that a point left out by mistake does not vanish silently.
+    fn left_out(&self) -> &[HookPoint] {
+        &[]
+    }
     fn failure_policy(&self) -> FailurePolicy;
 
     fn select(
         &mut self,
         ctx: &CallContext,
         group: &GroupInfo,
-        candidates: &[Candidate],
+        candidates: &Instances,
     ) -> Result<SelectAnswer, HookFault>;
 
     fn next_batch(
@@ -264,7 +278,7 @@ impl serde::Serialize for DecidedBy {
 mod tests {
     use super::*;
 
-    fn named(names: &[&str]) -> Pending {
+    fn named(names: &[&str]) -> Instances {
         let all: Vec<Candidate> = names
             .iter()
             .map(|n| crate::plan::decide::tests::candidate(n, None))
@@ -272,7 +286,7 @@ mod tests {
         all.into()
     }
 
-    fn names(p: &Pending) -> Vec<&str> {
+    fn names(p: &Instances) -> Vec<&str> {
         p.iter().map(|c| c.name.as_str()).collect()
     }
 

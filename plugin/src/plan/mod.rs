@@ -26,7 +26,7 @@ use crate::policy::{PolicyError, RollingUpdate};
 use decide::{GateDecision, HookFailed, Verdict};
 use drain::DrainOptions;
 use groups::Staleness;
-use hook::{DecidedBy, GroupInfo};
+use hook::{DecidedBy, GroupInfo, Phase};
 
 pub use planner::plan_nodes;
 
@@ -160,6 +160,8 @@ pub struct BatchPlan {
     #[serde(skip_serializing_if = "is_false")]
     pub surge: bool,
     pub decided_by: DecidedBy,
+    /// Why the batch has this size: the budget's limit or the batching hook's reason.
+    pub size_reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -216,6 +218,8 @@ impl fmt::Display for GateVerdict {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateStep {
+    /// When the verdict was given: before the group, before the batch or after it.
+    pub phase: Phase,
     pub verdict: GateVerdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds: Option<u32>,
@@ -225,7 +229,7 @@ pub struct GateStep {
 }
 
 impl GateStep {
-    pub(crate) fn from_decision(d: GateDecision) -> Option<GateStep> {
+    pub(crate) fn from_decision(phase: Phase, d: GateDecision) -> Option<GateStep> {
         if d.by == DecidedBy::BuiltIn {
             return None;
         }
@@ -235,6 +239,7 @@ impl GateStep {
             Verdict::Abort(reason) => (GateVerdict::Abort, None, Some(reason)),
         };
         Some(GateStep {
+            phase,
             verdict,
             seconds,
             reason,

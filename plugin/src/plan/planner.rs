@@ -27,11 +27,13 @@ pub fn plan_nodes(
     let index = Index::new(snapshot);
     let survey = prepare::survey(snapshot, &index, policy, options)?;
     let health = health::summarize(snapshot, &index, &[], &Default::default(), &options.drain);
+    let mut warnings = decide::left_out_warnings(hooks);
+    warnings.extend(survey.warnings);
     let mut planner = Planner {
         index: &index,
         options,
         hooks,
-        warnings: survey.warnings,
+        warnings,
         health,
         now: options.now,
     };
@@ -88,6 +90,7 @@ struct Recording {
     paused: i64,
     /// The last batch size and who decided it; the gate asked about that batch.
     sized_by: DecidedBy,
+    size_reason: String,
     batch: Option<BatchInfo>,
     gate: Option<GateStep>,
 }
@@ -121,6 +124,7 @@ impl Planner<'_> {
             pause: None,
             paused: 0,
             sized_by: DecidedBy::BuiltIn,
+            size_reason: String::new(),
             batch: None,
             gate: None,
         };
@@ -150,8 +154,9 @@ impl Planner<'_> {
                         &group.progress(&sizing),
                         &mut self.warnings,
                     )?;
-                    if let BatchDecision::Size { by, .. } = &decision {
+                    if let BatchDecision::Size { by, reason, .. } = &decision {
                         rec.sized_by = by.clone();
+                        rec.size_reason = reason.clone();
                     }
                     Input::Sized(decision)
                 }
@@ -226,7 +231,7 @@ impl Planner<'_> {
         };
         let ctx = self.ctx();
         let decision = decide::gate(self.hooks, &ctx, phase, batch, &summary, &mut self.warnings)?;
-        let step = GateStep::from_decision(decision.clone());
+        let step = GateStep::from_decision(phase, decision.clone());
         match phase {
             Phase::BeforeGroup => rec.plan.gate = step,
             _ => {
@@ -246,6 +251,7 @@ impl Planner<'_> {
                 canary,
                 surge: true,
                 decided_by: DecidedBy::BuiltIn,
+                size_reason: "surge: new instances come up before any is drained".into(),
                 pause: None,
                 gate: None,
             }),
@@ -254,6 +260,7 @@ impl Planner<'_> {
                 canary: batch.canary,
                 surge: false,
                 decided_by: batch.decided_by,
+                size_reason: batch.size_reason,
                 pause: rec.pause.take(),
                 gate: rec.gate.take(),
             }),
@@ -306,6 +313,7 @@ impl Planner<'_> {
                 canary: at.canary,
                 surge: false,
                 decided_by: rec.sized_by.clone(),
+                size_reason: rec.size_reason.clone(),
                 pause: rec.pause.take(),
                 gate: rec.gate.take(),
             });

@@ -206,6 +206,7 @@ pub fn candidate(
         kubelet_version: node.kubelet_version.clone(),
         pods: moved.len() as u32,
         pods_not_ready: moved.iter().filter(|p| !p.ready).count() as u32,
+        up_to_date: reason.is_none(),
         reason,
     }
 }
@@ -221,7 +222,10 @@ pub fn refresh(
     candidates
         .iter()
         .map(|c| match group.nodes.iter().find(|n| n.name == c.name) {
-            Some(node) => candidate(index, drain_options, node, group, c.reason.clone()),
+            Some(node) => Candidate {
+                up_to_date: c.up_to_date,
+                ..candidate(index, drain_options, node, group, c.reason.clone())
+            },
             None => c.clone(),
         })
         .collect()

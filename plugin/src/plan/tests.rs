@@ -249,7 +249,7 @@ fn batching_hook_pauses_advance_the_simulated_clock() {
                 reason: "closed".into(),
             }
         } else {
-            BatchAnswer::Size(p.max_batch.min(2))
+            crate::plan::decide::tests::sized(p.max_batch.min(2))
         })
     });
     let mut hooks = vec![window.boxed()];

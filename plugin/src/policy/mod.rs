@@ -26,14 +26,23 @@ pub const DEFAULT_HOOK_MEMORY: u64 = 64 << 20;
 const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_HOOK_MEMORY: u64 = 4 << 30;
 
-/// A policy error with its place in the file.
+/// A policy error with its place in the file (`file:line:column`, or `file:line` when the
+/// column is 0: an error about a whole entry).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
 pub struct PolicyError {
     pub file: String,
     pub line: u32,
     pub column: u32,
     pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.column {
+            0 => write!(f, "{}:{}: {}", self.file, self.line, self.message),
+            column => write!(f, "{}:{}:{column}: {}", self.file, self.line, self.message),
+        }
+    }
 }
 
 /// An absolute count or a percentage of the group's instances.
@@ -162,9 +171,13 @@ pub struct HookSpec {
     pub module: PathBuf,
     /// Expected sha256 of the module, lowercase hex.
     pub sha256: Option<String>,
-    pub points: Vec<HookPoint>,
+    /// The points the policy enables; none means every point the module implements.
+    pub points: Option<Vec<HookPoint>>,
     /// The hook's config as JSON.
     pub config: String,
+    /// Line where the hook's config value starts (its entry's when it has none), for the
+    /// module's verdict on it.
+    pub config_line: u32,
     pub timeout: Duration,
     pub memory: u64,
     pub failure_policy: FailurePolicy,
@@ -250,9 +263,9 @@ struct RawHook {
     name: String,
     module: String,
     sha256: Option<Spanned<String>>,
-    points: Spanned<Vec<HookPoint>>,
+    points: Option<Spanned<Vec<HookPoint>>>,
     #[serde(default)]
-    config: Option<serde_json::Value>,
+    config: Option<Spanned<serde_json::Value>>,
     timeout: Option<Spanned<String>>,
     memory: Option<Spanned<String>>,
     #[serde(default)]
@@ -313,12 +326,12 @@ impl Located<'_> {
             );
             return Err(self.error(line, h.referenced.column() as u32, message));
         }
-        if raw.points.value.is_empty() {
+        if let Some(points) = raw.points.as_ref().filter(|p| p.value.is_empty()) {
             let message = format!(
-                "hook {:?} has no points: expected one or more of select, batch, gate",
+                "hook {:?} enables no points: list one or more of select, batch, gate, or leave `points` out to enable every point the module implements",
                 raw.name
             );
-            return Err(self.of(&raw.points, message));
+            return Err(self.of(points, message));
         }
         let sha256 = raw.sha256.map(|s| self.sha256(&s)).transpose()?;
         let timeout = match raw.timeout {
@@ -329,16 +342,24 @@ impl Located<'_> {
             Some(m) => self.memory(&m)?,
             None => DEFAULT_HOOK_MEMORY,
         };
+        let config_line = raw
+            .config
+            .as_ref()
+            .map_or(line, |c| c.referenced.line() as u32);
         let config = raw
             .config
-            .unwrap_or_else(|| serde_json::Value::Object(Default::default()))
+            .map_or_else(
+                || serde_json::Value::Object(Default::default()),
+                |c| c.value,
+            )
             .to_string();
         Ok(HookSpec {
             name: raw.name,
             module: base.join(&raw.module),
             sha256,
-            points: raw.points.value,
+            points: raw.points.map(|p| p.value),
             config,
+            config_line,
             timeout,
             memory,
             failure_policy: raw.failure_policy,
@@ -578,8 +599,12 @@ spec:
             h.sha256.as_deref(),
             Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
         );
-        assert_eq!(h.points, [HookPoint::Select, HookPoint::Batch]);
+        assert_eq!(
+            h.points.as_deref(),
+            Some(&[HookPoint::Select, HookPoint::Batch][..])
+        );
         assert_eq!(h.config, r#"{"maxPerZone":1}"#);
+        assert_eq!(h.config_line, 15);
         assert_eq!(h.timeout, Duration::from_millis(500));
         assert_eq!(h.memory, 32 << 20);
         assert_eq!(h.failure_policy, FailurePolicy::Ignore);
@@ -594,10 +619,12 @@ spec:
     #[test]
     fn defaults_for_a_hook() {
         let p = parse(
-            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: g, module: g.wasm, points: [gate]}\n",
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: g, module: g.wasm}\n",
         )
         .unwrap();
         let h = &p.hooks[0];
+        assert_eq!(h.points, None, "every point the module implements");
+        assert_eq!(h.config_line, 5);
         assert_eq!(h.timeout, DEFAULT_HOOK_TIMEOUT);
         assert_eq!(h.memory, DEFAULT_HOOK_MEMORY);
         assert_eq!(h.failure_policy, FailurePolicy::Fail);
@@ -631,7 +658,7 @@ spec:
             (
                 "  hooks:\n  - {name: a, module: a.wasm, points: []}\n",
                 5,
-                "no points",
+                "enables no points",
             ),
             (
                 "  hooks:\n  - {name: a, module: a.wasm, points: [gate], timeout: 2 s}\n",

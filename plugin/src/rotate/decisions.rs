@@ -9,7 +9,7 @@ use crate::events::Event;
 use crate::plan::decide::{self, BatchDecision, GateDecision, Selected, Verdict};
 use crate::plan::group_loop::{GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
-use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Pending, Phase};
+use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Instances, Phase};
 use crate::plan::prepare;
 use crate::policy::HookPoint;
 
@@ -101,6 +101,7 @@ impl Rotation<'_> {
         if !self.serves(HookPoint::Batch) {
             return Ok(BatchDecision::Size {
                 size: sizing.max_batch,
+                reason: sizing.max_batch_reason.clone(),
                 by: DecidedBy::BuiltIn,
             });
         }
@@ -110,7 +111,7 @@ impl Rotation<'_> {
         let groups = crate::plan::groups::collect(&run.latest.nodes, label);
         if let Some(group) = groups.iter().find(|g| g.name == run.name) {
             let fresh = prepare::refresh(&index, &self.settings.plan.drain, group, &sizing.pending);
-            progress.pending = Pending::from(fresh);
+            progress.pending = Instances::from(fresh);
         }
         let ctx = self.ctx();
         let mut warnings = Vec::new();
@@ -118,7 +119,7 @@ impl Rotation<'_> {
         let decision = blocking(|| decide::batch_size(hooks, &ctx, &progress, &mut warnings))?;
         self.report_warnings(warnings);
         let (by, text) = match &decision {
-            BatchDecision::Size { size, by } => (by, format!("size {size}")),
+            BatchDecision::Size { size, reason, by } => (by, format!("size {size}: {reason}")),
             BatchDecision::Pause {
                 seconds,
                 reason,

@@ -25,7 +25,7 @@ use crate::cluster::lock::LockGuard;
 use crate::cluster::validate::{ValidationError, ValidationSettings};
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
-use crate::plan::decide::HookFailed;
+use crate::plan::decide::{self, HookFailed};
 use crate::plan::group_loop::{Action, GroupLoop, Input, Outcome, Question, Step};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::{Hook, Phase};
@@ -176,7 +176,10 @@ impl Rotation<'_> {
         let index = Index::new(&snapshot);
         let options = self.options();
         let survey = prepare::survey(&snapshot, &index, self.policy, &options)?;
-        for warning in &survey.warnings {
+        for warning in decide::left_out_warnings(self.hooks)
+            .iter()
+            .chain(&survey.warnings)
+        {
             self.warn(warning.clone());
         }
         let mut groups = Vec::new();

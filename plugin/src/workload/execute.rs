@@ -93,7 +93,7 @@ pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
 /// A batching decision in the words of [`Event::Decided`].
 pub(super) fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
     match decision {
-        BatchDecision::Size { size, by } => (format!("size {size}"), by),
+        BatchDecision::Size { size, reason, by } => (format!("size {size}: {reason}"), by),
         BatchDecision::Pause {
             seconds,
             reason,

@@ -66,6 +66,9 @@ impl Updater<'_> {
             min_available: budgets.min_available,
             max_total: desired + budgets.max_surge,
         });
+        if with_hooks {
+            self.flush(decide::left_out_warnings(self.hooks));
+        }
         let mut sides = Sides {
             from: pair.from.clone(),
             to: pair.to.clone(),
@@ -214,6 +217,7 @@ impl Updater<'_> {
         if !sides.with_hooks {
             return Ok(BatchDecision::Size {
                 size: max.max(0) as u32,
+                reason: "built-in".into(),
                 by: DecidedBy::BuiltIn,
             });
         }

@@ -103,6 +103,7 @@ fn drive(
 fn built_in(s: &Sizing) -> BatchDecision {
     BatchDecision::Size {
         size: s.max_batch,
+        reason: s.max_batch_reason.clone(),
         by: DecidedBy::BuiltIn,
     }
 }
@@ -288,6 +289,7 @@ fn a_hook_that_trims_the_selection_shrinks_the_update() {
     );
     let step = group.step(Input::Sized(BatchDecision::Size {
         size: 1,
+        reason: "built-in".into(),
         by: DecidedBy::BuiltIn,
     }));
     assert_eq!(

@@ -12,7 +12,7 @@ use super::scale_loop::{Action, Held, Input, Question, ScaleLoop, Step};
 use super::steps::Budgets;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{
-    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Pending, Phase,
+    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Instances, Phase,
     Progress,
 };
 use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Role};
@@ -72,6 +72,9 @@ pub struct ScaleStep {
     pub replicas: i32,
     #[serde(skip_serializing_if = "is_built_in")]
     pub decided_by: DecidedBy,
+    /// The batching hook's reason for the step's size, when a hook sized it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,7 +139,7 @@ pub fn step_amount(
     ctx: &CallContext,
     group: &GroupInfo,
     state: &LoopState,
-    pending: Pending,
+    pending: Instances,
     built_in: i32,
     warnings: &mut Vec<String>,
 ) -> Result<BatchDecision, HookFailed> {
@@ -146,6 +149,10 @@ pub fn step_amount(
         updated: state.next_available.max(0) as u32,
         pending,
         max_batch: built_in.max(0) as u32,
+        max_batch_reason: format!(
+            "the rolling update's step of {built_in} (maxSurge {}, maxUnavailable {})",
+            group.max_surge, group.max_unavailable
+        ),
     };
     decide::batch_size(hooks, ctx, &progress, warnings)
 }
@@ -193,10 +200,10 @@ pub fn plan(
     input: &PlanInput,
     hooks: &mut [Box<dyn Hook>],
 ) -> Result<RollingUpdatePlan, HookFailed> {
-    let mut warnings = Vec::new();
+    let mut warnings = decide::left_out_warnings(hooks);
     let ctx = input.ctx.clone();
     let owned = super::pods::owned_by(input.old_pods, input.old.uid());
-    let candidates = Pending::from(
+    let candidates = Instances::from(
         owned
             .iter()
             .map(|p| p.candidate(input.old.name()))
@@ -261,6 +268,7 @@ struct Simulation<'a> {
     pause: Option<PauseStep>,
     paused: i64,
     sized_by: DecidedBy,
+    size_reason: String,
 }
 
 /// Drives the scale loop with simulated pods (every new pod available at once) and the hooks'
@@ -269,7 +277,7 @@ struct Simulation<'a> {
 fn simulate(
     input: &PlanInput,
     hooks: &mut [Box<dyn Hook>],
-    candidates: &Pending,
+    candidates: &Instances,
     ctx: CallContext,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<ScaleStep>, Option<String>), HookFailed> {
@@ -282,6 +290,7 @@ fn simulate(
         pause: None,
         paused: 0,
         sized_by: DecidedBy::BuiltIn,
+        size_reason: String::new(),
     };
     let mut machine = ScaleLoop::new(input.budgets, input.desired);
     // Each step changes one side, so this bounds a plan that could not end.
@@ -301,8 +310,9 @@ fn simulate(
                 let pending = candidates.window(0, state.old.max(0) as usize);
                 let decision =
                     step_amount(hooks, &sim.ctx, &group, &state, pending, max, warnings)?;
-                if let BatchDecision::Size { by, .. } = &decision {
+                if let BatchDecision::Size { by, reason, .. } = &decision {
                     sim.sized_by = by.clone();
+                    sim.size_reason = reason.clone();
                 }
                 Input::Sized(decision)
             }
@@ -369,8 +379,9 @@ impl Simulation<'_> {
             controller: side,
             replicas,
             decided_by: self.sized_by.clone(),
+            size_reason: (self.sized_by != DecidedBy::BuiltIn).then(|| self.size_reason.clone()),
             pause: self.pause.take(),
-            gate: GateStep::from_decision(gate.clone()),
+            gate: GateStep::from_decision(Phase::AfterBatch, gate.clone()),
         });
         if let Verdict::Abort(reason) = &gate.verdict {
             let by = &gate.by;
@@ -414,7 +425,7 @@ fn controller_name<'a>(input: &'a PlanInput, side: Side) -> &'a str {
 mod tests {
     use super::*;
     use crate::plan::decide::tests::FakeHook;
-    use crate::plan::hook::{BatchAnswer, GateAnswer};
+    use crate::plan::hook::GateAnswer;
     use crate::policy::{HookPoint, IntOrPercent};
     use serde_json::json;
 
@@ -499,7 +510,7 @@ mod tests {
     fn a_batching_hook_shrinks_steps_and_is_credited() {
         let old = old(4);
         let mut hook = FakeHook::new("one", &[HookPoint::Batch]);
-        hook.batch = Box::new(|_| Ok(BatchAnswer::Size(1)));
+        hook.batch = Box::new(|_| Ok(crate::plan::decide::tests::sized(1)));
         let hook = hook.boxed();
         let plan = plan(
             &input(&old, IntOrPercent::Int(0), IntOrPercent::Int(2)),
@@ -561,6 +572,7 @@ mod tests {
                     .map(|c| crate::plan::hook::Choice {
                         name: c.name.clone(),
                         reason: "newest first".into(),
+                        force: false,
                     })
                     .collect(),
             ))

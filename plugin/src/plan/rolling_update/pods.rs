@@ -87,6 +87,7 @@ impl PodInfo {
             kubelet_version: None,
             pods: 1,
             pods_not_ready: u32::from(!self.ready),
+            up_to_date: false,
             reason: Some("runs the old pod template".into()),
         }
     }

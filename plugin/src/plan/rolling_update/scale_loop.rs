@@ -228,7 +228,7 @@ impl ScaleLoop {
 
     fn sized(&mut self, decision: BatchDecision) -> Step {
         match decision {
-            BatchDecision::Size { size, by } => {
+            BatchDecision::Size { size, by, .. } => {
                 self.pauses = 0;
                 self.amount = size as i32;
                 self.sized_by = by;
@@ -371,6 +371,7 @@ mod tests {
                 }),
                 Step::Ask(Question::StepSize { max, .. }) => Input::Sized(BatchDecision::Size {
                     size: max as u32,
+                    reason: "built-in".into(),
                     by: DecidedBy::BuiltIn,
                 }),
                 Step::Ask(Question::Order { .. }) => Input::Ordered,

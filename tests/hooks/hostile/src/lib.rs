@@ -2,19 +2,23 @@
 //! `{"select": MODE, "batch": MODE, "gate": MODE}`. Used by the tests to prove that the host
 //! stops, names and survives every kind of misbehaviour. Mode `trace` (any point) prints one
 //! line per call, which the host logs, and defers: the tests count calls with it.
+//!
+//! `{"rejectConfig": MESSAGE}` makes the config check at load fail with MESSAGE; any other
+//! config is accepted.
 
 use rollout_ext_hooks::{
-    Batch, BatchSize, Choice, Context, Group, HookPoint, Instance, Pause, Phase, Policy, Progress,
+    Batch, BatchSize, Choice, Context, Group, HookPoint, Instances, Pause, Phase, Policy, Progress,
     Selection, ValidationSummary, Verdict, config, export_policy,
 };
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase")]
 struct Modes {
     select: String,
     batch: String,
     gate: String,
+    reject_config: Option<String>,
 }
 
 fn modes(ctx: &Context) -> Modes {
@@ -120,36 +124,67 @@ impl Policy for Hostile {
     const NAME: &'static str = "hostile";
     const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch, HookPoint::Gate];
 
-    fn select(ctx: &Context, _group: &Group, candidates: &[Instance]) -> Result<Selection, String> {
-        let first = candidates
-            .first()
-            .map(|c| c.name.clone())
-            .unwrap_or_default();
+    fn validate_config(config: &str) -> Result<(), String> {
+        match serde_json::from_str::<Modes>(config) {
+            Ok(Modes {
+                reject_config: Some(message),
+                ..
+            }) => Err(message),
+            _ => Ok(()),
+        }
+    }
+
+    fn select(ctx: &Context, _group: &Group, candidates: &Instances) -> Result<Selection, String> {
+        // The first candidate that may be chosen without force (the first of the current
+        // choice), else the first: the modes that answer with it fail for their own reason.
+        let first = || {
+            candidates
+                .iter()
+                .find(|c| !c.up_to_date)
+                .map(|c| c.name.clone())
+                .or_else(|| candidates.get(0).map(|c| c.name))
+                .unwrap_or_default()
+        };
         let choose = |names: Vec<String>, reason: String| {
             Ok(Selection::Choose(
                 names
                     .into_iter()
-                    .map(|name| Choice {
-                        name,
-                        reason: reason.clone(),
-                    })
+                    .map(|name| Choice::new(name, reason.clone()))
                     .collect(),
             ))
+        };
+        let every = || {
+            candidates
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
         };
         match modes(ctx).select.as_str() {
             "loop" => spin(),
             "oom" => hog(),
-            "recursion" => Ok(Selection::Choose(vec![Choice {
-                name: first,
-                reason: recurse(0).to_string(),
-            }])),
+            "recursion" => choose(vec![first()], recurse(0).to_string()),
             "trap" => panic!("hostile hook panics on purpose"),
             "refuse" => Err("refusing on purpose".into()),
-            "huge" => choose(vec![first], "x".repeat(2 << 20)),
+            "huge" => choose(vec![first()], "x".repeat(2 << 20)),
             "unknown" => choose(vec!["no-such-node".into()], "made up".into()),
-            "duplicate" => choose(vec![first.clone(), first], "twice".into()),
-            "probe" => choose(vec![first], probe(ctx)),
-            "list-objects" => choose(vec![first], list_objects()),
+            "duplicate" => {
+                let first = first();
+                choose(vec![first.clone(), first], "twice".into())
+            }
+            "probe" => choose(vec![first()], probe(ctx)),
+            "list-objects" => choose(vec![first()], list_objects()),
+            // Every candidate, the up-to-date ones too, without force: an invalid answer.
+            "up-to-date" | "select-up-to-date" => choose(every(), "all of them".into()),
+            // Every candidate, with force: up-to-date ones are replaced too.
+            "force" | "select-force" => Ok(Selection::Choose(
+                every()
+                    .into_iter()
+                    .map(|name| Choice::forced(name, "forced"))
+                    .collect(),
+            )),
+            // What the host answers about the candidates, read through the resource: the first
+            // candidate's labels, annotations and taints.
+            "read-labels" => Err(read_labels(candidates)),
             // One escape attempt each, answered as an error carrying what the module saw, so
             // that a run stops there whatever the sandbox allowed.
             "file" => Err(probe_file()),
@@ -172,14 +207,17 @@ impl Policy for Hostile {
     fn next_batch(ctx: &Context, progress: &Progress) -> Result<BatchSize, String> {
         match modes(ctx).batch.as_str() {
             "loop" => spin(),
-            "zero" => Ok(BatchSize::Size(0)),
-            "over-budget" => Ok(BatchSize::Size(progress.max_batch + 1)),
-            "huge" => Ok(BatchSize::Size(u32::MAX)),
+            "zero" => Ok(BatchSize::size(0, "nothing, on purpose")),
+            "over-budget" => Ok(BatchSize::size(
+                progress.max_batch + 1,
+                "one more than the budget, on purpose",
+            )),
+            "huge" => Ok(BatchSize::size(u32::MAX, "everything, on purpose")),
             "pause-forever" => Ok(BatchSize::Pause(Pause {
                 seconds: u32::MAX,
                 reason: "forever".into(),
             })),
-            "one" => Ok(BatchSize::Size(1)),
+            "one" => Ok(BatchSize::size(1, "one at a time")),
             "trace" => {
                 println!(
                     "trace batch {} dry-run={}",
@@ -199,6 +237,7 @@ impl Policy for Hostile {
                 let all = progress.pending.range(0, usize::MAX).len();
                 Err(format!("len {len}, past the end {past}, all {all}"))
             }
+            "read-labels" => Err(read_labels(&progress.pending)),
             // The contract's sizes are u32: a negative size cannot be expressed at all.
             _ => Ok(BatchSize::Defer),
         }
@@ -241,6 +280,43 @@ impl Policy for Hostile {
             _ => Ok(Verdict::Defer),
         }
     }
+}
+
+/// What the host answers about `list`: its length, and the first instance's zone label, labels,
+/// annotations and taints (`key=value`, sorted).
+fn read_labels(list: &Instances) -> String {
+    let len = list.len();
+    let pairs = |mut entries: Vec<String>| {
+        entries.sort();
+        entries.join(",")
+    };
+    let first = match list.iter().next() {
+        Some(c) => format!(
+            "first {}: zone-label {:?}, labels [{}], annotations [{}], taints [{}]",
+            c.name,
+            c.label("topology.kubernetes.io/zone"),
+            pairs(
+                c.labels()
+                    .into_iter()
+                    .map(|kv| format!("{}={}", kv.key, kv.value))
+                    .collect()
+            ),
+            pairs(
+                c.annotations()
+                    .into_iter()
+                    .map(|kv| format!("{}={}", kv.key, kv.value))
+                    .collect()
+            ),
+            pairs(
+                c.taints()
+                    .into_iter()
+                    .map(|t| format!("{}={}:{}", t.key, t.value, t.effect))
+                    .collect()
+            ),
+        ),
+        None => "no first".to_string(),
+    };
+    format!("len {len}; {first}")
 }
 
 fn phase_name(phase: Phase) -> &'static str {

@@ -1,5 +1,6 @@
-//! Exports `rollout-ext:policy/metadata@0.1.0`, as a module built against the previous contract
-//! does: the host must refuse it before calling anything.
+//! Exports `rollout-ext:policy/metadata@0.1.0`, as a module built against an older contract does
+//! (another minor version than the SDK's `wit/policy.wit`): the host must refuse it before
+//! calling anything. Its WIT is inline, so a bump of the real contract leaves it behind.
 
 wit_bindgen::generate!({
     inline: r#"

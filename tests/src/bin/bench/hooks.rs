@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use rollout_ext::hooks::{HookRuntime, SnapshotObjects, WasmHook};
 use rollout_ext::plan::Role;
-use rollout_ext::plan::hook::{CallContext, Candidate, GroupInfo, Hook, InstanceKind, Progress};
+use rollout_ext::plan::hook::{
+    CallContext, Candidate, GroupInfo, Hook, InstanceKind, Instances, Progress,
+};
 use rollout_ext::policy::{FailurePolicy, HookPoint, HookSpec};
 use rollout_ext_e2e::wasm_module;
 use rollout_ext_hooks::Policy as _;
@@ -52,13 +54,14 @@ fn candidates() -> Vec<Candidate> {
             kubelet_version: Some("v1.19.7".into()),
             pods: 30,
             pods_not_ready: 0,
+            up_to_date: false,
             reason: Some("kubelet v1.19.7, want v1.20.2".into()),
         })
         .collect()
 }
 
 /// The same candidates as the policy's own Rust types, for the native call.
-fn native_instances(candidates: &[Candidate]) -> Vec<rollout_ext_hooks::Instance> {
+fn native_instances(candidates: &[Candidate]) -> Vec<rollout_ext_hooks::LocalInstance> {
     candidates
         .iter()
         .map(|c| {
@@ -86,8 +89,9 @@ fn spec() -> HookSpec {
         name: "zone-spread".into(),
         module: wasm_module("zone_spread"),
         sha256: None,
-        points: vec![HookPoint::Select, HookPoint::Batch],
+        points: Some(vec![HookPoint::Select, HookPoint::Batch]),
         config: r#"{"maxPerZone": 1}"#.into(),
+        config_line: 1,
         timeout: Duration::from_secs(10),
         memory: 256 << 20,
         failure_policy: FailurePolicy::Fail,
@@ -177,13 +181,16 @@ pub fn run(runs: usize, work: &Path) -> anyhow::Result<Vec<Row>> {
     let native_load = median_of(samples, || timed(|| dlopen(&library)))?;
 
     let mut hook = load(&runtime)?;
-    hook.select(&ctx, &group, &candidates)?;
+    let offered = Instances::from(candidates.clone());
+    hook.select(&ctx, &group, &offered)?;
     let select = median_of(samples, || {
-        timed(|| Ok(hook.select(&ctx, &group, &candidates)?))
+        timed(|| Ok(hook.select(&ctx, &group, &offered)?))
     })?;
+    let native_offered = rollout_ext_hooks::testing::candidates(instances.clone());
     let native_select = median_of(samples, || {
         timed(|| {
-            ZoneSpread::select(&native_ctx, &native_group, &instances).map_err(anyhow::Error::msg)
+            ZoneSpread::select(&native_ctx, &native_group, &native_offered)
+                .map_err(anyhow::Error::msg)
         })
     })?;
     // The planner offers a batching hook the instances the batch may take (max-batch).
@@ -191,8 +198,9 @@ pub fn run(runs: usize, work: &Path) -> anyhow::Result<Vec<Row>> {
         group: &group,
         batches_done: 0,
         updated: 0,
-        pending: candidates[..MAX_BATCH as usize].to_vec().into(),
+        pending: offered.window(0, MAX_BATCH as usize),
         max_batch: MAX_BATCH,
+        max_batch_reason: "the budget".into(),
     };
     let native_progress = rollout_ext_hooks::testing::progress(
         native_group.clone(),
