@@ -13,6 +13,9 @@ use crate::{Instance, KeyValue, Taint};
 
 /// How many instances one read from the host brings when iterating.
 const CHUNK: usize = 16;
+/// The largest read of a long iteration: chunks double up to this, so that reading a few costs
+/// a few while reading thousands takes few host calls.
+const MAX_CHUNK: usize = 256;
 
 /// Instances in the host's order. Read them with [`Instances::iter`] (lazily, a chunk at a time),
 /// [`Instances::get`] or [`Instances::range`]; read labels, annotations and taints through the
@@ -182,12 +185,19 @@ impl<'a> Instances<'a> {
         self.range(index, 1).pop()
     }
 
-    /// Every instance in order, read a chunk at a time as the iteration goes: stopping early
-    /// reads no more. Each [`Candidate`] reads its labels, annotations and taints on demand.
+    /// Every instance in order, read a chunk at a time as the iteration goes (16, then twice as
+    /// many each read, up to 256): stopping early reads little more. Each [`Candidate`] reads
+    /// its labels, annotations and taints on demand.
     pub fn iter(&self) -> impl Iterator<Item = Candidate<'_>> + '_ {
         let list: &Instances<'_> = self;
-        (0..self.len()).step_by(CHUNK).flat_map(move |start| {
-            list.range(start, CHUNK)
+        let len = self.len();
+        let chunks = std::iter::successors(Some((0, CHUNK)), move |&(start, size)| {
+            let next = start + size;
+            (next < len).then_some((next, (size * 2).min(MAX_CHUNK)))
+        })
+        .take_while(move |&(start, _)| start < len);
+        chunks.flat_map(move |(start, size)| {
+            list.range(start, size)
                 .into_iter()
                 .enumerate()
                 .map(move |(offset, instance)| Candidate {
@@ -347,12 +357,21 @@ mod tests {
 
     #[test]
     fn iteration_yields_every_instance_in_order_across_chunks() {
-        let p = list(CHUNK * 2 + 3);
+        // Chunks of 16, 32 and 64 cover 112; the 115th needs a fourth read.
+        let p = list(CHUNK * 7 + 3);
         let seen: Vec<(usize, String)> = p.iter().map(|c| (c.index(), c.name.clone())).collect();
         let expected: Vec<(usize, String)> =
-            (0..CHUNK * 2 + 3).map(|i| (i, format!("n{i}"))).collect();
+            (0..CHUNK * 7 + 3).map(|i| (i, format!("n{i}"))).collect();
         assert_eq!(seen, expected);
-        assert_eq!(reads(&p), 3);
+        assert_eq!(reads(&p), 4);
+    }
+
+    #[test]
+    fn long_iterations_read_in_chunks_that_grow_to_the_largest() {
+        // 16 + 32 + 64 + 128 = 240, then 256 at a time: 4 + 19 reads for 5,000.
+        let p = list(5_000);
+        assert_eq!(p.iter().count(), 5_000);
+        assert_eq!(reads(&p), 4 + (5_000 - 240usize).div_ceil(MAX_CHUNK));
     }
 
     #[test]
