@@ -5,6 +5,7 @@
 //! lock.
 
 mod hooks_cmd;
+mod hooks_test;
 mod nodes;
 mod output;
 mod rolling_update;

@@ -1,0 +1,421 @@
+//! `hooks test`: plans a snapshot with one module as the only hook and prints every decision it
+//! took, or checks them against a fixture (`--expect`), the way `opa test` checks a policy.
+//!
+//! The hook runs with `failurePolicy: Ignore` here, so that a point that fails does not hide the
+//! decisions of the others: the failure is shown with the plan and the command exits 1.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::hooks_cmd::PointArg;
+use super::{Failure, OutputFormat, output};
+use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
+use crate::plan::hook::{
+    BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
+    Instances, Phase, Progress, SelectAnswer,
+};
+use crate::plan::{Plan, PlanOptions};
+use crate::policy::{
+    DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookPoint, HookSpec, IntOrPercent,
+    Policy, RollingUpdate,
+};
+use crate::snapshot::Snapshot;
+
+/// What `hooks test` is asked; a fixture fills what the flags leave out.
+#[derive(Debug, clap::Args)]
+pub struct TestRun {
+    /// The hook component (.wasm).
+    module: PathBuf,
+    /// The snapshot to plan (a v1 List of nodes, pods and PodDisruptionBudgets).
+    #[arg(long, value_name = "FILE")]
+    snapshot: Option<PathBuf>,
+    /// Only these points (default: the policy's, else every point the module implements).
+    #[arg(long = "point", value_enum, value_delimiter = ',')]
+    points: Vec<PointArg>,
+    /// The hook's config, as JSON (without --policy).
+    #[arg(long, value_name = "JSON")]
+    config: Option<String>,
+    /// Plan with this policy's settings, contextResources and the hook's entry (its config and
+    /// points); only this hook runs.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The policy's entry to use, when the module is not the one of exactly one entry.
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    hook: Option<String>,
+    /// Evaluate at this RFC 3339 instant instead of now.
+    #[arg(long, value_name = "TIME")]
+    now: Option<String>,
+    /// Nodes whose kubelet is not this version are outdated.
+    #[arg(long, value_name = "VERSION")]
+    kubelet_version: Option<String>,
+    /// The budget of every group: batches of at most N (maxSurge 0, maxUnavailable N).
+    #[arg(long, value_name = "N")]
+    max_batch: Option<u32>,
+    /// Ask the gates as if they had already answered wait N times for each batch.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    attempt: u32,
+    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, and per group the
+    /// expected order, batches and gates): exit 1 with the differences when a decision differs.
+    #[arg(long, value_name = "FILE")]
+    expect: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Wide)]
+    output: OutputFormat,
+}
+
+/// A fixture: the input of one test and the decisions expected of the hook.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Fixture {
+    /// The snapshot, relative to the fixture.
+    snapshot: PathBuf,
+    now: Option<String>,
+    /// Nodes whose kubelet is not this version are outdated.
+    kubelet_version: Option<String>,
+    max_batch: Option<u32>,
+    #[serde(default)]
+    attempt: u32,
+    /// Expectations per group; only the fields given are compared.
+    groups: BTreeMap<String, Expected>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Expected {
+    /// The instances updated, in update order.
+    order: Option<Vec<String>>,
+    /// The replacement batches (surges left out), each its instances.
+    batches: Option<Vec<Vec<String>>>,
+    /// Per replacement batch, the gate's verdict (`proceed`, `wait`, `abort`) or `-` for none.
+    gates: Option<Vec<String>>,
+}
+
+pub fn run(mut run: TestRun) -> Result<(), Failure> {
+    let fixture = match &run.expect {
+        Some(file) => Some(read_fixture(file)?),
+        None => None,
+    };
+    if let (Some(fixture), Some(file)) = (&fixture, &run.expect) {
+        let base = file.parent().unwrap_or(Path::new("."));
+        run.snapshot
+            .get_or_insert_with(|| base.join(&fixture.snapshot));
+        if run.now.is_none() {
+            run.now.clone_from(&fixture.now);
+        }
+        if run.kubelet_version.is_none() {
+            run.kubelet_version.clone_from(&fixture.kubelet_version);
+        }
+        run.max_batch = run.max_batch.or(fixture.max_batch);
+        run.attempt = run.attempt.max(fixture.attempt);
+    }
+    let Some(snapshot_path) = run.snapshot.clone() else {
+        return Err(Failure::usage(
+            "hooks test needs --snapshot FILE (or --expect FILE naming one)",
+        ));
+    };
+    let now = match &run.now {
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| Failure::usage(format!("--now {t:?}: {e}")))?
+            .as_second(),
+        None => jiff::Timestamp::now().as_second(),
+    };
+    let bytes = std::fs::read(&snapshot_path).map_err(|e| {
+        Failure::usage(format!(
+            "cannot read snapshot {}: {e}",
+            snapshot_path.display()
+        ))
+    })?;
+    let snapshot = Snapshot::from_json(&bytes)
+        .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
+
+    let runtime = HookRuntime::shared()
+        .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
+    let (mut policy, spec) = policy_and_spec(runtime, &run)?;
+    let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
+    let allowed = Arc::new(policy.context_resources.clone());
+    let hook = runtime
+        .load(&spec, objects, allowed)
+        .map_err(|e| match &run.policy {
+            // The module's verdict on the policy's config points at the policy's line.
+            Some(file) => Failure::usage(format!(
+                "{}:{}: hook {}: {e}",
+                file.display(),
+                spec.config_line,
+                spec.name
+            )),
+            None => Failure::usage(e.to_string()),
+        })?;
+    policy.hooks = vec![spec.clone()];
+    let mut rolling_update = policy.rolling_update;
+    if let Some(n) = run.max_batch {
+        if n == 0 {
+            return Err(Failure::usage("--max-batch must be at least 1"));
+        }
+        rolling_update = RollingUpdate {
+            max_surge: Some(IntOrPercent::Int(0)),
+            max_unavailable: Some(IntOrPercent::Int(n)),
+        };
+        policy.groups.clear();
+    }
+    let options = PlanOptions {
+        now,
+        run_id: "hooks-test".into(),
+        dry_run: true,
+        rolling_update,
+        staleness: crate::plan::groups::Staleness {
+            now,
+            kubelet_version: run.kubelet_version.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(AtAttempt {
+        inner: Box::new(hook),
+        attempt: run.attempt,
+    })];
+    let plan = crate::plan::plan_nodes(&snapshot, &policy, &options, &mut hooks)?;
+    let failed: Vec<&String> = plan
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with(&format!("hook {} failed", spec.name)))
+        .collect();
+
+    let mismatches = match &fixture {
+        Some(fixture) => compare(&plan, &fixture.groups),
+        None => {
+            output::print_plan(&plan, run.output)?;
+            Vec::new()
+        }
+    };
+    let mut problems = Vec::new();
+    if !failed.is_empty() {
+        let list: Vec<&str> = failed.iter().map(|w| w.as_str()).collect();
+        problems.push(format!(
+            "{} decision(s) of hook {} failed (the built-in behaviour stood in):\n  {}",
+            failed.len(),
+            spec.name,
+            list.join("\n  ")
+        ));
+    }
+    if let (Some(file), false) = (&run.expect, mismatches.is_empty()) {
+        problems.push(format!(
+            "{}: {} expectation(s) not met:\n  {}",
+            file.display(),
+            mismatches.len(),
+            mismatches.join("\n  ")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(Failure::failed(problems.join("\n")));
+    }
+    if let Some(file) = &run.expect {
+        println!(
+            "{}: every expectation met ({} group(s))",
+            file.display(),
+            fixture.map_or(0, |f| f.groups.len())
+        );
+    }
+    Ok(())
+}
+
+fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    serde_saphyr::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "{}: {}",
+            file.display(),
+            e.to_string().lines().next().unwrap_or_default()
+        ))
+    })
+}
+
+/// The policy the plan runs with, and the one hook's entry: from `--policy` (its settings, its
+/// `contextResources`, and the entry `--hook` names or the one whose module is this file), or
+/// the built-in policy with the flags' config and points. The hook is named as the module
+/// names itself unless the policy names it.
+fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, HookSpec), Failure> {
+    let points: Option<Vec<HookPoint>> =
+        (!run.points.is_empty()).then(|| run.points.iter().map(|p| HookPoint::from(*p)).collect());
+    let Some(file) = &run.policy else {
+        let (info, _) = runtime
+            .describe(&run.module)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let config = run.config.clone().unwrap_or_else(|| "{}".into());
+        let config_value: serde_json::Value = serde_json::from_str(&config)
+            .map_err(|e| Failure::usage(format!("--config is not valid JSON: {e}")))?;
+        let policy = Policy {
+            source: "<hooks test>".into(),
+            ..Default::default()
+        };
+        let spec = HookSpec {
+            name: info.name,
+            module: run.module.clone(),
+            sha256: None,
+            points,
+            config: config_value.to_string(),
+            config_line: 0,
+            timeout: DEFAULT_HOOK_TIMEOUT,
+            memory: DEFAULT_HOOK_MEMORY,
+            failure_policy: FailurePolicy::Ignore,
+            line: 0,
+        };
+        return Ok((policy, spec));
+    };
+    if run.config.is_some() {
+        return Err(Failure::usage(
+            "--config and --policy exclude each other: the policy gives the hook's config",
+        ));
+    }
+    let policy = Policy::load(file)?;
+    let module = std::fs::canonicalize(&run.module).unwrap_or_else(|_| run.module.clone());
+    let entry = match &run.hook {
+        Some(name) => policy.hooks.iter().find(|h| &h.name == name),
+        // The entry of this very file, else of a file of the same name (a fresh build tested
+        // against the policy that deploys it), else the policy's only entry.
+        None => {
+            let same_file = only(
+                policy
+                    .hooks
+                    .iter()
+                    .filter(|h| std::fs::canonicalize(&h.module).is_ok_and(|m| m == module)),
+            );
+            let same_name = only(
+                policy
+                    .hooks
+                    .iter()
+                    .filter(|h| h.module.file_name() == run.module.file_name()),
+            );
+            same_file
+                .or(same_name)
+                .or_else(|| only(policy.hooks.iter()))
+        }
+    };
+    let names: Vec<&str> = policy.hooks.iter().map(|h| h.name.as_str()).collect();
+    let Some(entry) = entry else {
+        return Err(Failure::usage(format!(
+            "{}: no hook entry for {}: name one with --hook (hooks: {})",
+            file.display(),
+            run.module.display(),
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        )));
+    };
+    let spec = HookSpec {
+        module: run.module.clone(),
+        sha256: None,
+        points: points.or_else(|| entry.points.clone()),
+        failure_policy: FailurePolicy::Ignore,
+        ..entry.clone()
+    };
+    Ok((policy, spec))
+}
+
+/// The one item of `items`; none when there are none or several.
+fn only<'a>(mut items: impl Iterator<Item = &'a HookSpec>) -> Option<&'a HookSpec> {
+    let first = items.next()?;
+    items.next().is_none().then_some(first)
+}
+
+/// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.
+fn compare(plan: &Plan, groups: &BTreeMap<String, Expected>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, expected) in groups {
+        let Some(g) = plan.groups.iter().find(|g| &g.group.name == name) else {
+            out.push(format!("group {name}: not in the plan"));
+            continue;
+        };
+        let replaced: Vec<&crate::plan::BatchPlan> =
+            g.batches.iter().filter(|b| !b.surge).collect();
+        let order: Vec<String> = g
+            .instances
+            .iter()
+            .filter(|i| i.update)
+            .map(|i| i.name.clone())
+            .collect();
+        let batches: Vec<Vec<String>> = replaced.iter().map(|b| b.instances.clone()).collect();
+        let gates: Vec<String> = replaced
+            .iter()
+            .map(|b| {
+                b.gate
+                    .as_ref()
+                    .map_or("-".into(), |s| s.verdict.to_string())
+            })
+            .collect();
+        out.extend(mismatch(name, "order", &expected.order, &order));
+        out.extend(mismatch(name, "batches", &expected.batches, &batches));
+        out.extend(mismatch(name, "gates", &expected.gates, &gates));
+    }
+    out
+}
+
+/// `group G: FIELD: expected X, got Y` when an expectation is given and not met.
+fn mismatch<T: PartialEq + serde::Serialize>(
+    group: &str,
+    field: &str,
+    want: &Option<T>,
+    got: &T,
+) -> Option<String> {
+    let want = want.as_ref().filter(|w| *w != got)?;
+    Some(format!(
+        "group {group}: {field}: expected {}, got {}",
+        serde_json::to_string(want).unwrap_or_default(),
+        serde_json::to_string(got).unwrap_or_default()
+    ))
+}
+
+/// The hook, asked about a batch its gate has already held `attempt` times.
+struct AtAttempt {
+    inner: Box<dyn Hook>,
+    attempt: u32,
+}
+
+impl Hook for AtAttempt {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn points(&self) -> &[HookPoint] {
+        self.inner.points()
+    }
+    fn left_out(&self) -> &[HookPoint] {
+        self.inner.left_out()
+    }
+    fn failure_policy(&self) -> FailurePolicy {
+        self.inner.failure_policy()
+    }
+    fn select(
+        &mut self,
+        ctx: &CallContext,
+        group: &GroupInfo,
+        candidates: &Instances,
+    ) -> Result<SelectAnswer, HookFault> {
+        self.inner.select(ctx, group, candidates)
+    }
+    fn next_batch(
+        &mut self,
+        ctx: &CallContext,
+        progress: &Progress,
+    ) -> Result<BatchAnswer, HookFault> {
+        self.inner.next_batch(ctx, progress)
+    }
+    fn gate(
+        &mut self,
+        ctx: &CallContext,
+        phase: Phase,
+        batch: &BatchInfo,
+        summary: &HealthSummary,
+    ) -> Result<GateAnswer, HookFault> {
+        let batch = BatchInfo {
+            attempt: batch.attempt + self.attempt,
+            ..batch.clone()
+        };
+        self.inner.gate(ctx, phase, &batch, summary)
+    }
+}

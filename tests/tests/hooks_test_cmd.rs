@@ -1,0 +1,173 @@
+//! `hooks test` as a policy author runs it in the policy's own CI: with the policy's entry, a
+//! budget, repeated gate checks and fixtures of expected decisions. Real binary, real modules.
+
+use std::process::{Command, Output};
+
+use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module};
+use serde_json::Value;
+
+fn hooks_test(module: &str, args: &[&str]) -> Output {
+    Command::new(plugin_binary())
+        .args(["hooks", "test"])
+        .arg(wasm_module(module))
+        .args(args)
+        .output()
+        .expect("the plugin runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_demo_fixtures_hold_and_a_changed_decision_fails_with_the_difference() {
+    let policy = demo_file("policy.yaml");
+    let policy = policy.to_str().unwrap();
+    for (module, fixture) in [
+        ("zone-spread", "zone-spread.yaml"),
+        ("error-budget", "error-budget.yaml"),
+        ("error-budget", "error-budget-gives-up.yaml"),
+    ] {
+        let fixture = demo_file("fixtures").join(fixture);
+        let out = hooks_test(
+            module,
+            &["--policy", policy, "--expect", fixture.to_str().unwrap()],
+        );
+        assert!(
+            out.status.success(),
+            "{module} {}: {}",
+            fixture.display(),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("every expectation met"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+
+    // One expected verdict changed: exit 1, and the difference is shown.
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(demo_file("fixtures/error-budget.yaml")).unwrap();
+    let changed = original
+        .replace(
+            "../snapshot.json",
+            demo_file("snapshot.json").to_str().unwrap(),
+        )
+        .replace(
+            "gates: [proceed, wait, wait, wait, proceed]",
+            "gates: [proceed, proceed, wait, wait, proceed]",
+        );
+    assert_ne!(changed, original);
+    let fixture = dir.path().join("changed.yaml");
+    std::fs::write(&fixture, changed).unwrap();
+    let out = hooks_test(
+        "error-budget",
+        &["--policy", policy, "--expect", fixture.to_str().unwrap()],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"group nodes: gates: expected ["proceed","proceed","wait","wait","proceed"], got ["proceed","wait","wait","wait","proceed"]"#
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn repeated_gate_checks_are_simulated_with_attempt() {
+    let policy = demo_file("policy.yaml");
+    let snapshot = demo_file("snapshot.json");
+    let plan = |attempt: &str| -> Value {
+        let out = hooks_test(
+            "error-budget",
+            &[
+                "--policy",
+                policy.to_str().unwrap(),
+                "--snapshot",
+                snapshot.to_str().unwrap(),
+                "--kubelet-version",
+                "v1.20.2",
+                "--max-batch",
+                "2",
+                "--attempt",
+                attempt,
+                "-o",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // maxFailedChecks is 10 in the demo policy: a wait at first, an abort once spent.
+    assert!(plan("0")["stopped"].is_null());
+    let spent = plan("12");
+    let stopped = spent["stopped"].as_str().unwrap_or_default();
+    assert!(
+        stopped.contains("hook/error-budget aborted before batch 2"),
+        "{spent}"
+    );
+}
+
+#[test]
+fn a_config_typo_in_the_policy_is_named_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n    - name: spread\n      module: zone_spread.wasm\n      config: {maxPerZne: 1}\n",
+    )
+    .unwrap();
+    let snapshot = demo_file("snapshot.json");
+    let out = hooks_test(
+        "zone-spread",
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("policy.yaml:7: hook spread:") && stderr.contains("maxPerZne"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_failing_point_does_not_hide_the_decisions_of_the_others() {
+    let snapshot = demo_file("snapshot.json");
+    let out = hooks_test(
+        "hostile-hook",
+        &[
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--point",
+            "select,batch",
+            "--config",
+            r#"{"select": "force", "batch": "zero"}"#,
+            "-o",
+            "json",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("decision(s) of hook hostile failed") && stderr.contains("batch size 0"),
+        "the module's own name and the fault: {stderr}"
+    );
+    // The selection it made is still shown.
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("the plan is printed");
+    let decided: Vec<&Value> = plan["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["instances"].as_array().unwrap())
+        .filter(|i| i["decidedBy"] == "hook/hostile")
+        .collect();
+    assert!(!decided.is_empty(), "{plan}");
+}
