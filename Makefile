@@ -3,7 +3,7 @@ CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
 WASM_DIR := target/$(WASM_TARGET)/wasm
 EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
-WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p hostile-hook -p wrong-version-hook
+WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
 .PHONY: demo test wasm wasm-target control-plane lint release python-hook bench

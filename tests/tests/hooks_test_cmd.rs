@@ -76,6 +76,22 @@ fn the_demo_fixtures_hold_and_a_changed_decision_fails_with_the_difference() {
 }
 
 #[test]
+fn the_site_policy_example_meets_its_fixture() {
+    let dir = rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures");
+    let out = hooks_test(
+        "site-policy",
+        &[
+            "--policy",
+            dir.join("policy.yaml").to_str().unwrap(),
+            "--expect",
+            dir.join("rotation.yaml").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("every expectation met"));
+}
+
+#[test]
 fn repeated_gate_checks_are_simulated_with_attempt() {
     let policy = demo_file("policy.yaml");
     let snapshot = demo_file("snapshot.json");
