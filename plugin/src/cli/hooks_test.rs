@@ -140,13 +140,7 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
     let hook = runtime
         .load(&spec, objects, allowed)
         .map_err(|e| match &run.policy {
-            // The module's verdict on the policy's config points at the policy's line.
-            Some(file) => Failure::usage(format!(
-                "{}:{}: hook {}: {e}",
-                file.display(),
-                spec.config_line,
-                spec.name
-            )),
+            Some(_) => Failure::from(e.at(&policy.source, &spec)),
             None => Failure::usage(e.to_string()),
         })?;
     policy.hooks = vec![spec.clone()];

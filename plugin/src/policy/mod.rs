@@ -155,6 +155,17 @@ impl fmt::Display for HookPoint {
     }
 }
 
+impl HookPoint {
+    /// `select, batch`, or `nothing` for none: points in a message.
+    pub fn list(points: &[HookPoint]) -> String {
+        if points.is_empty() {
+            return "nothing".into();
+        }
+        let names: Vec<String> = points.iter().map(ToString::to_string).collect();
+        names.join(", ")
+    }
+}
+
 /// What happens when a hook fails (the admission-webhook convention).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum FailurePolicy {
@@ -549,183 +560,4 @@ pub fn parse_quantity(text: &str) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Policy, PolicyError> {
-        Policy::parse(text, "policy.yaml", Path::new("/p"))
-    }
-
-    const FULL: &str = "\
-apiVersion: rollout-ext/v1alpha1
-kind: RolloutPolicy
-spec:
-  groupLabel: pool
-  rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
-  groups:
-    - name: nodes-a
-      rollingUpdate:
-        maxSurge: 25%
-  hooks:
-    - name: zone-spread
-      module: hooks/zone_spread.wasm
-      sha256: \"sha256:ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789\"
-      points: [select, batch]
-      config: {maxPerZone: 1}
-      timeout: 500ms
-      memory: 32Mi
-      failurePolicy: Ignore
-  contextResources:
-    - {apiVersion: v1, kind: ConfigMap, namespace: ops}
-  provider:
-    exec:
-      terminate: [sim-cloud, terminate, \"{node}\"]
-      detach: [sim-cloud, detach, \"{node}\"]
-      timeout: 1m
-";
-
-    #[test]
-    fn reads_a_full_policy() {
-        let p = parse(FULL).unwrap();
-        assert_eq!(p.group_label.as_deref(), Some("pool"));
-        assert_eq!(p.rolling_update.max_surge, Some(IntOrPercent::Int(0)));
-        let g = p.group("nodes-a").unwrap();
-        assert_eq!(g.rolling_update.max_surge, Some(IntOrPercent::Percent(25)));
-        assert_eq!(g.rolling_update.max_unavailable, None);
-        assert_eq!(g.max_surge_line, 9);
-        let h = &p.hooks[0];
-        assert_eq!(h.module, Path::new("/p/hooks/zone_spread.wasm"));
-        assert_eq!(
-            h.sha256.as_deref(),
-            Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
-        );
-        assert_eq!(
-            h.points.as_deref(),
-            Some(&[HookPoint::Select, HookPoint::Batch][..])
-        );
-        assert_eq!(h.config, r#"{"maxPerZone":1}"#);
-        assert_eq!(h.config_line, 15);
-        assert_eq!(h.timeout, Duration::from_millis(500));
-        assert_eq!(h.memory, 32 << 20);
-        assert_eq!(h.failure_policy, FailurePolicy::Ignore);
-        assert_eq!(h.line, 11);
-        assert_eq!(p.context_resources[0].kind, "ConfigMap");
-        match p.provider.unwrap() {
-            ProviderSpec::Exec(e) => assert_eq!(e.terminate, ["sim-cloud", "terminate", "{node}"]),
-            other => panic!("expected exec, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn defaults_for_a_hook() {
-        let p = parse(
-            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: g, module: g.wasm}\n",
-        )
-        .unwrap();
-        let h = &p.hooks[0];
-        assert_eq!(h.points, None, "every point the module implements");
-        assert_eq!(h.config_line, 5);
-        assert_eq!(h.timeout, DEFAULT_HOOK_TIMEOUT);
-        assert_eq!(h.memory, DEFAULT_HOOK_MEMORY);
-        assert_eq!(h.failure_policy, FailurePolicy::Fail);
-        assert_eq!(h.config, "{}");
-    }
-
-    /// Each bad input, the line the error must name, and a fragment of its message.
-    #[test]
-    fn bad_policies_name_the_line() {
-        let head = "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n";
-        let cases: &[(&str, u32, &str)] = &[
-            ("  rollingUpdate: {maxSurge: 150%}\n", 4, "percentage"),
-            ("  rollingUpdate: {maxSurge: -1}\n", 4, "negative"),
-            (
-                "  rollingUpdate: {maxUnavailable: 1.5}\n",
-                4,
-                "whole number",
-            ),
-            (
-                "  rollingUpdate: {maxUnavailable: \"3\"}\n",
-                4,
-                "without quotes",
-            ),
-            ("  rollingUpdate: {maxSurge: 1, surge: 2}\n", 4, "surge"),
-            ("  groupLable: x\n", 4, "groupLable"),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [pick]}\n",
-                5,
-                "pick",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: []}\n",
-                5,
-                "enables no points",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], timeout: 2 s}\n",
-                5,
-                "duration",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], memory: 1Ti}\n",
-                5,
-                "quantity",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], sha256: abc}\n",
-                5,
-                "64 hexadecimal",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [gate], failurePolicy: Maybe}\n",
-                5,
-                "Maybe",
-            ),
-            (
-                "  hooks:\n  - {name: a, module: a.wasm, points: [gate]}\n  - {name: a, module: b.wasm, points: [gate]}\n",
-                6,
-                "twice",
-            ),
-            (
-                "  hooks:\n  - {name: A_1, module: a.wasm, points: [gate]}\n",
-                5,
-                "lowercase",
-            ),
-            ("  groups:\n  - {name: g}\n  - {name: g}\n", 6, "twice"),
-            (
-                "  provider:\n    exec: {terminate: [kill, \"{instance}\"]}\n",
-                5,
-                "unknown placeholder {instance}",
-            ),
-            ("  provider:\n    ssh: {}\n", 5, "ssh"),
-        ];
-        for (body, line, fragment) in cases {
-            let err = parse(&format!("{head}{body}")).expect_err(body);
-            assert_eq!(err.line, *line, "{body}: {err}");
-            assert!(err.message.contains(fragment), "{body}: {err}");
-            assert!(err.to_string().starts_with("policy.yaml:"), "{err}");
-        }
-    }
-
-    #[test]
-    fn wrong_header() {
-        let err = parse("apiVersion: v1\nkind: RolloutPolicy\n").unwrap_err();
-        assert_eq!(err.line, 1);
-        assert!(err.message.contains(API_VERSION), "{err}");
-        let err = parse("apiVersion: rollout-ext/v1alpha1\nkind: Policy\n").unwrap_err();
-        assert_eq!(err.line, 2);
-        let err = parse("apiVersion: [").unwrap_err();
-        assert!(err.line >= 1, "{err}");
-    }
-
-    #[test]
-    fn durations_and_quantities() {
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("1.5s").is_err());
-        assert!(parse_duration("s").is_err());
-        assert_eq!(parse_quantity("64Mi"), Ok(64 << 20));
-        assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
-        assert!(parse_quantity("Mi").is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,223 @@
+//! Loading a policy's hooks: the module's bytes and contract version, what it says about itself,
+//! the points the policy enables, and its verdict on its config. Nothing of a hook is asked
+//! before this has passed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::version::{check_version, compatible, compatible_series};
+use super::{
+    HookRuntime, LOAD_TIMEOUT, ModuleInfo, ObjectSource, SnapshotObjects, WIT_PACKAGE, WIT_VERSION,
+    WasmHook, bindings, first_line, truncate,
+};
+use crate::plan::hook::{Hook, HookFault};
+use crate::policy::{ContextResource, FailurePolicy, HookPoint, HookSpec, PolicyError};
+
+/// Why a hook module could not be loaded. Nothing has run when this is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read module {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a WebAssembly file")]
+    NotWasm { path: PathBuf },
+    #[error(
+        "{path} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule { path: PathBuf },
+    #[error("sha256 mismatch for {path}: the policy pins {expected}, the file is {actual}")]
+    Sha256Mismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot compile {path}: {message}")]
+    Compile { path: PathBuf, message: String },
+    #[error(
+        "{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION} (and every {}.x): rebuild it with a matching rollout-ext-hooks SDK",
+        compatible_series()
+    )]
+    WrongVersion { path: PathBuf, found: String },
+    #[error(
+        "{path} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}"
+    )]
+    NotAPolicy { path: PathBuf },
+    #[error("cannot instantiate {path}: {message}")]
+    Instantiate { path: PathBuf, message: String },
+    #[error("the policy enables point {point} but module {module} implements only: {implemented}")]
+    PointNotImplemented {
+        point: HookPoint,
+        module: String,
+        implemented: String,
+    },
+    #[error("module {module} rejects its config: {message}")]
+    ConfigRejected { module: String, message: String },
+    #[error("module {module} could not check its config: {fault}")]
+    ConfigUnchecked { module: String, fault: HookFault },
+}
+
+impl LoadError {
+    /// The error as a policy error at the hook's entry in `file`, or at its config's line when
+    /// the module refused its config.
+    pub fn at(self, file: &str, spec: &HookSpec) -> PolicyError {
+        let about_config = matches!(
+            self,
+            LoadError::ConfigRejected { .. } | LoadError::ConfigUnchecked { .. }
+        );
+        PolicyError {
+            file: file.to_string(),
+            line: if about_config {
+                spec.config_line
+            } else {
+                spec.line
+            },
+            column: 0,
+            message: format!("hook {}: {self}", spec.name),
+        }
+    }
+}
+
+impl HookRuntime {
+    /// Loads the hook a policy entry describes: checks bytes, contract version and points, and
+    /// has the module check its config.
+    pub fn load(
+        &self,
+        spec: &HookSpec,
+        objects: Arc<dyn ObjectSource>,
+        allowed: Arc<Vec<ContextResource>>,
+    ) -> Result<WasmHook, LoadError> {
+        let mut hook = self.open(spec, objects, allowed)?;
+        let info = hook
+            .info
+            .take()
+            .expect("an opened hook has described itself");
+        let enabled = spec.points.clone().unwrap_or_else(|| info.points.clone());
+        if let Some(point) = enabled.iter().find(|p| !info.points.contains(p)) {
+            return Err(LoadError::PointNotImplemented {
+                point: *point,
+                module: info.name.clone(),
+                implemented: HookPoint::list(&info.points),
+            });
+        }
+        hook.left_out = info
+            .points
+            .iter()
+            .filter(|p| !enabled.contains(p))
+            .copied()
+            .collect();
+        hook.points = enabled;
+        match hook.validate_config() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                return Err(LoadError::ConfigRejected {
+                    module: info.name,
+                    message: truncate(&message, 500),
+                });
+            }
+            Err(fault) => {
+                return Err(LoadError::ConfigUnchecked {
+                    module: info.name,
+                    fault,
+                });
+            }
+        }
+        hook.info = Some(info);
+        Ok(hook)
+    }
+
+    /// What a module says about itself and its sha256, without a policy: its config is not
+    /// checked and no point is enabled.
+    pub fn describe(&self, module: &Path) -> Result<(ModuleInfo, String), LoadError> {
+        let spec = HookSpec {
+            name: "inspect".into(),
+            module: module.to_path_buf(),
+            sha256: None,
+            points: None,
+            config: "{}".into(),
+            config_line: 0,
+            timeout: LOAD_TIMEOUT,
+            memory: crate::policy::DEFAULT_HOOK_MEMORY,
+            failure_policy: FailurePolicy::Fail,
+            line: 0,
+        };
+        let empty: Arc<dyn ObjectSource> =
+            Arc::new(SnapshotObjects::new(b"{\"items\":[]}".to_vec()));
+        let mut hook = self.open(&spec, empty, Arc::new(Vec::new()))?;
+        let info = hook
+            .info
+            .take()
+            .expect("an opened hook has described itself");
+        Ok((info, hook.digest))
+    }
+
+    /// Compiles and pre-instantiates a module and has it describe itself; refuses another
+    /// contract version.
+    fn open(
+        &self,
+        spec: &HookSpec,
+        objects: Arc<dyn ObjectSource>,
+        allowed: Arc<Vec<ContextResource>>,
+    ) -> Result<WasmHook, LoadError> {
+        let (component, digest) = self.compile(&spec.module, spec.sha256.as_deref())?;
+        check_version(&self.engine, &component, &spec.module)?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Instantiate {
+                    path: spec.module.clone(),
+                    message: first_line(&format!("{e}")),
+                })?;
+        let pre = bindings::PolicyPre::new(instance_pre).map_err(|_| LoadError::NotAPolicy {
+            path: spec.module.clone(),
+        })?;
+        let mut hook = WasmHook {
+            name: spec.name.clone(),
+            points: Vec::new(),
+            left_out: Vec::new(),
+            failure_policy: spec.failure_policy,
+            config: spec.config.clone(),
+            timeout: spec.timeout,
+            memory: spec.memory,
+            engine: self.engine.clone(),
+            pre,
+            objects,
+            allowed,
+            info: None,
+            digest,
+        };
+        let info = hook.describe().map_err(|fault| LoadError::Instantiate {
+            path: spec.module.clone(),
+            message: fault.to_string(),
+        })?;
+        if !compatible(&info.wit_version) {
+            return Err(LoadError::WrongVersion {
+                path: spec.module.clone(),
+                found: format!("{WIT_PACKAGE}@{}", info.wit_version),
+            });
+        }
+        hook.info = Some(info);
+        Ok(hook)
+    }
+}
+
+/// Loads every hook of a policy, in order. The error names the hook and its line.
+pub fn load_all(
+    runtime: &HookRuntime,
+    policy: &crate::policy::Policy,
+    objects: Arc<dyn ObjectSource>,
+) -> Result<Vec<Box<dyn Hook>>, PolicyError> {
+    let allowed = Arc::new(policy.context_resources.clone());
+    policy
+        .hooks
+        .iter()
+        .map(|spec| {
+            runtime
+                .load(spec, objects.clone(), allowed.clone())
+                .map(|h| Box::new(h) as Box<dyn Hook>)
+                .map_err(|e| e.at(&policy.source, spec))
+        })
+        .collect()
+}

@@ -1,0 +1,252 @@
+//! What one call's store holds: the WASI context that grants nothing, the memory limit, the
+//! frozen clock, and the host functions a hook may call (the `instances` resource, `log`,
+//! `list-objects`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+
+use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
+use crate::plan::hook::Instances;
+use crate::policy::ContextResource;
+use crate::report;
+
+/// Per-call store data.
+pub(super) struct CallState {
+    pub(super) wasi: WasiCtx,
+    pub(super) table: ResourceTable,
+    pub(super) limiter: MemoryLimiter,
+    pub(super) hook: String,
+    pub(super) log_lines: usize,
+    pub(super) objects: Arc<dyn ObjectSource>,
+    pub(super) allowed: Arc<Vec<ContextResource>>,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wit::Host for CallState {}
+
+impl CallState {
+    /// The candidate at `index` of a list the hook was given; none past the end.
+    fn candidate(
+        &self,
+        list: &Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Option<&crate::plan::hook::Candidate>> {
+        Ok(self.table.get(list)?.get(index as usize))
+    }
+}
+
+impl wit::HostInstances for CallState {
+    fn len(&mut self, list: Resource<Instances>) -> u32 {
+        self.table
+            .get(&list)
+            .map_or(0, |p| u32::try_from(p.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Lowers only what the hook asks for.
+    fn get(
+        &mut self,
+        list: Resource<Instances>,
+        start: u32,
+        count: u32,
+    ) -> wasmtime::Result<Vec<wit::Instance>> {
+        let list = self.table.get(&list)?;
+        let start = (start as usize).min(list.len());
+        let end = start.saturating_add(count as usize).min(list.len());
+        Ok(list[start..end].iter().map(convert::instance).collect())
+    }
+
+    fn label(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+        key: String,
+    ) -> wasmtime::Result<Option<String>> {
+        Ok(self
+            .candidate(&list, index)?
+            .and_then(|c| c.labels.get(&key).cloned()))
+    }
+
+    fn annotation(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+        key: String,
+    ) -> wasmtime::Result<Option<String>> {
+        Ok(self
+            .candidate(&list, index)?
+            .and_then(|c| c.annotations.get(&key).cloned()))
+    }
+
+    fn labels(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::pairs(&c.labels))
+            .unwrap_or_default())
+    }
+
+    fn annotations(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::pairs(&c.annotations))
+            .unwrap_or_default())
+    }
+
+    fn taints(
+        &mut self,
+        list: Resource<Instances>,
+        index: u32,
+    ) -> wasmtime::Result<Vec<wit::Taint>> {
+        Ok(self
+            .candidate(&list, index)?
+            .map(|c| convert::taints(&c.taints))
+            .unwrap_or_default())
+    }
+
+    fn drop(&mut self, list: Resource<Instances>) -> wasmtime::Result<()> {
+        self.table.delete(list)?;
+        Ok(())
+    }
+}
+
+impl wit_host::Host for CallState {
+    fn log(&mut self, level: wit_host::Level, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > GUEST_LOG_LINES {
+            return;
+        }
+        let level = match level {
+            wit_host::Level::Debug => report::Level::Debug,
+            wit_host::Level::Info => report::Level::Info,
+            wit_host::Level::Warn => report::Level::Warn,
+            wit_host::Level::Error => report::Level::Error,
+        };
+        report::log(level, &format!("[hook {}] {message}", self.hook));
+    }
+
+    fn list_objects(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        selector: Option<String>,
+    ) -> Result<String, String> {
+        let allowed = self.allowed.iter().any(|r| {
+            r.api_version == api_version
+                && r.kind == kind
+                && (r.namespace.is_none() || r.namespace == namespace)
+        });
+        if !allowed {
+            return Err(format!(
+                "{api_version} {kind}{} is not in the policy's contextResources",
+                namespace
+                    .as_deref()
+                    .map(|n| format!(" in namespace {n}"))
+                    .unwrap_or_default()
+            ));
+        }
+        self.objects.list(
+            &api_version,
+            &kind,
+            namespace.as_deref(),
+            selector.as_deref(),
+        )
+    }
+}
+
+/// Denies memory growth past the limit and remembers that it did, to name the fault.
+pub(super) struct MemoryLimiter {
+    pub(super) limit: usize,
+    pub(super) exceeded: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// A clock that always reads the context's `now`: hooks get no time of their own.
+pub(super) struct FrozenClock(pub(super) Duration);
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Logs what the guest printed; returns its last stderr line, which usually says why it trapped.
+pub(super) fn capture(
+    hook: &str,
+    stdout: &MemoryOutputPipe,
+    stderr: &MemoryOutputPipe,
+) -> Option<String> {
+    let out = stdout.contents();
+    for line in String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        report::log(report::Level::Info, &format!("[hook {hook}] {line}"));
+    }
+    let err = stderr.contents();
+    let text = String::from_utf8_lossy(&err);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        report::log(report::Level::Warn, &format!("[hook {hook}] {line}"));
+    }
+    // The last line that is not Rust's backtrace hint is usually the panic message.
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .map(String::from)
+}
