@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::plan::Role;
 use crate::plan::hook::{Choice, InstanceKind};
