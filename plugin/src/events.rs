@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::duration::human_duration;
 use crate::plan::hook::Phase;
+use crate::plan::shadow::ShadowDecision;
 use crate::policy::HookPoint;
 
 /// Something an executor did or is waiting for.
@@ -111,6 +112,14 @@ pub enum Event {
         /// What was decided, in words: `size 2`, `pause 60s: …`, `proceed`, `wait 30s: …`,
         /// `abort: …`, `order a, b, c`.
         decision: String,
+    },
+    /// What a shadow hook would have decided, reported after the decision taken.
+    Shadow {
+        /// The batch (or scale step) the decision is about, counted from 0.
+        batch: u32,
+        attempt: u32,
+        #[serde(flatten)]
+        said: ShadowDecision,
     },
     /// A controller rolling update starts its scale loop: `next` grows to `desired` while `old`
     /// shrinks to 0 (in a rollback, `next` is the controller rolled back to).
@@ -277,6 +286,18 @@ impl Event {
                 human_duration(*seconds_left as i64)
             ),
             Event::Warning { message } => format!("warning: {message}"),
+            Event::Shadow { batch, said, .. } => {
+                let phase = said
+                    .phase
+                    .map(|p| format!(" {}", p.as_str()))
+                    .unwrap_or_default();
+                format!(
+                    "{}{phase} for batch {}: {}",
+                    said.point,
+                    batch + 1,
+                    said.describe()
+                )
+            }
             Event::Decided {
                 point,
                 phase,
@@ -522,6 +543,32 @@ mod tests {
         for (event, line) in cases {
             assert_eq!(event.describe(), line, "{event:?}");
         }
+    }
+
+    #[test]
+    fn a_shadow_event_carries_the_hook_its_words_and_whether_it_agrees() {
+        let event = Event::Shadow {
+            batch: 1,
+            attempt: 0,
+            said: ShadowDecision {
+                hook: "next-policy".into(),
+                point: HookPoint::Gate,
+                phase: Some(Phase::AfterBatch),
+                decision: "abort: payments not ready".into(),
+                agrees: false,
+                error: None,
+            },
+        };
+        assert_eq!(
+            event.describe(),
+            "gate after-batch for batch 2: hook/next-policy (shadow) would abort: payments not ready; differs from the decision taken"
+        );
+        assert_eq!(
+            serde_json::to_value(event).unwrap(),
+            serde_json::json!({"event": "shadow", "batch": 1, "attempt": 0, "hook": "next-policy",
+                               "point": "gate", "phase": "after-batch",
+                               "decision": "abort: payments not ready", "agrees": false})
+        );
     }
 
     #[test]

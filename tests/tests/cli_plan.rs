@@ -169,6 +169,41 @@ fn the_table_and_yaml_outputs_render_the_same_plan() {
 }
 
 #[test]
+fn hooks_inspect_describes_a_module_of_another_contract_version() {
+    let module = wasm_module("wrong-version-hook");
+    let out = run(&["hooks", "inspect", module.to_str().unwrap(), "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["name"], "from-the-past");
+    assert_eq!(info["witVersion"], "0.1.0");
+    assert_eq!(info["points"], serde_json::json!(["gate"]));
+    assert_eq!(info["callable"], false);
+    assert!(
+        info["note"]
+            .as_str()
+            .unwrap()
+            .contains("rebuild it with a matching rollout-ext-hooks SDK"),
+        "{info}"
+    );
+    // Planning with it is still refused.
+    let out = run(&[
+        "hooks",
+        "test",
+        module.to_str().unwrap(),
+        "--snapshot",
+        demo_file("snapshot.json").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was built against rollout-ext:policy@0.1.0")
+    );
+}
+
+#[test]
 fn hooks_inspect_and_test_describe_a_module() {
     let module = wasm_module("zone-spread");
     let out = run(&["hooks", "inspect", module.to_str().unwrap(), "-o", "json"]);
@@ -182,6 +217,7 @@ fn hooks_inspect_and_test_describe_a_module() {
     assert_eq!(info["witVersion"], rollout_ext::hooks::WIT_VERSION);
     assert_eq!(info["points"], serde_json::json!(["select", "batch"]));
     assert_eq!(info["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(info["callable"], true);
 
     let snapshot = demo_file("snapshot.json");
     let out = run(&[

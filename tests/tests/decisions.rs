@@ -272,3 +272,69 @@ async fn a_gate_that_refuses_a_later_batch_lets_the_earlier_ones_run() {
     );
     assert_eq!(verdicts.len(), 1 + 3 + 2, "{verdicts:?}");
 }
+
+#[tokio::test]
+async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = cluster.outdated_group("shadowed", 3).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    modules(dir.path(), &["hostile-hook"]);
+    // The hook that would stop the run before batch 3, tried in shadow (its failurePolicy is
+    // the one it will have once trusted; a shadow never stops a run).
+    let policy = cluster.exec_policy(
+        dir.path(),
+        "  hooks:\n  - {name: next-gate, module: hostile_hook.wasm, points: [gate], mode: Shadow, failurePolicy: Fail, config: {gate: abort-batch-2}}\n",
+    );
+    let mut args = cluster.rotate_args(&policy, "shadowed");
+    args.extend(["--max-unavailable".to_string(), "1".into()]);
+    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+
+    let printed = run(plan_args).await;
+    succeeded(&printed);
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert!(plan.get("stopped").is_none(), "{plan}");
+    let batches = plan["groups"][0]["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 3, "{plan}");
+    let third = &batches[2]["shadow"][0];
+    assert_eq!(third["hook"], "next-gate");
+    assert_eq!(third["phase"], "before-batch");
+    assert_eq!(third["decision"], "abort: batch 3 must not go");
+    assert_eq!(third["agrees"], false);
+    assert!(batches[2]["gate"].is_null(), "the built-in decided: {plan}");
+
+    let out = run(args).await;
+    succeeded(&out);
+    let terminated = cluster
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.verb == "terminate" && c.target.starts_with("shadowed-"))
+        .count();
+    assert_eq!(terminated, originals.len(), "every batch ran");
+    let events = events(&out);
+    let gates = |kind: &str| -> Vec<(String, u64)> {
+        events
+            .iter()
+            .filter(|e| e["event"] == kind && e["point"] == "gate")
+            .map(|e| {
+                (
+                    e["phase"].as_str().unwrap().to_string(),
+                    e["batch"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        gates("shadow"),
+        gates("decided"),
+        "one shadow report beside each gate decision"
+    );
+    let differs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "shadow" && e["agrees"] == false)
+        .collect();
+    assert_eq!(differs.len(), 1, "{differs:?}");
+    assert_eq!(differs[0]["batch"], 2);
+    assert_eq!(differs[0]["decision"], "abort: batch 3 must not go");
+}

@@ -9,7 +9,7 @@ use rollout_ext::hooks::{HookRuntime, LoadError, ObjectSource, SnapshotObjects};
 use rollout_ext::plan::decide::HookFailed;
 use rollout_ext::plan::hook::{DecidedBy, Hook, HookFault};
 use rollout_ext::plan::{Plan, PlanError, PlanOptions, plan_nodes};
-use rollout_ext::policy::{FailurePolicy, HookPoint, HookSpec, Policy};
+use rollout_ext::policy::{FailurePolicy, HookMode, HookPoint, HookSpec, Policy};
 use rollout_ext::snapshot::Snapshot;
 use rollout_ext_e2e::wasm_module;
 
@@ -39,6 +39,7 @@ fn spec(module: PathBuf, points: &[HookPoint], config: serde_json::Value) -> Hoo
         timeout: Duration::from_millis(300),
         memory: 32 << 20,
         failure_policy: FailurePolicy::Fail,
+        mode: HookMode::Enforce,
         line: 7,
     }
 }

@@ -75,20 +75,79 @@ fn the_demo_fixtures_hold_and_a_changed_decision_fails_with_the_difference() {
     );
 }
 
-#[test]
-fn the_site_policy_example_meets_its_fixture() {
-    let dir = rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures");
-    let out = hooks_test(
+fn site_fixtures() -> std::path::PathBuf {
+    rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures")
+}
+
+/// `hooks test` of the site policy against the fixture `expect`.
+fn site_policy_test(expect: &std::path::Path) -> Output {
+    let policy = site_fixtures().join("policy.yaml");
+    hooks_test(
         "site-policy",
         &[
             "--policy",
-            dir.join("policy.yaml").to_str().unwrap(),
+            policy.to_str().unwrap(),
             "--expect",
-            dir.join("rotation.yaml").to_str().unwrap(),
+            expect.to_str().unwrap(),
         ],
+    )
+}
+
+#[test]
+fn the_site_policy_example_meets_its_fixtures() {
+    for fixture in ["rotation.yaml", "after-batch.yaml"] {
+        let out = site_policy_test(&site_fixtures().join(fixture));
+        assert!(out.status.success(), "{fixture}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("every expectation met"));
+    }
+}
+
+#[test]
+fn the_after_batch_gate_is_asked_with_phase_and_holds_then_aborts() {
+    // The snapshot with one payments pod not Ready: the cluster as a batch would leave it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut snapshot: Value =
+        serde_json::from_slice(&std::fs::read(site_fixtures().join("snapshot.json")).unwrap())
+            .unwrap();
+    let pod = snapshot["items"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|i| i["metadata"]["name"] == "api-node-2-0")
+        .unwrap();
+    pod["status"]["conditions"][0]["status"] = "False".into();
+    std::fs::write(dir.path().join("snapshot.json"), snapshot.to_string()).unwrap();
+    let fixture = |attempt: u32, expected: &str| {
+        let file = dir.path().join(format!("attempt-{attempt}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "snapshot: snapshot.json\nnow: \"2026-11-27T12:00:00Z\"\nphases: [after-batch]\nattempt: {attempt}\ngroups:\n  nodes:\n{expected}"
+            ),
+        )
+        .unwrap();
+        site_policy_test(&file)
+    };
+
+    // First check: wait after every batch (a plan assumes the wait clears).
+    let out = fixture(
+        0,
+        "    batches: [[node-3], [node-2, node-5], [node-1]]\n    afterGates: [wait, wait, wait]\n    gates: [\"-\", \"-\", \"-\"]\n",
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("every expectation met"));
+    // The third check gives up: the plan stops after the first batch.
+    let out = fixture(2, "    batches: [[node-3]]\n    afterGates: [abort]\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Expecting it to go on fails, naming the field.
+    let out = fixture(2, "    afterGates: [proceed, proceed, proceed]\n");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"group nodes: afterGates: expected ["proceed","proceed","proceed"], got ["abort"]"#
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

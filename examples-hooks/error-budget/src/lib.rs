@@ -5,8 +5,8 @@
 //! Config: `{"maxPodsNotReady": 0, "maxFailedChecks": 10, "retrySeconds": 30}`.
 
 use rollout_ext_hooks::{
-    Batch, Context, HookPoint, Pause, Phase, Policy, ValidationSummary, Verdict, check_config,
-    config,
+    Batch, Context, HookPoint, Phase, Policy, ValidationSummary, Verdict, check_config, config,
+    hold,
 };
 use serde::Deserialize;
 
@@ -63,17 +63,13 @@ impl Policy for ErrorBudget {
         if problems.is_empty() {
             return Ok(Verdict::Proceed);
         }
-        let failed = batch.attempt + 1;
-        let reason = problems.join("; ");
-        if failed >= cfg.max_failed_checks {
-            return Ok(Verdict::Abort(format!(
-                "{reason} (check failed {failed} times in a row)"
-            )));
-        }
-        Ok(Verdict::Wait(Pause {
-            seconds: cfg.retry_seconds.max(1),
-            reason: format!("{reason} (check {failed} of {})", cfg.max_failed_checks),
-        }))
+        let retry = cfg.retry_seconds.max(1);
+        Ok(hold(
+            batch,
+            cfg.max_failed_checks,
+            retry,
+            problems.join("; "),
+        ))
     }
 }
 
@@ -123,7 +119,7 @@ mod tests {
             }
             other => panic!("expected wait, got {other:?}"),
         }
-        assert!(matches!(check(&s, 2), Verdict::Abort(r) if r.contains("3 times")));
+        assert!(matches!(check(&s, 2), Verdict::Abort(r) if r.ends_with("after 3 checks")));
     }
 
     #[test]

@@ -59,42 +59,54 @@ struct Inspection {
     sha256: String,
     #[serde(flatten)]
     info: crate::hooks::ModuleInfo,
+    /// Whether this plugin calls it: false for a module of another contract version.
+    callable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 fn inspect(module: &Path, format: OutputFormat) -> Result<(), Failure> {
-    let (info, sha256) = runtime()?
-        .describe(module)
+    let (info, sha256, callable) = runtime()?
+        .inspect(module)
         .map_err(|e| Failure::usage(e.to_string()))?;
+    let contract = format!("{}@{}", crate::hooks::WIT_PACKAGE, info.wit_version);
+    let note = (!callable).then(|| {
+        format!(
+            "this plugin does not call it: it was built against {contract}, and this plugin speaks {}@{} (and every {}.x); rebuild it with a matching rollout-ext-hooks SDK",
+            crate::hooks::WIT_PACKAGE,
+            crate::hooks::WIT_VERSION,
+            crate::hooks::compatible_series(),
+        )
+    });
     let inspection = Inspection {
         module: module.display().to_string(),
         sha256,
         info,
+        callable,
+        note,
     };
     match format {
         OutputFormat::Json | OutputFormat::Yaml => print_structured(&inspection, format),
         _ => {
-            let points: Vec<String> = inspection
-                .info
-                .points
-                .iter()
-                .map(ToString::to_string)
-                .collect();
+            let known = |s: &str| {
+                if s.is_empty() {
+                    "(unknown)".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
             let rows = vec![
-                vec!["NAME".into(), inspection.info.name.clone()],
+                vec!["NAME".into(), known(&inspection.info.name)],
                 vec!["MODULE".into(), inspection.module.clone()],
                 vec!["SHA256".into(), inspection.sha256.clone()],
-                vec!["SDK".into(), inspection.info.sdk_version.clone()],
-                vec![
-                    "CONTRACT".into(),
-                    format!(
-                        "{}@{}",
-                        crate::hooks::WIT_PACKAGE,
-                        inspection.info.wit_version
-                    ),
-                ],
-                vec!["POINTS".into(), points.join(", ")],
+                vec!["SDK".into(), known(&inspection.info.sdk_version)],
+                vec!["CONTRACT".into(), contract],
+                vec!["POINTS".into(), HookPoint::list(&inspection.info.points)],
             ];
             print!("{}", output::align(&rows));
+            if let Some(note) = &inspection.note {
+                println!("\nNote: {note}");
+            }
             Ok(())
         }
     }

@@ -19,8 +19,8 @@ use crate::plan::hook::{
 };
 use crate::plan::{Plan, PlanOptions};
 use crate::policy::{
-    DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookPoint, HookSpec, IntOrPercent,
-    Policy, RollingUpdate,
+    DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookMode, HookPoint, HookSpec,
+    IntOrPercent, Policy, RollingUpdate,
 };
 use crate::snapshot::Snapshot;
 
@@ -57,6 +57,10 @@ pub struct TestRun {
     /// Ask the gates as if they had already answered wait N times for each batch.
     #[arg(long, value_name = "N", default_value_t = 0)]
     attempt: u32,
+    /// The gate phases asked (default: before-group and before-batch, as a plan asks them).
+    /// after-batch judges the snapshot as the cluster after each batch.
+    #[arg(long = "phase", value_enum, value_delimiter = ',')]
+    phases: Vec<PhaseArg>,
     /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, and per group the
     /// expected order, batches and gates): exit 1 with the differences when a decision differs.
     #[arg(long, value_name = "FILE")]
@@ -78,6 +82,9 @@ struct Fixture {
     max_batch: Option<u32>,
     #[serde(default)]
     attempt: u32,
+    /// The gate phases asked, as `--phase` takes them.
+    #[serde(default)]
+    phases: Vec<PhaseArg>,
     /// Expectations per group; only the fields given are compared.
     groups: BTreeMap<String, Expected>,
 }
@@ -91,6 +98,27 @@ struct Expected {
     batches: Option<Vec<Vec<String>>>,
     /// Per replacement batch, the gate's verdict (`proceed`, `wait`, `abort`) or `-` for none.
     gates: Option<Vec<String>>,
+    /// The same for the after-batch gate (asked with `phases: [after-batch]`).
+    after_gates: Option<Vec<String>>,
+}
+
+/// A gate phase, as `--phase` and a fixture's `phases` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PhaseArg {
+    BeforeGroup,
+    BeforeBatch,
+    AfterBatch,
+}
+
+impl From<PhaseArg> for Phase {
+    fn from(p: PhaseArg) -> Phase {
+        match p {
+            PhaseArg::BeforeGroup => Phase::BeforeGroup,
+            PhaseArg::BeforeBatch => Phase::BeforeBatch,
+            PhaseArg::AfterBatch => Phase::AfterBatch,
+        }
+    }
 }
 
 pub fn run(mut run: TestRun) -> Result<(), Failure> {
@@ -110,7 +138,15 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         }
         run.max_batch = run.max_batch.or(fixture.max_batch);
         run.attempt = run.attempt.max(fixture.attempt);
+        if run.phases.is_empty() {
+            run.phases.clone_from(&fixture.phases);
+        }
     }
+    let phases: Vec<Phase> = if run.phases.is_empty() {
+        vec![Phase::BeforeGroup, Phase::BeforeBatch]
+    } else {
+        run.phases.iter().map(|p| Phase::from(*p)).collect()
+    };
     let Some(snapshot_path) = run.snapshot.clone() else {
         return Err(Failure::usage(
             "hooks test needs --snapshot FILE (or --expect FILE naming one)",
@@ -165,11 +201,13 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             kubelet_version: run.kubelet_version.clone(),
             ..Default::default()
         },
+        ask_after_batch: phases.contains(&Phase::AfterBatch),
         ..Default::default()
     };
-    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(AtAttempt {
+    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(AsTested {
         inner: Box::new(hook),
         attempt: run.attempt,
+        phases,
     })];
     let plan = crate::plan::plan_nodes(&snapshot, &policy, &options, &mut hooks)?;
     let failed: Vec<&String> = plan
@@ -256,6 +294,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
             timeout: DEFAULT_HOOK_TIMEOUT,
             memory: DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Ignore,
+            mode: HookMode::Enforce,
             line: 0,
         };
         return Ok((policy, spec));
@@ -307,6 +346,8 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
         sha256: None,
         points: points.or_else(|| entry.points.clone()),
         failure_policy: FailurePolicy::Ignore,
+        // Tested as if it decided, whatever the policy's mode: its decisions are what is shown.
+        mode: HookMode::Enforce,
         ..entry.clone()
     };
     Ok((policy, spec))
@@ -335,17 +376,23 @@ fn compare(plan: &Plan, groups: &BTreeMap<String, Expected>) -> Vec<String> {
             .map(|i| i.name.clone())
             .collect();
         let batches: Vec<Vec<String>> = replaced.iter().map(|b| b.instances.clone()).collect();
-        let gates: Vec<String> = replaced
-            .iter()
-            .map(|b| {
-                b.gate
-                    .as_ref()
-                    .map_or("-".into(), |s| s.verdict.to_string())
-            })
-            .collect();
+        let verdicts = |gate: fn(&crate::plan::BatchPlan) -> Option<&crate::plan::GateStep>| {
+            replaced
+                .iter()
+                .map(|b| gate(b).map_or("-".into(), |s| s.verdict.to_string()))
+                .collect::<Vec<String>>()
+        };
+        let gates = verdicts(|b| b.gate.as_ref());
+        let after_gates = verdicts(|b| b.after_gate.as_ref());
         out.extend(mismatch(name, "order", &expected.order, &order));
         out.extend(mismatch(name, "batches", &expected.batches, &batches));
         out.extend(mismatch(name, "gates", &expected.gates, &gates));
+        out.extend(mismatch(
+            name,
+            "afterGates",
+            &expected.after_gates,
+            &after_gates,
+        ));
     }
     out
 }
@@ -365,13 +412,15 @@ fn mismatch<T: PartialEq + serde::Serialize>(
     ))
 }
 
-/// The hook, asked about a batch its gate has already held `attempt` times.
-struct AtAttempt {
+/// The hook as the test asks it: its gate only at the phases asked, about a batch it has
+/// already held `attempt` times.
+struct AsTested {
     inner: Box<dyn Hook>,
     attempt: u32,
+    phases: Vec<Phase>,
 }
 
-impl Hook for AtAttempt {
+impl Hook for AsTested {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -406,6 +455,9 @@ impl Hook for AtAttempt {
         batch: &BatchInfo,
         summary: &HealthSummary,
     ) -> Result<GateAnswer, HookFault> {
+        if !self.phases.contains(&phase) {
+            return Ok(GateAnswer::Defer);
+        }
         let batch = BatchInfo {
             attempt: batch.attempt + self.attempt,
             ..batch.clone()

@@ -302,5 +302,6 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             pod_selector: args.pod_selector.clone(),
             disable_eviction: args.disable_eviction,
         },
+        ask_after_batch: false,
     }
 }

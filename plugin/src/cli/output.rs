@@ -5,6 +5,7 @@ use std::fmt::Write;
 use super::{Failure, OutputFormat, print_structured};
 use crate::duration::human_duration;
 use crate::plan::hook::DecidedBy;
+use crate::plan::shadow::ShadowDecision;
 use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan};
 
 pub fn print_plan(plan: &Plan, format: OutputFormat) -> Result<(), Failure> {
@@ -79,58 +80,10 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         out.push_str(&align(&rows));
     }
 
-    for g in plan
-        .groups
-        .iter()
-        .filter(|g| !g.batches.is_empty() || g.gate.is_some() || g.aborted.is_some())
-    {
-        let _ = writeln!(
-            out,
-            "\n{} ({}), concurrency {}:",
-            g.group.name,
-            g.group.role.as_str(),
-            g.concurrency
-        );
-        if let Some(gate) = &g.gate {
-            let _ = writeln!(out, "  before the group: {}", gate_text(gate));
-        }
-        // Batch rows are aligned; pauses and gates hang under their batch.
-        let rows: Vec<Vec<String>> = g
-            .batches
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                vec![
-                    format!("  {}", i + 1),
-                    batch_kind(b),
-                    b.instances.join(", "),
-                    format!("[{}]", batch_credit(g, b, wide)),
-                ]
-            })
-            .collect();
-        for (b, line) in g.batches.iter().zip(align(&rows).lines()) {
-            if let Some(p) = &b.pause {
-                let _ = writeln!(
-                    out,
-                    "     pause {}: {} [{}]",
-                    human_duration(p.seconds as i64),
-                    p.reason,
-                    p.decided_by
-                );
-            }
-            let _ = writeln!(out, "{line}");
-            if let Some(gate) = &b.gate {
-                let _ = writeln!(
-                    out,
-                    "     gate {}: {}",
-                    gate.phase.as_str(),
-                    gate_text(gate)
-                );
-            }
-        }
-        if let Some(reason) = &g.aborted {
-            let _ = writeln!(out, "  stops here: {reason}");
-        }
+    for g in plan.groups.iter().filter(|g| {
+        !g.batches.is_empty() || g.gate.is_some() || g.aborted.is_some() || !g.shadow.is_empty()
+    }) {
+        group_steps(&mut out, g, wide);
     }
 
     if wide {
@@ -174,6 +127,71 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         }
     }
     out
+}
+
+/// A group's steps: the before-group gate, then each batch with the pause before it and the
+/// gate on it, and under each what shadow hooks would have decided.
+fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
+    let _ = writeln!(
+        out,
+        "\n{} ({}), concurrency {}:",
+        g.group.name,
+        g.group.role.as_str(),
+        g.concurrency
+    );
+    if let Some(gate) = &g.gate {
+        let _ = writeln!(out, "  before the group: {}", gate_text(gate));
+    }
+    shadow_lines(out, "  ", &g.shadow);
+    // Batch rows are aligned; pauses and gates hang under their batch.
+    let rows: Vec<Vec<String>> = g
+        .batches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            vec![
+                format!("  {}", i + 1),
+                batch_kind(b),
+                b.instances.join(", "),
+                format!("[{}]", batch_credit(g, b, wide)),
+            ]
+        })
+        .collect();
+    for (b, line) in g.batches.iter().zip(align(&rows).lines()) {
+        if let Some(p) = &b.pause {
+            let _ = writeln!(
+                out,
+                "     pause {}: {} [{}]",
+                human_duration(p.seconds as i64),
+                p.reason,
+                p.decided_by
+            );
+        }
+        let _ = writeln!(out, "{line}");
+        for gate in b.gate.iter().chain(&b.after_gate) {
+            let _ = writeln!(
+                out,
+                "     gate {}: {}",
+                gate.phase.as_str(),
+                gate_text(gate)
+            );
+        }
+        shadow_lines(out, "     ", &b.shadow);
+    }
+    if let Some(reason) = &g.aborted {
+        let _ = writeln!(out, "  stops here: {reason}");
+    }
+}
+
+/// `select: hook/x (shadow) would …; agrees`, one line each.
+pub fn shadow_lines(out: &mut String, indent: &str, said: &[ShadowDecision]) {
+    for s in said {
+        let phase = s
+            .phase
+            .map(|p| format!(" {}", p.as_str()))
+            .unwrap_or_default();
+        let _ = writeln!(out, "{indent}{}{phase}: {}", s.point, s.describe());
+    }
 }
 
 fn batches_summary(g: &GroupPlan) -> String {

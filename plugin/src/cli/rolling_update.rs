@@ -2,6 +2,7 @@
 //! legacy kubectl's flags and annotations, the policy's hooks at every step, and a plan with
 //! `--dry-run`.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -561,6 +562,17 @@ fn print(plan: &RollingUpdatePlan, format: OutputFormat) -> Result<(), Failure> 
                     order.decided_by,
                     order.pods.join(", ")
                 );
+            }
+            let mut shadow = String::new();
+            output::shadow_lines(&mut shadow, "  ", &plan.shadow);
+            for (i, step) in plan.steps.iter().enumerate() {
+                if !step.shadow.is_empty() {
+                    let _ = writeln!(shadow, "  step {}:", i + 1);
+                    output::shadow_lines(&mut shadow, "    ", &step.shadow);
+                }
+            }
+            if !shadow.is_empty() {
+                print!("Shadow hooks (reported, never acted on):\n{shadow}");
             }
             match &plan.stopped {
                 Some(reason) => println!("Stops: {reason}"),

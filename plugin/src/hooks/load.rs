@@ -11,7 +11,7 @@ use super::{
     WasmHook, bindings, first_line, truncate,
 };
 use crate::plan::hook::{Hook, HookFault};
-use crate::policy::{ContextResource, FailurePolicy, HookPoint, HookSpec, PolicyError};
+use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, PolicyError};
 
 /// Why a hook module could not be loaded. Nothing has run when this is returned.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,7 @@ impl HookRuntime {
             timeout: LOAD_TIMEOUT,
             memory: crate::policy::DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Fail,
+            mode: HookMode::Enforce,
             line: 0,
         };
         let empty: Arc<dyn ObjectSource> =
@@ -151,6 +152,21 @@ impl HookRuntime {
             .take()
             .expect("an opened hook has described itself");
         Ok((info, hook.digest))
+    }
+
+    /// What `hooks inspect` shows of a module: what it says about itself and its sha256, and
+    /// whether this host calls it. A module of another contract version is described as far as
+    /// it can be read without running it as a policy.
+    pub fn inspect(&self, module: &Path) -> Result<(ModuleInfo, String, bool), LoadError> {
+        match self.describe(module) {
+            Ok((info, digest)) => Ok((info, digest, true)),
+            Err(LoadError::WrongVersion { found, .. }) => {
+                let (component, digest) = self.compile(module, None)?;
+                let version = found.rsplit_once('@').map_or("", |(_, v)| v);
+                Ok((self.describe_foreign(&component, version), digest, false))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Compiles and pre-instantiates a module and has it describe itself; refuses another
@@ -178,6 +194,7 @@ impl HookRuntime {
             points: Vec::new(),
             left_out: Vec::new(),
             failure_policy: spec.failure_policy,
+            mode: spec.mode,
             config: spec.config.clone(),
             timeout: spec.timeout,
             memory: spec.memory,

@@ -11,6 +11,7 @@
 //! (that is `plan::decide`).
 
 mod convert;
+mod foreign;
 mod load;
 mod objects;
 mod sandbox;
@@ -30,11 +31,11 @@ use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
     Instances, Phase, Progress, SelectAnswer,
 };
-use crate::policy::{ContextResource, FailurePolicy, HookPoint};
+use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint};
 
 pub use load::{LoadError, load_all};
 pub use objects::{ObjectSource, SnapshotObjects};
-pub use version::compatible;
+pub use version::{compatible, compatible_series};
 
 use sandbox::{CallState, FrozenClock, MemoryLimiter, capture};
 
@@ -267,6 +268,7 @@ pub struct WasmHook {
     /// Points the module implements that the policy does not enable.
     left_out: Vec<HookPoint>,
     failure_policy: FailurePolicy,
+    mode: HookMode,
     config: String,
     timeout: Duration,
     memory: u64,
@@ -422,6 +424,10 @@ impl Hook for WasmHook {
 
     fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
+    }
+
+    fn mode(&self) -> HookMode {
+        self.mode
     }
 
     fn select(

@@ -10,7 +10,7 @@ use super::{LoadError, WIT_PACKAGE, WIT_VERSION};
 
 /// The contract versions this host accepts: the same minor version (a 0.x series; the same
 /// major version from 1.0 on), any patch.
-pub(super) fn compatible_series() -> &'static str {
+pub fn compatible_series() -> &'static str {
     let mut parts = WIT_VERSION.splitn(3, '.');
     let (major, minor) = (parts.next().unwrap_or("0"), parts.next().unwrap_or("0"));
     let end = if major == "0" {

@@ -10,12 +10,13 @@
 //! under `Ignore`.
 
 use std::collections::HashSet;
+use std::fmt;
 
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, Candidate, DecidedBy, GateAnswer, GroupInfo,
     HealthSummary, Hook, HookFault, Instances, Phase, Progress, SelectAnswer,
 };
-use crate::policy::{FailurePolicy, HookPoint};
+use crate::policy::{FailurePolicy, HookMode, HookPoint};
 
 /// The longest pause or wait a hook may ask for at once: a week, the span of a weekly window.
 pub const MAX_WAIT_SECONDS: u32 = 7 * 24 * 3600;
@@ -64,6 +65,37 @@ pub enum Verdict {
     Abort(String),
 }
 
+impl fmt::Display for BatchDecision {
+    /// In the words of events and plans: `size 2: reason`, `pause 60s: reason`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BatchDecision::Size { size, reason, .. } => write!(f, "size {size}: {reason}"),
+            BatchDecision::Pause {
+                seconds, reason, ..
+            } => write!(f, "pause {seconds}s: {reason}"),
+        }
+    }
+}
+
+impl BatchDecision {
+    pub fn by(&self) -> &DecidedBy {
+        match self {
+            BatchDecision::Size { by, .. } | BatchDecision::Pause { by, .. } => by,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    /// In the words of events and plans: `proceed`, `wait 30s: reason`, `abort: reason`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Proceed => f.write_str("proceed"),
+            Verdict::Wait { seconds, reason } => write!(f, "wait {seconds}s: {reason}"),
+            Verdict::Abort(reason) => write!(f, "abort: {reason}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateDecision {
     pub verdict: Verdict,
@@ -93,8 +125,10 @@ fn on_fault(
     }
 }
 
-fn serves(hook: &dyn Hook, point: HookPoint) -> bool {
-    hook.points().contains(&point)
+/// Whether `hook` takes part in the decisions at `point`. Shadow hooks are asked apart
+/// ([`crate::plan::shadow`]) and never decide.
+fn decides(hook: &dyn Hook, point: HookPoint) -> bool {
+    hook.mode() == HookMode::Enforce && hook.points().contains(&point)
 }
 
 /// A warning per hook whose module implements points the policy leaves out.
@@ -113,9 +147,10 @@ pub fn left_out_warnings(hooks: &[Box<dyn Hook>]) -> Vec<String> {
         .collect()
 }
 
-/// Whether any of `hooks` is asked at `point`.
+/// Whether any of `hooks` is asked at `point`, deciding or in shadow: then the question is put
+/// to the hooks (with the reads it needs) and its decision reported.
 pub fn serves_any(hooks: &[Box<dyn Hook>], point: HookPoint) -> bool {
-    hooks.iter().any(|h| serves(h.as_ref(), point))
+    hooks.iter().any(|h| h.points().contains(&point))
 }
 
 /// The built-in choice: candidates with a reason, in their order.
@@ -151,49 +186,14 @@ pub fn select(
     let mut chosen = built_in_choice(candidates);
     let mut decided = DecidedBy::BuiltIn;
     for hook in hooks.iter_mut() {
-        if !serves(hook.as_ref(), HookPoint::Select) {
+        if !decides(hook.as_ref(), HookPoint::Select) {
             continue;
         }
-        // The hook sees the current choice first, with its reasons, then the rest.
-        let picked: HashSet<usize> = chosen.iter().map(|c| c.index).collect();
-        let mut view: Vec<Candidate> = chosen
-            .iter()
-            .map(|c| {
-                let mut cand = candidates[c.index].clone();
-                cand.reason = Some(c.reason.clone());
-                cand
-            })
-            .collect();
-        let mut view_index: Vec<usize> = chosen.iter().map(|c| c.index).collect();
-        for (i, c) in candidates.iter().enumerate() {
-            if !picked.contains(&i) {
-                let mut cand = c.clone();
-                cand.reason = None;
-                view.push(cand);
-                view_index.push(i);
-            }
-        }
-        let info = GroupInfo {
-            selected: chosen.len() as u32,
-            ..group.clone()
-        };
-        let view = Instances::from(view);
-        let answer = hook
-            .select(ctx, &info, &view)
-            .and_then(|a| check_selection(a, &view));
-        match answer {
+        match ask_select(hook.as_mut(), ctx, group, candidates, &chosen) {
             Ok(None) => {}
             Ok(Some(order)) => {
-                let by = DecidedBy::Hook(hook.name().to_string());
-                decided = by.clone();
-                chosen = order
-                    .into_iter()
-                    .map(|(i, reason)| Chosen {
-                        index: view_index[i],
-                        reason,
-                        by: by.clone(),
-                    })
-                    .collect();
+                decided = DecidedBy::Hook(hook.name().to_string());
+                chosen = order;
             }
             Err(fault) => on_fault(hook.as_ref(), HookPoint::Select, fault, warnings)?,
         }
@@ -202,6 +202,56 @@ pub fn select(
         chosen,
         by: decided,
     })
+}
+
+/// One hook's selection, checked, given the current choice: `None` when it defers.
+pub(crate) fn ask_select(
+    hook: &mut dyn Hook,
+    ctx: &CallContext,
+    group: &GroupInfo,
+    candidates: &[Candidate],
+    chosen: &[Chosen],
+) -> Result<Option<Vec<Chosen>>, HookFault> {
+    // The hook sees the current choice first, with its reasons, then the rest.
+    let picked: HashSet<usize> = chosen.iter().map(|c| c.index).collect();
+    let mut view: Vec<Candidate> = Vec::with_capacity(candidates.len());
+    let mut view_index: Vec<usize> = Vec::with_capacity(candidates.len());
+    for c in chosen {
+        let mut cand = candidates[c.index].clone();
+        cand.reason = Some(c.reason.clone());
+        view.push(cand);
+        view_index.push(c.index);
+    }
+    for (i, c) in candidates.iter().enumerate() {
+        if !picked.contains(&i) {
+            let mut cand = c.clone();
+            cand.reason = None;
+            view.push(cand);
+            view_index.push(i);
+        }
+    }
+    let info = GroupInfo {
+        selected: chosen.len() as u32,
+        ..group.clone()
+    };
+    let view = Instances::from(view);
+    let Some(order) = hook
+        .select(ctx, &info, &view)
+        .and_then(|a| check_selection(a, &view))?
+    else {
+        return Ok(None);
+    };
+    let by = DecidedBy::Hook(hook.name().to_string());
+    Ok(Some(
+        order
+            .into_iter()
+            .map(|(i, reason)| Chosen {
+                index: view_index[i],
+                reason,
+                by: by.clone(),
+            })
+            .collect(),
+    ))
 }
 
 /// Checks a selection: every name a candidate, none twice, up-to-date ones only when forced.
@@ -258,27 +308,14 @@ pub fn batch_size(
     progress: &Progress,
     warnings: &mut Vec<String>,
 ) -> Result<BatchDecision, HookFailed> {
-    let mut decision = BatchDecision::Size {
-        size: progress.max_batch,
-        reason: progress.max_batch_reason.clone(),
-        by: DecidedBy::BuiltIn,
-    };
-    // A batch is a prefix of at most `max_batch` pending instances, so a hook is shown only
-    // those: a call costs the batch, not the group, and a plan stays linear in the group's size.
-    let shown = (progress.max_batch as usize).min(progress.pending.len());
-    let progress = &Progress {
-        pending: progress.pending.window(0, shown),
-        ..progress.clone()
-    };
+    let mut decision = built_in_size(progress);
+    let progress = &shown(progress);
     for hook in hooks.iter_mut() {
-        if !serves(hook.as_ref(), HookPoint::Batch) {
+        if !decides(hook.as_ref(), HookPoint::Batch) {
             continue;
         }
-        let answer = hook
-            .next_batch(ctx, progress)
-            .and_then(|a| check_batch(a, progress.max_batch));
         let by = DecidedBy::Hook(hook.name().to_string());
-        match answer {
+        match ask_batch(hook.as_mut(), ctx, progress) {
             Ok(BatchAnswer::Defer) => {}
             Ok(BatchAnswer::Pause { seconds, reason }) => {
                 let longer = match &decision {
@@ -303,11 +340,6 @@ pub fn batch_size(
                 } = &decision
                     && (count < *current || *current_by == DecidedBy::BuiltIn)
                 {
-                    let reason = if reason.trim().is_empty() {
-                        "no reason given".to_string()
-                    } else {
-                        reason
-                    };
                     decision = BatchDecision::Size {
                         size: count,
                         reason,
@@ -319,6 +351,44 @@ pub fn batch_size(
         }
     }
     Ok(decision)
+}
+
+/// The batch the budget allows, when no hook says otherwise.
+pub(crate) fn built_in_size(progress: &Progress) -> BatchDecision {
+    BatchDecision::Size {
+        size: progress.max_batch,
+        reason: progress.max_batch_reason.clone(),
+        by: DecidedBy::BuiltIn,
+    }
+}
+
+/// What a batching hook is shown. A batch is a prefix of at most `max_batch` pending
+/// instances, so only those: a call costs the batch, not the group, and a plan stays linear in
+/// the group's size.
+pub(crate) fn shown<'a>(progress: &Progress<'a>) -> Progress<'a> {
+    let shown = (progress.max_batch as usize).min(progress.pending.len());
+    Progress {
+        pending: progress.pending.window(0, shown),
+        ..progress.clone()
+    }
+}
+
+/// One hook's batch answer, checked against the budget; a size without a reason gets one.
+pub(crate) fn ask_batch(
+    hook: &mut dyn Hook,
+    ctx: &CallContext,
+    progress: &Progress,
+) -> Result<BatchAnswer, HookFault> {
+    let answer = hook
+        .next_batch(ctx, progress)
+        .and_then(|a| check_batch(a, progress.max_batch))?;
+    Ok(match answer {
+        BatchAnswer::Size { count, reason } if reason.trim().is_empty() => BatchAnswer::Size {
+            count,
+            reason: "no reason given".into(),
+        },
+        other => other,
+    })
 }
 
 fn check_batch(answer: BatchAnswer, max_batch: u32) -> Result<BatchAnswer, HookFault> {
@@ -357,24 +427,12 @@ pub fn gate(
         by: DecidedBy::BuiltIn,
     };
     for hook in hooks.iter_mut() {
-        if !serves(hook.as_ref(), HookPoint::Gate) {
+        if !decides(hook.as_ref(), HookPoint::Gate) {
             continue;
         }
-        let answer = hook
-            .gate(ctx, phase, batch, summary)
-            .and_then(|a| match &a {
-                GateAnswer::Wait { seconds, .. } => check_wait(*seconds).map(|_| a),
-                _ => Ok(a),
-            });
-        let verdict = match answer {
-            Ok(GateAnswer::Defer) => continue,
-            Ok(GateAnswer::Proceed) => Verdict::Proceed,
-            Ok(GateAnswer::Wait { seconds, reason }) => Verdict::Wait { seconds, reason },
-            Ok(GateAnswer::Abort(reason)) => Verdict::Abort(if reason.trim().is_empty() {
-                "no reason given".into()
-            } else {
-                reason
-            }),
+        let verdict = match ask_gate(hook.as_mut(), ctx, phase, batch, summary) {
+            Ok(None) => continue,
+            Ok(Some(verdict)) => verdict,
             Err(fault) => {
                 on_fault(hook.as_ref(), HookPoint::Gate, fault, warnings)?;
                 continue;
@@ -388,6 +446,29 @@ pub fn gate(
         }
     }
     Ok(decision)
+}
+
+/// One gate's verdict, checked: `None` when it defers.
+pub(crate) fn ask_gate(
+    hook: &mut dyn Hook,
+    ctx: &CallContext,
+    phase: Phase,
+    batch: &BatchInfo,
+    summary: &HealthSummary,
+) -> Result<Option<Verdict>, HookFault> {
+    Ok(match hook.gate(ctx, phase, batch, summary)? {
+        GateAnswer::Defer => None,
+        GateAnswer::Proceed => Some(Verdict::Proceed),
+        GateAnswer::Wait { seconds, reason } => {
+            check_wait(seconds)?;
+            Some(Verdict::Wait { seconds, reason })
+        }
+        GateAnswer::Abort(reason) => Some(Verdict::Abort(if reason.trim().is_empty() {
+            "no reason given".into()
+        } else {
+            reason
+        })),
+    })
 }
 
 /// Orders verdicts from the least to the most careful.

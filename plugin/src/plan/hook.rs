@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::labels::Labels;
 use crate::plan::Role;
-use crate::policy::{FailurePolicy, HookPoint};
+use crate::policy::{FailurePolicy, HookMode, HookPoint};
 use crate::snapshot::Taint;
 
 /// What an instance stands for.
@@ -229,6 +229,10 @@ pub trait Hook {
         &[]
     }
     fn failure_policy(&self) -> FailurePolicy;
+    /// Whether its answers decide, or are only reported beside the decision ([`HookMode::Shadow`]).
+    fn mode(&self) -> HookMode {
+        HookMode::Enforce
+    }
 
     fn select(
         &mut self,

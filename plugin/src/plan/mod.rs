@@ -17,6 +17,7 @@ pub mod hook;
 pub mod planner;
 pub mod prepare;
 pub mod rolling_update;
+pub mod shadow;
 
 use std::fmt;
 
@@ -27,6 +28,7 @@ use decide::{GateDecision, HookFailed, Verdict};
 use drain::DrainOptions;
 use groups::Staleness;
 use hook::{DecidedBy, GroupInfo, Phase};
+use shadow::ShadowDecision;
 
 pub use planner::plan_nodes;
 
@@ -92,6 +94,10 @@ pub struct PlanOptions {
     pub interactive: bool,
     pub cloud_only: bool,
     pub drain: DrainOptions,
+    /// Ask the after-batch gate too, judging the snapshot as the cluster after each batch. A
+    /// plan otherwise assumes it proceeds (the cluster after a batch cannot be known in
+    /// advance); `hooks test --phase after-batch` sets it.
+    pub ask_after_batch: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +134,9 @@ pub struct GroupPlan {
     pub note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// What shadow hooks would decide about the selection and the before-group gate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowDecision>,
     pub instances: Vec<InstancePlan>,
     pub batches: Vec<BatchPlan>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,6 +175,12 @@ pub struct BatchPlan {
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// The after-batch gate's verdict, when the plan asked it ([`PlanOptions::ask_after_batch`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_gate: Option<GateStep>,
+    /// What shadow hooks would decide about this batch's size and its gates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowDecision>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -3,13 +3,15 @@
 //! hooks are asked for real (with `dryRun` as the options say), with the simulated clock
 //! advanced by the pauses they asked for. What a plan cannot know is assumed to go well: a
 //! gate's wait clears (the gate is not asked again), and the `after-batch` gate, which judges
-//! the cluster after the batch, proceeds without being asked.
+//! the cluster after the batch, proceeds without being asked (unless the options ask it, for
+//! `hooks test`).
 
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
 use super::prepare::{self, Prepared};
+use super::shadow::{self, ShadowDecision};
 use super::{
     BatchPlan, GateStep, GroupPlan, InstancePlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep,
     Plan, PlanError, PlanOptions,
@@ -93,6 +95,8 @@ struct Recording {
     size_reason: String,
     batch: Option<BatchInfo>,
     gate: Option<GateStep>,
+    /// What shadow hooks said about the next batch.
+    shadow: Vec<ShadowDecision>,
 }
 
 impl Planner<'_> {
@@ -117,6 +121,7 @@ impl Planner<'_> {
                 disabled: false,
                 note: None,
                 gate: None,
+                shadow: Vec::new(),
                 instances: Vec::new(),
                 batches: Vec::new(),
                 aborted: None,
@@ -127,6 +132,7 @@ impl Planner<'_> {
             size_reason: String::new(),
             batch: None,
             gate: None,
+            shadow: Vec::new(),
         };
         let mut input = Input::Start;
         loop {
@@ -138,22 +144,19 @@ impl Planner<'_> {
             input = match step {
                 Step::Ask(Question::Select) => {
                     let ctx = self.ctx();
-                    Input::Selected(decide::select(
-                        self.hooks,
-                        &ctx,
-                        group.group(),
-                        group.candidates(),
-                        &mut self.warnings,
-                    )?)
+                    let (info, candidates) = (group.group(), group.candidates());
+                    let selected =
+                        decide::select(self.hooks, &ctx, info, candidates, &mut self.warnings)?;
+                    rec.plan.shadow = shadow::select(self.hooks, &ctx, info, candidates, &selected);
+                    Input::Selected(selected)
                 }
                 Step::Ask(Question::BatchSize(sizing)) => {
                     let ctx = self.ctx();
-                    let decision = decide::batch_size(
-                        self.hooks,
-                        &ctx,
-                        &group.progress(&sizing),
-                        &mut self.warnings,
-                    )?;
+                    let progress = group.progress(&sizing);
+                    let decision =
+                        decide::batch_size(self.hooks, &ctx, &progress, &mut self.warnings)?;
+                    let said = shadow::batch_size(self.hooks, &ctx, &progress, &decision);
+                    rec.shadow.extend(said);
                     if let BatchDecision::Size { by, reason, .. } = &decision {
                         rec.sized_by = by.clone();
                         rec.size_reason = reason.clone();
@@ -216,7 +219,7 @@ impl Planner<'_> {
             verdict: Verdict::Proceed,
             by: DecidedBy::BuiltIn,
         };
-        if batch.attempt > 0 || phase == Phase::AfterBatch {
+        if batch.attempt > 0 || (phase == Phase::AfterBatch && !self.options.ask_after_batch) {
             return Ok(assumed);
         }
         let summary = match phase {
@@ -231,11 +234,23 @@ impl Planner<'_> {
         };
         let ctx = self.ctx();
         let decision = decide::gate(self.hooks, &ctx, phase, batch, &summary, &mut self.warnings)?;
+        let said = shadow::gate(self.hooks, &ctx, phase, batch, &summary, &decision);
         let step = GateStep::from_decision(phase, decision.clone());
         match phase {
-            Phase::BeforeGroup => rec.plan.gate = step,
-            _ => {
+            Phase::BeforeGroup => {
+                rec.plan.gate = step;
+                rec.plan.shadow.extend(said);
+            }
+            // Asked after the batch was recorded: it goes with that batch.
+            Phase::AfterBatch => {
+                if let Some(done) = rec.plan.batches.last_mut() {
+                    done.after_gate = step;
+                    done.shadow.extend(said);
+                }
+            }
+            Phase::BeforeBatch => {
                 rec.gate = step;
+                rec.shadow.extend(said);
                 rec.batch = Some(batch.clone());
             }
         }
@@ -254,6 +269,8 @@ impl Planner<'_> {
                 size_reason: "surge: new instances come up before any is drained".into(),
                 pause: None,
                 gate: None,
+                after_gate: None,
+                shadow: Vec::new(),
             }),
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
                 instances: batch.instances,
@@ -263,6 +280,8 @@ impl Planner<'_> {
                 size_reason: batch.size_reason,
                 pause: rec.pause.take(),
                 gate: rec.gate.take(),
+                after_gate: None,
+                shadow: std::mem::take(&mut rec.shadow),
             }),
             Action::Wait(wait) if wait.then == Asked::BatchSize => {
                 rec.paused += i64::from(wait.seconds);
@@ -316,6 +335,8 @@ impl Planner<'_> {
                 size_reason: rec.size_reason.clone(),
                 pause: rec.pause.take(),
                 gate: rec.gate.take(),
+                after_gate: None,
+                shadow: std::mem::take(&mut rec.shadow),
             });
         }
         rec.plan.aborted = Some(format!("{decided_by} aborted {at}: {reason}"));

@@ -167,6 +167,7 @@ fn disabled(info: GroupInfo, candidates: &[Candidate]) -> GroupPlan {
         })
         .collect();
     GroupPlan {
+        shadow: Vec::new(),
         group: info,
         concurrency: 0,
         disabled: true,

@@ -176,6 +176,18 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+/// Whether a hook decides or only reports what it would decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum HookMode {
+    /// Its answers decide (within what the host allows).
+    #[default]
+    Enforce,
+    /// Asked at every point it serves, with the input the built-in rules see; its answers are
+    /// reported beside the decision taken, never acted on, and its faults never stop a run. How
+    /// a site tries a policy on real rotations before trusting it.
+    Shadow,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct HookSpec {
     pub name: String,
@@ -192,6 +204,7 @@ pub struct HookSpec {
     pub timeout: Duration,
     pub memory: u64,
     pub failure_policy: FailurePolicy,
+    pub mode: HookMode,
     /// Line of the hook's entry, for errors found when loading it.
     pub line: u32,
 }
@@ -281,6 +294,8 @@ struct RawHook {
     memory: Option<Spanned<String>>,
     #[serde(default)]
     failure_policy: FailurePolicy,
+    #[serde(default)]
+    mode: HookMode,
 }
 
 /// Makes errors that name the policy file, the line and the column.
@@ -374,6 +389,7 @@ impl Located<'_> {
             timeout,
             memory,
             failure_policy: raw.failure_policy,
+            mode: raw.mode,
             line,
         })
     }

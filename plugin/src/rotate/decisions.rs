@@ -1,16 +1,18 @@
 //! Answering the group loop's questions with the hooks, live: each question once, when it is
 //! due, about the batch at hand only, with the cluster read just before (so hooks see it as it
-//! is) and `dryRun = false`. Every decision a hook takes part in is reported.
+//! is) and `dryRun = false`. Every decision a hook takes part in is reported, and beside it
+//! what each shadow hook would have decided.
 
 use std::collections::HashSet;
 
 use super::{GroupRun, RotateError, Rotation};
 use crate::events::Event;
-use crate::plan::decide::{self, BatchDecision, GateDecision, Selected, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
 use crate::plan::group_loop::{GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Instances, Phase};
 use crate::plan::prepare;
+use crate::plan::shadow::{self, ShadowDecision};
 use crate::policy::HookPoint;
 
 /// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
@@ -56,19 +58,26 @@ impl Rotation<'_> {
         });
     }
 
+    fn shadowed(&self, batch: &BatchInfo, said: Vec<ShadowDecision>) {
+        for said in said {
+            self.reporter.report(Event::Shadow {
+                batch: batch.index,
+                attempt: batch.attempt,
+                said,
+            });
+        }
+    }
+
     /// The selection, from the candidates the group started with (read just before).
     pub(super) fn select(&mut self, machine: &GroupLoop) -> Result<Selected, RotateError> {
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
-        let selected = blocking(|| {
-            decide::select(
-                hooks,
-                &ctx,
-                machine.group(),
-                machine.candidates(),
-                &mut warnings,
-            )
+        let (group, candidates) = (machine.group(), machine.candidates());
+        let (selected, said) = blocking(|| {
+            let selected = decide::select(hooks, &ctx, group, candidates, &mut warnings)?;
+            let said = shadow::select(hooks, &ctx, group, candidates, &selected);
+            Ok::<_, HookFailed>((selected, said))
         })?;
         self.report_warnings(warnings);
         if self.serves(HookPoint::Select) {
@@ -85,6 +94,7 @@ impl Rotation<'_> {
             };
             let decision = format!("order {}", names.join(", "));
             self.decided(HookPoint::Select, None, &batch, &selected.by, decision);
+            self.shadowed(&batch, said);
         }
         Ok(selected)
     }
@@ -116,23 +126,26 @@ impl Rotation<'_> {
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
-        let decision = blocking(|| decide::batch_size(hooks, &ctx, &progress, &mut warnings))?;
+        let (decision, said) = blocking(|| {
+            let decision = decide::batch_size(hooks, &ctx, &progress, &mut warnings)?;
+            let said = shadow::batch_size(hooks, &ctx, &progress, &decision);
+            Ok::<_, HookFailed>((decision, said))
+        })?;
         self.report_warnings(warnings);
-        let (by, text) = match &decision {
-            BatchDecision::Size { size, reason, by } => (by, format!("size {size}: {reason}")),
-            BatchDecision::Pause {
-                seconds,
-                reason,
-                by,
-            } => (by, format!("pause {seconds}s: {reason}")),
-        };
         let batch = BatchInfo {
             index: sizing.batches_done,
             instances: Vec::new(),
             canary: false,
             attempt: sizing.attempt,
         };
-        self.decided(HookPoint::Batch, None, &batch, by, text);
+        self.decided(
+            HookPoint::Batch,
+            None,
+            &batch,
+            decision.by(),
+            decision.to_string(),
+        );
+        self.shadowed(&batch, said);
         Ok(decision)
     }
 
@@ -170,15 +183,15 @@ impl Rotation<'_> {
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
-        let decision =
-            blocking(|| decide::gate(hooks, &ctx, phase, batch, &summary, &mut warnings))?;
+        let (decision, said) = blocking(|| {
+            let decision = decide::gate(hooks, &ctx, phase, batch, &summary, &mut warnings)?;
+            let said = shadow::gate(hooks, &ctx, phase, batch, &summary, &decision);
+            Ok::<_, HookFailed>((decision, said))
+        })?;
         self.report_warnings(warnings);
-        let text = match &decision.verdict {
-            Verdict::Proceed => "proceed".to_string(),
-            Verdict::Wait { seconds, reason } => format!("wait {seconds}s: {reason}"),
-            Verdict::Abort(reason) => format!("abort: {reason}"),
-        };
+        let text = decision.verdict.to_string();
         self.decided(HookPoint::Gate, Some(phase), batch, &decision.by, text);
+        self.shadowed(batch, said);
         Ok(decision)
     }
 }

@@ -11,11 +11,12 @@ use crate::cluster::controllers::Write;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
 use crate::keys;
-use crate::plan::decide::{self, BatchDecision, HookFailed, Verdict};
+use crate::plan::decide::{self, HookFailed};
 use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::planner::Cleanup;
 use crate::plan::rolling_update::prepare::NextSource;
+use crate::plan::shadow::ShadowDecision;
 use crate::policy::{HookPoint, IntOrPercent};
 
 /// What the command asks for.
@@ -90,27 +91,6 @@ pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
     json!({"metadata": {"annotations": map}})
 }
 
-/// A batching decision in the words of [`Event::Decided`].
-pub(super) fn batch_decision(decision: &BatchDecision) -> (String, &DecidedBy) {
-    match decision {
-        BatchDecision::Size { size, reason, by } => (format!("size {size}: {reason}"), by),
-        BatchDecision::Pause {
-            seconds,
-            reason,
-            by,
-        } => (format!("pause {seconds}s: {reason}"), by),
-    }
-}
-
-/// A gate verdict in the words of [`Event::Decided`].
-pub(super) fn verdict_text(verdict: &Verdict) -> String {
-    match verdict {
-        Verdict::Proceed => "proceed".into(),
-        Verdict::Wait { seconds, reason } => format!("wait {seconds}s: {reason}"),
-        Verdict::Abort(reason) => format!("abort: {reason}"),
-    }
-}
-
 impl Updater<'_> {
     /// Reports a decision of the hooks at `point`; nothing when no hook serves it (then the
     /// built-in behaviour is not a decision anyone asked for).
@@ -130,6 +110,17 @@ impl Updater<'_> {
                 attempt,
                 decided_by: by.to_string(),
                 decision,
+            });
+        }
+    }
+
+    /// Reports what shadow hooks would have decided about step `at`.
+    pub(super) fn shadowed(&self, (batch, attempt): (u32, u32), said: Vec<ShadowDecision>) {
+        for said in said {
+            self.reporter.report(Event::Shadow {
+                batch,
+                attempt,
+                said,
             });
         }
     }

@@ -8,17 +8,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::execute::{Pair, UpdateError, Updater, batch_decision, verdict_text};
+use super::execute::{Pair, UpdateError, Updater};
 use crate::cluster::controllers::Write;
 use crate::events::Event;
 use crate::keys;
-use crate::plan::decide::{self, BatchDecision, GateDecision, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{DecidedBy, Phase};
 use crate::plan::rolling_update::controller::Controller;
 use crate::plan::rolling_update::planner::{self, LoopState, Side};
 use crate::plan::rolling_update::pods::{self, PodInfo};
 use crate::plan::rolling_update::scale_loop::{Action, Input, Outcome, Question, ScaleLoop, Step};
 use crate::plan::rolling_update::steps::{self, Budgets};
+use crate::plan::shadow;
 use crate::policy::HookPoint;
 
 /// The two controllers as the loop last saw them.
@@ -229,7 +230,7 @@ impl Updater<'_> {
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
-        let decision = tokio::task::block_in_place(|| {
+        let (decision, said) = tokio::task::block_in_place(|| {
             planner::step_amount(
                 hooks,
                 &ctx,
@@ -241,9 +242,15 @@ impl Updater<'_> {
             )
         })?;
         self.flush(warnings);
-        let (text, by) = batch_decision(&decision);
         let at = (state.steps_done, attempt);
-        self.decided(HookPoint::Batch, None, at, by, text);
+        self.decided(
+            HookPoint::Batch,
+            None,
+            at,
+            decision.by(),
+            decision.to_string(),
+        );
+        self.shadowed(at, said);
         Ok(decision)
     }
 
@@ -266,11 +273,14 @@ impl Updater<'_> {
         let ctx = self.ctx();
         let mut warnings = Vec::new();
         let hooks = &mut *self.hooks;
-        let selected = tokio::task::block_in_place(|| {
-            decide::select(hooks, &ctx, &group, &candidates, &mut warnings)
+        let (selected, said) = tokio::task::block_in_place(|| {
+            let selected = decide::select(hooks, &ctx, &group, &candidates, &mut warnings)?;
+            let said = shadow::select(hooks, &ctx, &group, &candidates, &selected);
+            Ok::<_, HookFailed>((selected, said))
         })?;
         self.flush(warnings);
         let at = (state.steps_done, 0);
+        self.shadowed(at, said);
         if selected.by == DecidedBy::BuiltIn {
             let text = "order left to the controller".into();
             self.decided(HookPoint::Select, None, at, &selected.by, text);
@@ -352,13 +362,14 @@ impl Updater<'_> {
             let ctx = self.ctx();
             let mut warnings = Vec::new();
             let hooks = &mut *self.hooks;
-            let gate = tokio::task::block_in_place(|| {
+            let (gate, said) = tokio::task::block_in_place(|| {
                 planner::gate_after(hooks, &ctx, &name, state, not_ready, attempt, &mut warnings)
             })?;
             self.flush(warnings);
-            let text = verdict_text(&gate.verdict);
+            let text = gate.verdict.to_string();
             let at = (step, attempt);
             self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
+            self.shadowed(at, said);
             gate
         } else {
             GateDecision {

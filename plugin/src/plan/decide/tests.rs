@@ -11,6 +11,7 @@ pub struct FakeHook {
     pub name: String,
     pub points: Vec<HookPoint>,
     pub policy: FailurePolicy,
+    pub mode: HookMode,
     pub select: Box<SelectFn>,
     pub batch: Box<BatchFn>,
     pub gate: Box<GateFn>,
@@ -22,6 +23,7 @@ impl FakeHook {
             name: name.into(),
             points: points.to_vec(),
             policy: FailurePolicy::Fail,
+            mode: HookMode::Enforce,
             select: Box::new(|_| Ok(SelectAnswer::Defer)),
             batch: Box::new(|_| Ok(BatchAnswer::Defer)),
             gate: Box::new(|_| Ok(GateAnswer::Defer)),
@@ -41,6 +43,9 @@ impl Hook for FakeHook {
     }
     fn failure_policy(&self) -> FailurePolicy {
         self.policy
+    }
+    fn mode(&self) -> HookMode {
+        self.mode
     }
     fn select(
         &mut self,
@@ -85,7 +90,7 @@ pub fn candidate(name: &str, reason: Option<&str>) -> Candidate {
     }
 }
 
-fn ctx() -> CallContext {
+pub fn ctx() -> CallContext {
     CallContext {
         now: 0,
         run_id: "r".into(),
@@ -93,7 +98,7 @@ fn ctx() -> CallContext {
     }
 }
 
-fn group() -> GroupInfo {
+pub fn group() -> GroupInfo {
     GroupInfo {
         name: "g".into(),
         role: Role::Node,
@@ -105,7 +110,7 @@ fn group() -> GroupInfo {
     }
 }
 
-fn choose(names: &[&str]) -> SelectAnswer {
+pub fn choose(names: &[&str]) -> SelectAnswer {
     choose_with(names, false)
 }
 
@@ -122,7 +127,7 @@ fn choose_with(names: &[&str], force: bool) -> SelectAnswer {
     )
 }
 
-fn cands() -> Vec<Candidate> {
+pub fn cands() -> Vec<Candidate> {
     vec![
         candidate("a", Some("old")),
         candidate("b", Some("old")),
@@ -237,7 +242,7 @@ pub fn sized(count: u32) -> BatchAnswer {
     }
 }
 
-fn progress_of<'a>(g: &'a GroupInfo, pending: &[Candidate], max: u32) -> Progress<'a> {
+pub fn progress_of<'a>(g: &'a GroupInfo, pending: &[Candidate], max: u32) -> Progress<'a> {
     Progress {
         group: g,
         batches_done: 0,

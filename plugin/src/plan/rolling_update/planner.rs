@@ -15,6 +15,7 @@ use crate::plan::hook::{
     BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Instances, Phase,
     Progress,
 };
+use crate::plan::shadow::{self, ShadowDecision};
 use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +80,9 @@ pub struct ScaleStep {
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// What shadow hooks would decide about the step's size and the gate after it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowDecision>,
 }
 
 /// The order in which the selection hook wants the old pods removed.
@@ -102,6 +106,9 @@ pub struct RollingUpdatePlan {
     pub cleanup: Cleanup,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deletion_order: Option<DeletionOrder>,
+    /// What shadow hooks would decide about the old pods' order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowDecision>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// Set when a gate would stop the run.
@@ -133,7 +140,8 @@ pub fn group_info(name: &str, state: &LoopState, budgets: &Budgets) -> GroupInfo
     }
 }
 
-/// The size of one scale step: the built-in amount, or less if a batching hook says so.
+/// The size of one scale step: the built-in amount, or less if a batching hook says so; and
+/// what shadow hooks would say.
 pub fn step_amount(
     hooks: &mut [Box<dyn Hook>],
     ctx: &CallContext,
@@ -142,7 +150,7 @@ pub fn step_amount(
     pending: Instances,
     built_in: i32,
     warnings: &mut Vec<String>,
-) -> Result<BatchDecision, HookFailed> {
+) -> Result<(BatchDecision, Vec<ShadowDecision>), HookFailed> {
     let progress = Progress {
         group,
         batches_done: state.steps_done,
@@ -154,10 +162,12 @@ pub fn step_amount(
             group.max_surge, group.max_unavailable
         ),
     };
-    decide::batch_size(hooks, ctx, &progress, warnings)
+    let decision = decide::batch_size(hooks, ctx, &progress, warnings)?;
+    let said = shadow::batch_size(hooks, ctx, &progress, &decision);
+    Ok((decision, said))
 }
 
-/// The gates' verdict after a scale step of `controller`.
+/// The gates' verdict after a scale step of `controller`, and what shadow gates would say.
 #[allow(clippy::too_many_arguments)]
 pub fn gate_after(
     hooks: &mut [Box<dyn Hook>],
@@ -167,7 +177,7 @@ pub fn gate_after(
     pods_not_ready: u32,
     attempt: u32,
     warnings: &mut Vec<String>,
-) -> Result<GateDecision, HookFailed> {
+) -> Result<(GateDecision, Vec<ShadowDecision>), HookFailed> {
     let batch = BatchInfo {
         index: state.steps_done.saturating_sub(1),
         instances: vec![controller.to_string()],
@@ -179,7 +189,9 @@ pub fn gate_after(
         pods_not_ready,
         ..Default::default()
     };
-    decide::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, warnings)
+    let decision = decide::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, warnings)?;
+    let said = shadow::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, &decision);
+    Ok((decision, said))
 }
 
 /// Everything the plan is made from.
@@ -217,11 +229,13 @@ pub fn plan(
         steps_done: 0,
     };
     let budgets = input.budgets;
+    let mut said = Vec::new();
     let deletion_order = if candidates.is_empty() {
         None
     } else {
         let group = group_info(input.old.name(), &state, &budgets);
         let selected = decide::select(hooks, &ctx, &group, &candidates, &mut warnings)?;
+        said = shadow::select(hooks, &ctx, &group, &candidates, &selected);
         (selected.by != DecidedBy::BuiltIn).then(|| DeletionOrder {
             pods: selected
                 .chosen
@@ -252,6 +266,7 @@ pub fn plan(
         steps: plan_steps,
         cleanup: input.cleanup,
         deletion_order,
+        shadow: said,
         warnings,
         stopped,
     })
@@ -269,6 +284,8 @@ struct Simulation<'a> {
     paused: i64,
     sized_by: DecidedBy,
     size_reason: String,
+    /// What shadow hooks said about the next step.
+    shadow: Vec<ShadowDecision>,
 }
 
 /// Drives the scale loop with simulated pods (every new pod available at once) and the hooks'
@@ -291,6 +308,7 @@ fn simulate(
         paused: 0,
         sized_by: DecidedBy::BuiltIn,
         size_reason: String::new(),
+        shadow: Vec::new(),
     };
     let mut machine = ScaleLoop::new(input.budgets, input.desired);
     // Each step changes one side, so this bounds a plan that could not end.
@@ -308,8 +326,9 @@ fn simulate(
             Step::Ask(Question::StepSize { state, max, .. }) => {
                 let group = group_info(input.old.name(), &state, &input.budgets);
                 let pending = candidates.window(0, state.old.max(0) as usize);
-                let decision =
+                let (decision, said) =
                     step_amount(hooks, &sim.ctx, &group, &state, pending, max, warnings)?;
+                sim.shadow.extend(said);
                 if let BatchDecision::Size { by, reason, .. } = &decision {
                     sim.sized_by = by.clone();
                     sim.size_reason = reason.clone();
@@ -370,7 +389,8 @@ impl Simulation<'_> {
             }));
         }
         let name = controller_name(self.input, side);
-        let gate = gate_after(hooks, &self.ctx, name, state, 0, 0, warnings)?;
+        let (gate, said) = gate_after(hooks, &self.ctx, name, state, 0, 0, warnings)?;
+        self.shadow.extend(said);
         let replicas = match side {
             Side::Next => state.next,
             Side::Old => state.old,
@@ -382,6 +402,7 @@ impl Simulation<'_> {
             size_reason: (self.sized_by != DecidedBy::BuiltIn).then(|| self.size_reason.clone()),
             pause: self.pause.take(),
             gate: GateStep::from_decision(Phase::AfterBatch, gate.clone()),
+            shadow: std::mem::take(&mut self.shadow),
         });
         if let Verdict::Abort(reason) = &gate.verdict {
             let by = &gate.by;
@@ -545,6 +566,45 @@ mod tests {
         .unwrap();
         assert_eq!(plan.steps.len(), 2);
         assert!(plan.stopped.unwrap().contains("error budget spent"));
+    }
+
+    #[test]
+    fn a_shadow_gate_that_would_abort_is_shown_and_the_plan_goes_on() {
+        let old = old(4);
+        let mut hook = FakeHook::new("next", &[HookPoint::Gate]);
+        hook.mode = crate::policy::HookMode::Shadow;
+        hook.gate = Box::new(|batch| {
+            Ok(if batch.index >= 1 {
+                GateAnswer::Abort("error budget spent".into())
+            } else {
+                GateAnswer::Proceed
+            })
+        });
+        let baseline = plan(
+            &input(&old, IntOrPercent::Int(1), IntOrPercent::Int(0)),
+            &mut [],
+        )
+        .unwrap();
+        let plan = plan(
+            &input(&old, IntOrPercent::Int(1), IntOrPercent::Int(0)),
+            &mut [hook.boxed()],
+        )
+        .unwrap();
+        assert_eq!(summary(&plan), summary(&baseline));
+        assert!(plan.stopped.is_none());
+        assert!(plan.steps.iter().all(|s| s.gate.is_none()));
+        let said: Vec<(&str, bool)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.shadow[0].decision.as_str(), s.shadow[0].agrees))
+            .collect();
+        assert_eq!(said[0], ("proceed", true));
+        assert!(
+            said[1..]
+                .iter()
+                .all(|s| *s == ("abort: error budget spent", false)),
+            "{said:?}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use rollout_ext::plan::Role;
 use rollout_ext::plan::hook::{
     CallContext, Candidate, GroupInfo, Hook, InstanceKind, Instances, Progress,
 };
-use rollout_ext::policy::{FailurePolicy, HookPoint, HookSpec};
+use rollout_ext::policy::{FailurePolicy, HookMode, HookPoint, HookSpec};
 use rollout_ext_e2e::wasm_module;
 use rollout_ext_hooks::Policy as _;
 use zone_spread::ZoneSpread;
@@ -95,6 +95,7 @@ fn spec() -> HookSpec {
         timeout: Duration::from_secs(10),
         memory: 256 << 20,
         failure_policy: FailurePolicy::Fail,
+        mode: HookMode::Enforce,
         line: 1,
     }
 }
