@@ -153,9 +153,10 @@ fn a_config_typo_stops_at_the_policy_line_whatever_the_failure_policy() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{failure_policy}: {stderr}");
         assert!(out.stdout.is_empty(), "nothing planned: {stderr}");
-        // The config's value starts on line 9; the module's own words name the field.
+        // The module's own words name the field, and the error points at it: line 9, column 9.
         assert!(
-            stderr.contains("policy.yaml:9:") && stderr.contains("rejects its config"),
+            stderr.contains("policy.yaml:9:9: hook zone-spread:")
+                && stderr.contains("rejects its config"),
             "{failure_policy}: {stderr}"
         );
         assert!(stderr.contains("maxPerZon"), "{stderr}");

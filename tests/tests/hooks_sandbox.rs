@@ -36,6 +36,7 @@ fn spec(module: PathBuf, points: &[HookPoint], config: serde_json::Value) -> Hoo
         points: Some(points.to_vec()),
         config: config.to_string(),
         config_line: 9,
+        config_keys: Vec::new(),
         timeout: Duration::from_millis(300),
         memory: 32 << 20,
         failure_policy: FailurePolicy::Fail,

@@ -291,6 +291,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
             points,
             config: config_value.to_string(),
             config_line: 0,
+            config_keys: Vec::new(),
             timeout: DEFAULT_HOOK_TIMEOUT,
             memory: DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Ignore,

@@ -11,7 +11,9 @@ use super::{
     WasmHook, bindings, first_line, truncate,
 };
 use crate::plan::hook::{Hook, HookFault};
-use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, PolicyError};
+use crate::policy::{
+    ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, PolicyError, positions,
+};
 
 /// Why a hook module could not be loaded. Nothing has run when this is returned.
 #[derive(Debug, thiserror::Error)]
@@ -60,21 +62,21 @@ pub enum LoadError {
 }
 
 impl LoadError {
-    /// The error as a policy error at the hook's entry in `file`, or at its config's line when
-    /// the module refused its config.
+    /// The error as a policy error at the hook's entry in `file`; when the module refused its
+    /// config, at the key its message names, else at the config's line.
     pub fn at(self, file: &str, spec: &HookSpec) -> PolicyError {
-        let about_config = matches!(
-            self,
-            LoadError::ConfigRejected { .. } | LoadError::ConfigUnchecked { .. }
-        );
+        let (line, column) = match &self {
+            LoadError::ConfigRejected { message, .. } => {
+                positions::named_in(message, &spec.config_keys)
+                    .map_or((spec.config_line, 0), |k| (k.line, k.column))
+            }
+            LoadError::ConfigUnchecked { .. } => (spec.config_line, 0),
+            _ => (spec.line, 0),
+        };
         PolicyError {
             file: file.to_string(),
-            line: if about_config {
-                spec.config_line
-            } else {
-                spec.line
-            },
-            column: 0,
+            line,
+            column,
             message: format!("hook {}: {self}", spec.name),
         }
     }
@@ -138,6 +140,7 @@ impl HookRuntime {
             points: None,
             config: "{}".into(),
             config_line: 0,
+            config_keys: Vec::new(),
             timeout: LOAD_TIMEOUT,
             memory: crate::policy::DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Fail,

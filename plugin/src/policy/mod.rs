@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use serde_saphyr::Spanned;
 
+pub mod positions;
 pub mod provider;
 
 use provider::ProviderSpec;
@@ -201,6 +202,8 @@ pub struct HookSpec {
     /// Line where the hook's config value starts (its entry's when it has none), for the
     /// module's verdict on it.
     pub config_line: u32,
+    /// Where its keys are, so that a verdict naming one points at it.
+    pub config_keys: Vec<positions::KeyAt>,
     pub timeout: Duration,
     pub memory: u64,
     pub failure_policy: FailurePolicy,
@@ -301,6 +304,7 @@ struct RawHook {
 /// Makes errors that name the policy file, the line and the column.
 struct Located<'a> {
     file: &'a str,
+    text: &'a str,
 }
 
 impl Located<'_> {
@@ -372,6 +376,10 @@ impl Located<'_> {
             .config
             .as_ref()
             .map_or(line, |c| c.referenced.line() as u32);
+        let config_keys = raw.config.as_ref().map_or_else(Vec::new, |c| {
+            let (line, column) = (c.referenced.line(), c.referenced.column());
+            positions::config_keys(self.text, line as u32, column as u32)
+        });
         let config = raw
             .config
             .map_or_else(
@@ -386,6 +394,7 @@ impl Located<'_> {
             points: raw.points.map(|p| p.value),
             config,
             config_line,
+            config_keys,
             timeout,
             memory,
             failure_policy: raw.failure_policy,
@@ -442,7 +451,7 @@ impl Policy {
 
     /// Parses policy text; `file` names it in errors and `base` resolves module paths.
     pub fn parse(text: &str, file: &str, base: &Path) -> Result<Policy, PolicyError> {
-        let at = Located { file };
+        let at = Located { file, text };
         let doc: Document = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e
                 .location()

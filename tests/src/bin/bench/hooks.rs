@@ -92,6 +92,7 @@ fn spec() -> HookSpec {
         points: Some(vec![HookPoint::Select, HookPoint::Batch]),
         config: r#"{"maxPerZone": 1}"#.into(),
         config_line: 1,
+        config_keys: Vec::new(),
         timeout: Duration::from_secs(10),
         memory: 256 << 20,
         failure_policy: FailurePolicy::Fail,
