@@ -168,16 +168,21 @@ fn the_table_and_yaml_outputs_render_the_same_plan() {
     assert!(yaml.contains("kind: Plan"), "{yaml}");
 }
 
-#[test]
-fn hooks_inspect_describes_a_module_of_another_contract_version() {
-    let module = wasm_module("wrong-version-hook");
+/// What `hooks inspect -o json` says of `module`.
+fn inspect(module: &std::path::Path) -> Value {
     let out = run(&["hooks", "inspect", module.to_str().unwrap(), "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn hooks_inspect_describes_a_module_of_another_contract_version() {
+    let module = wasm_module("wrong-version-hook");
+    let info = inspect(&module);
     assert_eq!(info["name"], "from-the-past");
     assert_eq!(info["witVersion"], "0.1.0");
     assert_eq!(info["points"], serde_json::json!(["gate"]));
@@ -206,13 +211,7 @@ fn hooks_inspect_describes_a_module_of_another_contract_version() {
 #[test]
 fn hooks_inspect_and_test_describe_a_module() {
     let module = wasm_module("zone-spread");
-    let out = run(&["hooks", "inspect", module.to_str().unwrap(), "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = inspect(&module);
     assert_eq!(info["name"], "zone-spread");
     assert_eq!(info["witVersion"], rollout_ext::hooks::WIT_VERSION);
     assert_eq!(info["points"], serde_json::json!(["select", "batch"]));
