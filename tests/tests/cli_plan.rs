@@ -238,3 +238,56 @@ fn hooks_inspect_and_test_describe_a_module() {
     let spot = group(&plan, "spot");
     assert_eq!(spot["instances"][0]["decidedBy"], "hook/zone-spread");
 }
+
+#[test]
+fn the_plan_forecasts_drains_that_budgets_slow_or_block() {
+    let snapshot = demo_file("snapshot.json");
+    let base = [
+        "nodes",
+        "--from-snapshot",
+        snapshot.to_str().unwrap(),
+        "--kubelet-version",
+        "v1.20.2",
+        "--max-unavailable",
+        "3",
+        "--instance-group",
+        "nodes",
+    ];
+    let out = run(&[&base[..], &["-o", "json"]].concat());
+    assert!(out.status.success(), "a forecast alone fails nothing");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let forecasts: Vec<&Value> = group(&plan, "nodes")["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b.get("forecast"))
+        .collect();
+    // shop/db allows no disruption: every batch with one of its pods is blocked; shop/web allows
+    // one at a time: a batch with two of its pods waits.
+    let pdbs = |kind: &str| -> Vec<String> {
+        forecasts
+            .iter()
+            .flat_map(|f| f[kind].as_array().into_iter().flatten())
+            .map(|s| s["pdb"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        pdbs("blocks").iter().all(|p| p == "shop/db"),
+        "{forecasts:?}"
+    );
+    assert!(!pdbs("blocks").is_empty(), "{forecasts:?}");
+    assert!(
+        pdbs("waits").contains(&"shop/web".to_string()),
+        "{forecasts:?}"
+    );
+
+    let gated = run(&[&base[..], &["--fail-on-forecast"]].concat());
+    assert_eq!(gated.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&gated.stdout).contains("drain: blocks"));
+    assert!(String::from_utf8_lossy(&gated.stderr).contains("shop/db"));
+
+    // Deleting pods instead of evicting them meets no budget.
+    let deleting = run(&[&base[..], &["--disable-eviction", "--fail-on-forecast"]].concat());
+    assert!(deleting.status.success());
+    assert!(!String::from_utf8_lossy(&deleting.stdout).contains("drain: blocks"));
+}

@@ -98,6 +98,11 @@ pub struct NodesArgs {
     #[arg(long)]
     pub disable_eviction: bool,
 
+    /// Plan: exit 5 when the forecast says a batch's drain is blocked by a PodDisruptionBudget
+    /// (the plan is printed first), for pipelines that gate on the plan.
+    #[arg(long, conflicts_with = "yes")]
+    pub fail_on_forecast: bool,
+
     /// Rotation: how long the cluster may take to validate after a batch.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
     pub validation_timeout: Duration,
@@ -246,7 +251,35 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             plan_with_hooks(&snapshot, &policy, &options, objects)?
         }
     };
-    output::print_plan(&plan, args.output)
+    output::print_plan(&plan, args.output)?;
+    let blocked: Vec<String> = plan
+        .groups
+        .iter()
+        .flat_map(|g| {
+            g.batches.iter().enumerate().filter_map(|(i, b)| {
+                let blocks = &b.forecast.as_ref()?.blocks;
+                let pdbs: Vec<&str> = blocks.iter().map(|s| s.pdb.as_str()).collect();
+                (!pdbs.is_empty()).then(|| {
+                    format!(
+                        "group {} batch {}: {}",
+                        g.group.name,
+                        i + 1,
+                        pdbs.join(", ")
+                    )
+                })
+            })
+        })
+        .collect();
+    if args.fail_on_forecast && !blocked.is_empty() {
+        return Err(Failure {
+            code: 5,
+            message: format!(
+                "the forecast says these drains are blocked by PodDisruptionBudgets that allow no disruption now: {}",
+                blocked.join("; ")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Loads the policy's hooks and plans.

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::{Failure, OutputFormat, print_structured};
 use crate::duration::human_duration;
+use crate::plan::forecast::Forecast;
 use crate::plan::hook::DecidedBy;
 use crate::plan::shadow::ShadowDecision;
 use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan};
@@ -153,6 +154,7 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
                 format!("  {}", i + 1),
                 batch_kind(b),
                 b.instances.join(", "),
+                format!("drain: {}", Forecast::word(b.forecast.as_ref())),
                 format!("[{}]", batch_credit(g, b, wide)),
             ]
         })
@@ -168,6 +170,9 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
             );
         }
         let _ = writeln!(out, "{line}");
+        if let (true, Some(f)) = (wide, &b.forecast) {
+            forecast_lines(out, f);
+        }
         for gate in b.gate.iter().chain(&b.after_gate) {
             let _ = writeln!(
                 out,
@@ -180,6 +185,25 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
     }
     if let Some(reason) = &g.aborted {
         let _ = writeln!(out, "  stops here: {reason}");
+    }
+}
+
+/// Each budget in a batch's way, with the pods it covers (`-o wide`).
+fn forecast_lines(out: &mut String, f: &Forecast) {
+    let stalls = f.blocks.iter().map(|s| ("blocks", s));
+    for (word, s) in stalls.chain(f.waits.iter().map(|s| ("waits", s))) {
+        let shown: Vec<&str> = s.pods.iter().take(5).map(String::as_str).collect();
+        let more = match s.pods.len().saturating_sub(5) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let _ = writeln!(
+            out,
+            "     drain {word} on PodDisruptionBudget {}: {} ({}{more})",
+            s.pdb,
+            s.reason,
+            shown.join(", ")
+        );
     }
 }
 

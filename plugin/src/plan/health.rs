@@ -68,7 +68,7 @@ impl<'a> Index<'a> {
 }
 
 /// Whether a pod counts toward readiness: running or about to, not finished or leaving.
-fn counts(pod: &Pod) -> bool {
+pub(crate) fn counts(pod: &Pod) -> bool {
     !pod.finished && !pod.terminating
 }
 

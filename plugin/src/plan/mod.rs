@@ -10,6 +10,7 @@
 pub mod budget;
 pub mod decide;
 pub mod drain;
+pub mod forecast;
 pub mod group_loop;
 pub mod groups;
 pub mod health;
@@ -175,6 +176,9 @@ pub struct BatchPlan {
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// What will slow or stop its drain; none when nothing is in the way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<forecast::Forecast>,
     /// The after-batch gate's verdict, when the plan asked it ([`PlanOptions::ask_after_batch`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after_gate: Option<GateStep>,

@@ -7,6 +7,7 @@
 //! `hooks test`).
 
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
+use super::forecast::{self, Forecast};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
@@ -257,6 +258,14 @@ impl Planner<'_> {
         Ok(decision)
     }
 
+    /// What will slow or stop the drain of `batch` (nothing is drained with `--cloudonly`).
+    fn forecast(&self, batch: &[String]) -> Option<Forecast> {
+        if self.options.cloud_only {
+            return None;
+        }
+        forecast::of_batch(self.index, batch, &self.options.drain)
+    }
+
     /// Records an action; false when the simulation gives up on the group (endless pauses).
     fn record(&mut self, rec: &mut Recording, action: Action) -> bool {
         match action {
@@ -269,10 +278,12 @@ impl Planner<'_> {
                 size_reason: "surge: new instances come up before any is drained".into(),
                 pause: None,
                 gate: None,
+                forecast: None,
                 after_gate: None,
                 shadow: Vec::new(),
             }),
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
+                forecast: self.forecast(&batch.instances),
                 instances: batch.instances,
                 canary: batch.canary,
                 surge: false,
@@ -328,6 +339,7 @@ impl Planner<'_> {
         // The batch it stopped is shown, with the verdict.
         if let (Phase::BeforeBatch, Some(at)) = (phase, rec.batch.take()) {
             rec.plan.batches.push(BatchPlan {
+                forecast: self.forecast(&at.instances),
                 instances: at.instances,
                 canary: at.canary,
                 surge: false,

@@ -1,0 +1,142 @@
+//! What will slow or stop a batch's drain, forecast from the snapshot alone so that a plan made
+//! offline says it before anything moves. Budgets are judged as the snapshot shows them
+//! (`status.disruptionsAllowed`, which Kubernetes derives from the budget's healthy pods and its
+//! `minAvailable` or `maxUnavailable`); the evictions of earlier batches are assumed rescheduled
+//! and Ready again, so each batch meets the budgets as they are now.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::plan::drain::{DrainOptions, classify};
+use crate::plan::health::{Index, counts};
+
+/// A batch's drain, as the budgets it meets will let it go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Forecast {
+    /// Budgets that allow fewer evictions at once than the batch makes: the evictions serialize.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<Stall>,
+    /// Budgets that allow no eviction now: the drain cannot finish until their pods are healthy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Stall>,
+}
+
+/// One budget in the way of a batch's drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stall {
+    /// `namespace/name`.
+    pub pdb: String,
+    /// The batch's pods it covers, `namespace/name`.
+    pub pods: Vec<String>,
+    pub reason: String,
+}
+
+impl Forecast {
+    /// `blocks`, `waits` or `ok`: the worst of it in a word.
+    pub fn word(forecast: Option<&Forecast>) -> &'static str {
+        match forecast {
+            Some(f) if !f.blocks.is_empty() => "blocks",
+            Some(f) if !f.waits.is_empty() => "waits",
+            _ => "ok",
+        }
+    }
+}
+
+/// The forecast for draining `batch`; none when nothing is in its way (or no drain consults a
+/// budget: `--disable-eviction` deletes pods).
+pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option<Forecast> {
+    if drain.disable_eviction {
+        return None;
+    }
+    let mut covered: BTreeMap<(&str, &str), (i32, Vec<String>)> = BTreeMap::new();
+    for node in batch {
+        for pod in index.pods_on(node) {
+            if !classify(pod, drain).is_evicted() || !counts(pod) {
+                continue;
+            }
+            for pdb in index.budgets_of(pod) {
+                covered
+                    .entry((pdb.namespace.as_str(), pdb.name.as_str()))
+                    .or_insert_with(|| (pdb.disruptions_allowed, Vec::new()))
+                    .1
+                    .push(format!("{}/{}", pod.namespace, pod.name));
+            }
+        }
+    }
+    let mut forecast = Forecast::default();
+    for ((namespace, name), (allowed, pods)) in covered {
+        let pdb = format!("{namespace}/{name}");
+        let n = pods.len();
+        if allowed <= 0 {
+            forecast.blocks.push(Stall {
+                pdb,
+                pods,
+                reason: format!(
+                    "allows no disruption now (disruptionsAllowed {allowed}): the drain waits until its pods are healthy, up to the drain timeout"
+                ),
+            });
+        } else if n as i64 > i64::from(allowed) {
+            forecast.waits.push(Stall {
+                pdb,
+                pods,
+                reason: format!(
+                    "the batch evicts {n} of its pods and it allows {allowed} at once: the evictions go one wave after another"
+                ),
+            });
+        }
+    }
+    (forecast != Forecast::default()).then_some(forecast)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Snapshot;
+
+    fn pod(name: &str, node: &str) -> String {
+        format!(
+            r#"{{"kind": "Pod", "apiVersion": "v1", "metadata": {{"name": "{name}", "namespace": "shop", "labels": {{"app": "{}"}}, "ownerReferences": [{{"kind": "ReplicaSet", "name": "rs", "controller": true}}]}}, "spec": {{"nodeName": "{node}"}}, "status": {{"phase": "Running", "conditions": [{{"type": "Ready", "status": "True"}}]}}}}"#,
+            name.split('-').next().unwrap()
+        )
+    }
+
+    fn pdb(app: &str, allowed: i32) -> String {
+        format!(
+            r#"{{"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {{"name": "{app}", "namespace": "shop"}}, "spec": {{"selector": {{"matchLabels": {{"app": "{app}"}}}}}}, "status": {{"disruptionsAllowed": {allowed}}}}}"#
+        )
+    }
+
+    #[test]
+    fn budgets_that_allow_too_few_wait_and_those_that_allow_none_block() {
+        let items = [
+            pod("web-1", "n1"),
+            pod("web-2", "n2"),
+            pod("db-1", "n1"),
+            pod("cache-1", "n1"),
+            pdb("web", 1),
+            pdb("db", 0),
+            pdb("cache", 3),
+        ];
+        let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
+        let snapshot = Snapshot::from_json(json.as_bytes()).unwrap();
+        let index = Index::new(&snapshot);
+        let drain = DrainOptions::default();
+        let both = of_batch(&index, &["n1".into(), "n2".into()], &drain).unwrap();
+        assert_eq!(both.waits.len(), 1);
+        assert_eq!(both.waits[0].pdb, "shop/web");
+        assert_eq!(both.waits[0].pods, ["shop/web-1", "shop/web-2"]);
+        assert_eq!(both.blocks.len(), 1);
+        assert_eq!(both.blocks[0].pdb, "shop/db");
+        assert_eq!(Forecast::word(Some(&both)), "blocks");
+
+        // One web pod at a time is what the budget allows; the db pod is not on n2.
+        assert_eq!(of_batch(&index, &["n2".into()], &drain), None);
+        assert_eq!(Forecast::word(None), "ok");
+        let deleting = DrainOptions {
+            disable_eviction: true,
+            ..Default::default()
+        };
+        assert_eq!(of_batch(&index, &["n1".into()], &deleting), None);
+    }
+}
