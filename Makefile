@@ -6,7 +6,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane lint release python-hook bench
+.PHONY: demo test wasm wasm-target control-plane lint release python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -18,7 +18,7 @@ demo: wasm
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
 ## test: every test, against real compiled hooks and a real control plane.
-test: wasm python-hook control-plane
+test: wasm python-hook js-hook control-plane
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
 
@@ -47,6 +47,11 @@ wasm: wasm-target
 python-hook: $(WASM_DIR)/oldest_first_py.wasm
 $(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/wit/policy.wit
 	bash examples-hooks/oldest-first-py/build.sh $@
+
+## js-hook: the JavaScript example hook (componentize-js, installed once with npm into a cache).
+js-hook: $(WASM_DIR)/fewest_pods_js.wasm
+$(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js examples-hooks/fewest-pods-js/build.sh hooks-sdk/wit/policy.wit
+	bash examples-hooks/fewest-pods-js/build.sh $@
 
 ## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
 control-plane:

@@ -196,6 +196,12 @@ fn the_hook_contract_version_is_the_wit_package_version() {
         app.contains(&format!("WIT_VERSION = \"{WIT_VERSION}\"")),
         "the Python example states another contract version"
     );
+    let app = read("examples-hooks/fewest-pods-js/app.js");
+    assert!(
+        app.contains(&format!("const WIT_VERSION = '{WIT_VERSION}';"))
+            && app.contains(&format!("from '{WIT_PACKAGE}/host@{WIT_VERSION}'")),
+        "the JavaScript example states another contract version"
+    );
     for doc in ["docs/hooks.md", "SECURITY.md"] {
         let text = read(doc);
         for (at, _) in text.match_indices(&format!("{WIT_PACKAGE}@")) {
