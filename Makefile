@@ -1,7 +1,9 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both install what they need.
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
-WASM_DIR := target/$(WASM_TARGET)/wasm
+# Where cargo builds: CARGO_TARGET_DIR when set, as cargo itself does.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+WASM_DIR := $(TARGET_DIR)/$(WASM_TARGET)/wasm
 EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
@@ -13,7 +15,7 @@ DEMO_DIR := examples-hooks/demo
 demo: wasm
 	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
 	@echo "--- dry-run plan of $(DEMO_DIR)/snapshot.json with the example hooks ---"
-	@target/debug/kubectl-rollout_ext nodes \
+	@$(TARGET_DIR)/debug/kubectl-rollout_ext nodes \
 	  --from-snapshot $(DEMO_DIR)/snapshot.json --policy $(DEMO_DIR)/policy.yaml \
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
@@ -27,7 +29,7 @@ test: wasm python-hook js-hook control-plane
 ## BENCH_ARGS="--runs 3 --only plan,hooks" narrows it.
 bench: wasm control-plane
 	$(CARGO) build --release -p rollout-ext -p rollout-ext-e2e -p zone-spread
-	target/release/bench $(BENCH_ARGS)
+	$(TARGET_DIR)/release/bench $(BENCH_ARGS)
 
 ## lint: formatting and clippy, as CI checks them.
 lint:
@@ -61,4 +63,4 @@ control-plane:
 ## into krew-manifest.yaml.
 release:
 	$(CARGO) build --release -p rollout-ext --bin kubectl-rollout_ext
-	bash deploy/release.sh target/release/kubectl-rollout_ext dist
+	bash deploy/release.sh $(TARGET_DIR)/release/kubectl-rollout_ext dist
