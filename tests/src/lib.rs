@@ -64,6 +64,8 @@ pub const FAST_ROTATION: &[&str] = &[
     "60s",
     "--drain-timeout",
     "60s",
+    "--replacement-timeout",
+    "60s",
 ];
 
 /// The demo's snapshot and policy.

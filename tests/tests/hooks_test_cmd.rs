@@ -207,7 +207,7 @@ fn a_config_typo_in_the_policy_is_named_at_its_line() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("policy.yaml:7: hook spread:") && stderr.contains("maxPerZne"),
+        stderr.contains("policy.yaml:7:16: hook spread:") && stderr.contains("maxPerZne"),
         "{stderr}"
     );
     assert!(out.stdout.is_empty());

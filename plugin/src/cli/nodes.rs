@@ -111,6 +111,16 @@ pub struct NodesArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub validate_count: u32,
 
+    /// Rotation: how long to wait for a batch's replacements to be Ready; then the run stops
+    /// (resumably) and no further node is cordoned.
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
+    pub replacement_timeout: Duration,
+
+    /// Hold this long after each batch but the last, then validate again, before the next
+    /// batch (over the policy's soakTime; at most 24h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_soak)]
+    pub soak: Option<Duration>,
+
     /// Rotation: how long draining one node may take.
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
     pub drain_timeout: Duration,
@@ -335,6 +345,15 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             pod_selector: args.pod_selector.clone(),
             disable_eviction: args.disable_eviction,
         },
+        soak: args.soak,
         ask_after_batch: false,
     }
+}
+
+fn parse_soak(text: &str) -> Result<Duration, String> {
+    let d = crate::policy::parse_duration(text)?;
+    if d > crate::policy::MAX_SOAK {
+        return Err("expected at most 24h".into());
+    }
+    Ok(d)
 }

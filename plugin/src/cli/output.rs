@@ -181,6 +181,10 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
                 gate_text(gate)
             );
         }
+        if let Some(s) = b.soak_seconds {
+            let soak = human_duration(i64::from(s));
+            let _ = writeln!(out, "     soak {soak}, then validate again");
+        }
         shadow_lines(out, "     ", &b.shadow);
     }
     if let Some(reason) = &g.aborted {

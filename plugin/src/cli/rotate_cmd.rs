@@ -171,6 +171,7 @@ async fn rotate(
             timeout: args.validation_timeout,
         },
         post_drain_delay: args.post_drain_delay,
+        replacement_timeout: args.replacement_timeout,
         bastion_interval: args.bastion_interval,
         master_interval: args.master_interval,
         node_interval: args.node_interval,

@@ -10,8 +10,9 @@
 //! (so that a closed window or a broken batching hook stops the group before anything changed);
 //! begin (the instances are fixed from here on); surge (a canary surge alone first when nothing
 //! is up to date); then per batch: its size (asked already for the first), the `before-batch`
-//! gate, the replacement, the `after-batch` gate. A wait or pause is an action, after which the
-//! same question is asked again with the attempt counted.
+//! gate, the replacement, a soak (when one is set, after every batch but the last: hold, then
+//! validate again), the `after-batch` gate. A wait or pause is an action, after which the same
+//! question is asked again with the attempt counted.
 
 use std::sync::Arc;
 
@@ -29,6 +30,8 @@ pub struct GroupStart {
     pub candidates: Vec<Candidate>,
     pub budget: BudgetRule,
     pub cloud_only: bool,
+    /// How long to hold after each batch but the last before judging it; 0 for no soak.
+    pub soak_seconds: u32,
 }
 
 /// What the loop needs next.
@@ -78,6 +81,8 @@ pub enum Action {
     Replace(BatchStep),
     /// Hold the rotation, then ask the same question again.
     Wait(WaitStep),
+    /// Hold after batch `batch` for the soak time; the cluster is validated again next.
+    Soak { batch: u32, seconds: u32 },
 }
 
 /// One batch of a group's update.
@@ -146,6 +151,9 @@ enum State {
     Surging,
     Sizing(u32),
     Replacing,
+    Soaking,
+    /// Validating again after a soak.
+    Settling,
     Over,
 }
 
@@ -246,8 +254,21 @@ impl GroupLoop {
                 let batch = self.current.as_ref().expect("a batch is being replaced");
                 self.done += batch.instances.len();
                 self.batches += 1;
-                self.gate(Phase::AfterBatch, 0)
+                let soaks = self.start.soak_seconds > 0 && self.done < self.order.len();
+                if !soaks {
+                    return self.gate(Phase::AfterBatch, 0);
+                }
+                self.state = State::Soaking;
+                Step::Do(Action::Soak {
+                    batch: batch.index,
+                    seconds: self.start.soak_seconds,
+                })
             }
+            (State::Soaking, Input::Done) => {
+                self.state = State::Settling;
+                Step::Do(Action::Validate)
+            }
+            (State::Settling, Input::Done) => self.gate(Phase::AfterBatch, 0),
             (State::Sizing(attempt), Input::Sized(decision)) => self.sized(attempt, decision),
             (state, input) => panic!("group loop in state {state:?} cannot take {input:?}"),
         };

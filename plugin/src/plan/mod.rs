@@ -95,6 +95,8 @@ pub struct PlanOptions {
     pub interactive: bool,
     pub cloud_only: bool,
     pub drain: DrainOptions,
+    /// `--soak`: how long to hold after each batch, over the policy's `soakTime`.
+    pub soak: Option<std::time::Duration>,
     /// Ask the after-batch gate too, judging the snapshot as the cluster after each batch. A
     /// plan otherwise assumes it proceeds (the cluster after a batch cannot be known in
     /// advance); `hooks test --phase after-batch` sets it.
@@ -176,6 +178,9 @@ pub struct BatchPlan {
     pub pause: Option<PauseStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// The soak after it, before the next batch (then the cluster is validated again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak_seconds: Option<u32>,
     /// What will slow or stop its drain; none when nothing is in the way.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forecast: Option<forecast::Forecast>,

@@ -279,11 +279,13 @@ impl Planner<'_> {
                 pause: None,
                 gate: None,
                 forecast: None,
+                soak_seconds: None,
                 after_gate: None,
                 shadow: Vec::new(),
             }),
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
                 forecast: self.forecast(&batch.instances),
+                soak_seconds: None,
                 instances: batch.instances,
                 canary: batch.canary,
                 surge: false,
@@ -317,6 +319,12 @@ impl Planner<'_> {
             }
             // A gate's wait: shown with the verdict on its batch or group.
             Action::Wait(_) => {}
+            Action::Soak { seconds, .. } => {
+                self.now += i64::from(seconds);
+                if let Some(done) = rec.plan.batches.last_mut() {
+                    done.soak_seconds = Some(seconds);
+                }
+            }
         }
         true
     }
@@ -340,6 +348,7 @@ impl Planner<'_> {
         if let (Phase::BeforeBatch, Some(at)) = (phase, rec.batch.take()) {
             rec.plan.batches.push(BatchPlan {
                 forecast: self.forecast(&at.instances),
+                soak_seconds: None,
                 instances: at.instances,
                 canary: at.canary,
                 surge: false,

@@ -142,11 +142,18 @@ pub fn prepare_group(
     if budget.concurrency == 0 {
         return Ok(Prepared::Disabled(disabled(info, &candidates)));
     }
+    // The flag, else the group's soakTime, else the policy's.
+    let soak = options
+        .soak
+        .or(overrides.and_then(|o| o.soak))
+        .or(policy.soak)
+        .unwrap_or_default();
     Ok(Prepared::Ready(GroupStart {
         info,
         candidates,
         budget: rule,
         cloud_only: options.cloud_only,
+        soak_seconds: u32::try_from(soak.as_secs()).unwrap_or(u32::MAX),
     }))
 }
 

@@ -26,6 +26,8 @@ pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_HOOK_MEMORY: u64 = 64 << 20;
 const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_HOOK_MEMORY: u64 = 4 << 30;
+/// The longest soak: a longer hold is a pause (a batching hook or `--interactive`), not a soak.
+pub const MAX_SOAK: Duration = Duration::from_secs(24 * 3600);
 
 /// A policy error with its place in the file (`file:line:column`, or `file:line` when the
 /// column is 0: an error about a whole entry).
@@ -136,6 +138,8 @@ pub struct GroupOverride {
     pub rolling_update: RollingUpdate,
     /// Line of the group's `maxSurge`, or of its entry when it has none.
     pub max_surge_line: u32,
+    /// How long to hold after each batch of this group (over the policy's `soakTime`).
+    pub soak: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -233,6 +237,8 @@ pub struct Policy {
     pub context_resources: Vec<ContextResource>,
     /// How instances are terminated and surged.
     pub provider: Option<ProviderSpec>,
+    /// How long to hold after each batch before the next, validating again at the end.
+    pub soak: Option<Duration>,
 }
 
 #[derive(Deserialize)]
@@ -267,6 +273,7 @@ struct Spec {
     context_resources: Vec<ContextResource>,
     #[serde(default)]
     provider: Option<Spanned<ProviderSpec>>,
+    soak_time: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -275,6 +282,7 @@ struct RawGroup {
     name: String,
     #[serde(default)]
     rolling_update: Option<RawGroupRollingUpdate>,
+    soak_time: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -331,11 +339,18 @@ impl Located<'_> {
                 return Err(self.of(&g, format!("group {:?} is listed twice", g.value.name)));
             }
             let line = g.referenced.line() as u32;
+            let soak = g
+                .value
+                .soak_time
+                .as_ref()
+                .map(|s| self.soak(s))
+                .transpose()?;
             let ru = g.value.rolling_update;
             let max_surge = ru.as_ref().and_then(|r| r.max_surge.as_ref());
             groups.push(GroupOverride {
                 name: g.value.name,
                 max_surge_line: max_surge.map_or(line, |s| s.referenced.line() as u32),
+                soak,
                 rolling_update: RollingUpdate {
                     max_surge: max_surge.map(|s| s.value),
                     max_unavailable: ru.and_then(|r| r.max_unavailable),
@@ -426,6 +441,16 @@ impl Located<'_> {
         Ok(d)
     }
 
+    /// A soak time: a duration of at most a day (a longer hold is a pause, not a soak).
+    fn soak(&self, s: &Spanned<String>) -> Result<Duration, PolicyError> {
+        let d = parse_duration(&s.value).map_err(|m| self.of(s, m))?;
+        if d > MAX_SOAK {
+            let message = format!("soakTime {:?}: expected at most 24h", s.value);
+            return Err(self.of(s, message));
+        }
+        Ok(d)
+    }
+
     fn memory(&self, m: &Spanned<String>) -> Result<u64, PolicyError> {
         let bytes = parse_quantity(&m.value).map_err(|msg| self.of(m, msg))?;
         if !(1 << 20..=MAX_HOOK_MEMORY).contains(&bytes) {
@@ -487,9 +512,11 @@ impl Policy {
             }
             None => None,
         };
+        let soak = spec.soak_time.as_ref().map(|s| at.soak(s)).transpose()?;
         Ok(Policy {
             source: file.to_string(),
             provider,
+            soak,
             group_label: spec.group_label,
             rolling_update: spec.rolling_update.unwrap_or_default(),
             groups,

@@ -176,3 +176,20 @@ fn durations_and_quantities() {
     assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
     assert!(parse_quantity("Mi").is_err());
 }
+
+#[test]
+fn soak_times_for_the_policy_and_a_group_within_a_day() {
+    let p = parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  soakTime: 10m\n  groups:\n  - {name: slow, soakTime: 1h}\n  - {name: plain}\n",
+    )
+    .unwrap();
+    assert_eq!(p.soak, Some(Duration::from_secs(600)));
+    assert_eq!(p.group("slow").unwrap().soak, Some(Duration::from_secs(3600)));
+    assert_eq!(p.group("plain").unwrap().soak, None);
+    let long = parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  groups:\n  - name: slow\n    soakTime: 25h\n",
+    )
+    .unwrap_err();
+    assert_eq!(long.line, 6, "{long}");
+    assert!(long.message.contains("soakTime \"25h\": expected at most 24h"), "{long}");
+}

@@ -42,6 +42,8 @@ pub struct RotateSettings {
     pub drain: DrainSettings,
     pub validation: ValidationSettings,
     pub post_drain_delay: Duration,
+    /// How long a batch's replacements may take to be Ready.
+    pub replacement_timeout: Duration,
     pub bastion_interval: Duration,
     pub master_interval: Duration,
     pub node_interval: Duration,
@@ -79,7 +81,9 @@ pub enum RotateError {
     #[error("the lock was taken over by another run; stopping here")]
     LockLost,
     #[error(
-        "group {group}: the replacements did not become Ready within {timeout:?} ({ready} of {expected} nodes Ready)"
+        "group {group}: {} replacement(s) not Ready after {} ({ready} of {expected} nodes Ready); stopped before the next batch: run the same command to resume once they join",
+        expected.saturating_sub(*ready),
+        crate::duration::human_duration(timeout.as_secs() as i64)
     )]
     NoReplacement {
         group: String,
@@ -276,7 +280,21 @@ impl Rotation<'_> {
 
     async fn carry_out(&mut self, action: Action, run: &mut GroupRun) -> Result<(), RotateError> {
         match action {
-            Action::Validate => self.validate(&run.latest).await,
+            Action::Validate => {
+                // After a soak the cluster is read again: the replacements are part of it.
+                self.refresh(run).await?;
+                self.validate(&run.latest).await
+            }
+            Action::Soak { batch, seconds } => {
+                let reason = format!(
+                    "soak after batch {} of group {}, then the cluster is validated again",
+                    batch + 1,
+                    run.name
+                );
+                self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                    .await;
+                Ok(())
+            }
             Action::Begin { instances } => self.begin(&instances, run).await,
             Action::Surge { instances, canary } => self.surge(&instances, canary, run).await,
             Action::Replace(batch) => self.replace(&batch, run).await,

@@ -50,7 +50,7 @@ impl Rotation<'_> {
         group: &str,
         expected: usize,
     ) -> Result<Snapshot, RotateError> {
-        let timeout = self.settings.validation.timeout;
+        let timeout = self.settings.replacement_timeout;
         let deadline = Instant::now() + timeout;
         let mut changes = self.cluster.node_changes().boxed();
         loop {

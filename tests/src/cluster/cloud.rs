@@ -51,6 +51,8 @@ pub struct Instance {
 pub struct GroupSpec {
     pub kubelet_version: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// New instances boot but never join the cluster (no Node appears).
+    pub never_joins: bool,
 }
 
 #[derive(Default)]
@@ -233,6 +235,9 @@ impl SimCloud {
             node.kubelet_version = v;
         }
         node.labels = spec.labels;
+        if spec.never_joins {
+            return name;
+        }
         let nodes = self.nodes.clone();
         let launched = name.clone();
         tokio::spawn(async move {

@@ -38,6 +38,7 @@ fn start(
             interactive: false,
         },
         cloud_only: false,
+        soak_seconds: 0,
     }
 }
 
@@ -92,6 +93,7 @@ fn drive(
                         b.instances.join(" ")
                     ),
                     Action::Wait(w) => format!("wait {}s", w.seconds),
+                    Action::Soak { batch, seconds } => format!("soak {seconds}s after {batch}"),
                 });
                 Input::Done
             }
@@ -121,6 +123,33 @@ fn a_group_with_nothing_up_to_date_starts_with_a_canary_wave_and_asks_each_gate_
             "begin n1 n2 n3",
             "before-batch#0",
             "replace(c) n1",
+            "after-batch#0",
+            "size<=2#0",
+            "before-batch#0",
+            "replace n2 n3",
+            "after-batch#0",
+        ]
+    );
+    assert_eq!(outcome, Outcome::Finished);
+}
+
+#[test]
+fn a_soak_holds_after_every_batch_but_the_last_then_validates_before_the_gate() {
+    let mut group = start(Role::Node, 3, 0, 0, 2);
+    group.soak_seconds = 600;
+    let (trace, outcome) = drive(group, built_in, |_, _| proceed());
+    assert_eq!(
+        trace,
+        [
+            "select",
+            "validate",
+            "before-group#0",
+            "size<=1#0",
+            "begin n1 n2 n3",
+            "before-batch#0",
+            "replace(c) n1",
+            "soak 600s after 0",
+            "validate",
             "after-batch#0",
             "size<=2#0",
             "before-batch#0",

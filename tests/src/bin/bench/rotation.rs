@@ -228,6 +228,7 @@ fn rotate(
         GroupSpec {
             kubelet_version: None,
             labels: BTreeMap::from([("rev".to_string(), revision.to_string())]),
+            ..Default::default()
         },
     );
     *seen.lock().unwrap() = Seen::default();
