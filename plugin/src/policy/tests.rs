@@ -184,12 +184,19 @@ fn soak_times_for_the_policy_and_a_group_within_a_day() {
     )
     .unwrap();
     assert_eq!(p.soak, Some(Duration::from_secs(600)));
-    assert_eq!(p.group("slow").unwrap().soak, Some(Duration::from_secs(3600)));
+    assert_eq!(
+        p.group("slow").unwrap().soak,
+        Some(Duration::from_secs(3600))
+    );
     assert_eq!(p.group("plain").unwrap().soak, None);
     let long = parse(
         "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  groups:\n  - name: slow\n    soakTime: 25h\n",
     )
     .unwrap_err();
     assert_eq!(long.line, 6, "{long}");
-    assert!(long.message.contains("soakTime \"25h\": expected at most 24h"), "{long}");
+    assert!(
+        long.message
+            .contains("soakTime \"25h\": expected at most 24h"),
+        "{long}"
+    );
 }
