@@ -105,12 +105,12 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(
-        cluster,
-        dir.path(),
-        "nojoin",
-        &["--replacement-timeout", "3s"],
-    );
+    let mut args = rotate_args(cluster, dir.path(), "nojoin", &[]);
+    let at = args
+        .iter()
+        .position(|a| a == "--replacement-timeout")
+        .unwrap();
+    args[at + 1] = "3s".into();
     let out = run(args).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
