@@ -12,6 +12,10 @@
 //!
 //! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,calls] [--baseline-binary PATH]`.
 //! Prints a Markdown table.
+//!
+//! `bench --repeat CALL N` makes one hook call (`select`, or `native-select` for the peer) N
+//! times after a warm-up and prints only the total: a steady loop for a profiler, e.g.
+//! `valgrind --tool=callgrind bench --repeat select 20`.
 
 mod calls;
 mod drain;
@@ -64,6 +68,8 @@ struct Args {
     only: Vec<String>,
     /// Another build of the plugin, the peer of the `calls` section.
     baseline: Option<std::path::PathBuf>,
+    /// `--repeat CALL N`: one hook call N times, for a profiler, instead of the sections.
+    repeat: Option<(String, usize)>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -71,6 +77,7 @@ fn parse_args() -> anyhow::Result<Args> {
         runs: 5,
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
         baseline: None,
+        repeat: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -103,8 +110,24 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
                 args.baseline = Some(path);
             }
+            "--repeat" => {
+                let call = it.next().context("--repeat needs a call and a count")?;
+                if !hooks::REPEATABLE.contains(&call.as_str()) {
+                    bail!(
+                        "--repeat: unknown call {call:?} (known: {})",
+                        hooks::REPEATABLE.join(", ")
+                    );
+                }
+                let value = it.next().context("--repeat needs a count after the call")?;
+                let times = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("--repeat: {value:?} is not a positive number"))?;
+                args.repeat = Some((call, times));
+            }
             other => bail!(
-                "unknown argument {other:?}; usage: bench [--runs N] [--only {}] [--baseline-binary PATH]",
+                "unknown argument {other:?}; usage: bench [--runs N] [--only {}] [--baseline-binary PATH] | bench --repeat CALL N",
                 SECTIONS.join(",")
             ),
         }
@@ -124,6 +147,9 @@ fn main() -> anyhow::Result<()> {
     let work = tempfile::Builder::new()
         .prefix("rollout-ext-bench-")
         .tempdir()?;
+    if let Some((call, times)) = &args.repeat {
+        return hooks::repeat(call, *times, work.path());
+    }
     let mut rows = Vec::new();
     for section in &args.only {
         match section.as_str() {
