@@ -2,7 +2,9 @@
 //! instances of [`crate::Progress`].
 //!
 //! Inside the plugin the instances stay with the host and are read on demand: a chunk of
-//! instances per read, and each instance's labels, annotations and taints only when asked for.
+//! instances per read (packed, `get-packed`: the host hands over two strings per read rather
+//! than five per instance, and the strings are cut apart here), and each instance's labels,
+//! annotations and taints only when asked for.
 //! A policy that looks at the first few of a large group pays for those few. In a native unit
 //! test they are held in memory (see [`crate::testing`]).
 
@@ -128,6 +130,48 @@ impl From<Instance> for LocalInstance {
     }
 }
 
+/// Instances from a packed read: each string cut from the one text, in the contract's order
+/// (name, group, zone, kubelet version, reason). The host packs whole strings; a length that
+/// does not fit is a broken host, and a trap says so.
+fn unpack(packed: types::PackedInstances) -> Vec<Instance> {
+    let text = packed.text.as_str();
+    let mut at: usize = 0;
+    let mut cut = |len: u32| -> String {
+        let end = at.saturating_add(len as usize);
+        let s = text
+            .get(at..end)
+            .expect("the host packs each string whole into the text");
+        at = end;
+        s.to_string()
+    };
+    packed
+        .instances
+        .into_iter()
+        .map(|p| {
+            let name = cut(p.name_len);
+            let group = cut(p.group_len);
+            let zone = p.zone_len.map(&mut cut);
+            let kubelet_version = p.kubelet_version_len.map(&mut cut);
+            let reason = p.reason_len.map(&mut cut);
+            Instance {
+                kind: p.kind,
+                name,
+                group,
+                role: p.role,
+                zone,
+                ready: p.ready,
+                unschedulable: p.unschedulable,
+                created: p.created,
+                kubelet_version,
+                pods: p.pods,
+                pods_not_ready: p.pods_not_ready,
+                up_to_date: p.up_to_date,
+                reason,
+            }
+        })
+        .collect()
+}
+
 /// Clamps an index or count to the contract's `u32`.
 fn clamp(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -168,7 +212,11 @@ impl<'a> Instances<'a> {
             return Vec::new();
         }
         match &self.0 {
-            Source::Host { instances, .. } => instances.get(clamp(start), clamp(count)),
+            Source::Host { instances, .. } => {
+                unpack(instances.get_packed(clamp(start), clamp(count)))
+            }
+            // Each read copies the records, as a read from the host does: a native policy
+            // pays what a hook pays for what it reads (and benchmarks compare like with like).
             Source::Local { items, reads } => {
                 reads.set(reads.get() + 1);
                 let end = start.saturating_add(count).min(items.len());
@@ -330,6 +378,7 @@ impl Deref for Candidate<'_> {
 mod tests {
     use super::*;
     use crate::testing::{candidates, node};
+    use crate::{InstanceKind, Role};
 
     fn list(n: usize) -> Instances<'static> {
         candidates((0..n).map(|i| node(&format!("n{i}"), "a")).collect())
@@ -423,6 +472,68 @@ mod tests {
         assert!(p.labels(1).is_empty());
         assert!(p.annotations(1).is_empty());
         assert!(p.taints(1).is_empty());
+    }
+
+    #[test]
+    fn packed_reads_cut_each_string_from_the_text_in_order() {
+        let packed = types::PackedInstances {
+            instances: vec![
+                types::PackedInstance {
+                    kind: types::InstanceKind::Node,
+                    role: types::Role::Node,
+                    ready: true,
+                    unschedulable: false,
+                    created: Some(7),
+                    pods: 3,
+                    pods_not_ready: 1,
+                    up_to_date: false,
+                    name_len: 2,
+                    group_len: 5,
+                    zone_len: Some(1),
+                    kubelet_version_len: None,
+                    reason_len: Some(8),
+                },
+                types::PackedInstance {
+                    kind: types::InstanceKind::Pod,
+                    role: types::Role::ControlPlane,
+                    ready: false,
+                    unschedulable: true,
+                    created: None,
+                    pods: 0,
+                    pods_not_ready: 0,
+                    up_to_date: true,
+                    name_len: 3,
+                    group_len: 5,
+                    zone_len: Some(0),
+                    kubelet_version_len: Some(7),
+                    reason_len: None,
+                },
+            ],
+            text: "n1nodesaoutdatedé2nodesv1.20.2".into(),
+        };
+        let unpacked = unpack(packed);
+        let mut first = node("n1", "a").instance;
+        first.created = Some(7);
+        first.pods = 3;
+        first.pods_not_ready = 1;
+        first.reason = Some("outdated".into());
+        assert_eq!(unpacked[0], first);
+        let second = Instance {
+            kind: InstanceKind::Pod,
+            name: "é2".into(),
+            group: "nodes".into(),
+            role: Role::ControlPlane,
+            zone: Some(String::new()),
+            ready: false,
+            unschedulable: true,
+            created: None,
+            kubelet_version: Some("v1.20.2".into()),
+            pods: 0,
+            pods_not_ready: 0,
+            up_to_date: true,
+            reason: None,
+        };
+        assert_eq!(unpacked[1], second);
     }
 
     #[test]

@@ -76,6 +76,48 @@ pub fn instance(c: &Candidate) -> wit::Instance {
     }
 }
 
+/// Candidates as `instances.get-packed` returns them: the fields of [`instance`] that are not
+/// strings, and every string laid end to end in one text, in the order the WIT gives (name,
+/// group, zone, kubelet version, reason).
+pub fn packed(list: &[Candidate]) -> wit::PackedInstances {
+    let optional = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let size = list
+        .iter()
+        .map(|c| {
+            c.name.len()
+                + c.group.len()
+                + optional(&c.zone)
+                + optional(&c.kubelet_version)
+                + optional(&c.reason)
+        })
+        .sum();
+    let mut text = String::with_capacity(size);
+    let mut put = |s: &str| {
+        text.push_str(s);
+        // A Kubernetes name or a reason is far shorter than 4 GiB.
+        u32::try_from(s.len()).unwrap_or(u32::MAX)
+    };
+    let instances = list
+        .iter()
+        .map(|c| wit::PackedInstance {
+            kind: kind(c.kind),
+            role: role(c.role),
+            ready: c.ready,
+            unschedulable: c.unschedulable,
+            created: c.created,
+            pods: c.pods,
+            pods_not_ready: c.pods_not_ready,
+            up_to_date: c.up_to_date,
+            name_len: put(&c.name),
+            group_len: put(&c.group),
+            zone_len: c.zone.as_deref().map(&mut put),
+            kubelet_version_len: c.kubelet_version.as_deref().map(&mut put),
+            reason_len: c.reason.as_deref().map(&mut put),
+        })
+        .collect();
+    wit::PackedInstances { instances, text }
+}
+
 pub fn group(g: &GroupInfo) -> wit::Group<'_> {
     wit::Group {
         name: &g.name,
@@ -145,5 +187,50 @@ pub fn summary<'a>(
         system_pods_not_ready: s.system_pods_not_ready,
         budgets,
         failures,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::decide::tests::candidate;
+
+    #[test]
+    fn a_packed_read_lays_the_strings_end_to_end_in_the_contract_order() {
+        let mut first = candidate("n1", Some("outdated"));
+        first.group = "nodes".into();
+        first.zone = Some("a".into());
+        first.created = Some(7);
+        first.pods = 3;
+        let mut second = candidate("é2", None);
+        second.group = "nodes".into();
+        second.zone = Some(String::new());
+        second.kubelet_version = Some("v1.20.2".into());
+        let read = packed(&[first, second]);
+        assert_eq!(read.text, "n1nodesaoutdatedé2nodesv1.20.2");
+        let lengths: Vec<_> = read
+            .instances
+            .iter()
+            .map(|p| {
+                (
+                    p.name_len,
+                    p.group_len,
+                    p.zone_len,
+                    p.kubelet_version_len,
+                    p.reason_len,
+                )
+            })
+            .collect();
+        assert_eq!(
+            lengths,
+            [
+                (2, 5, Some(1), None, Some(8)),
+                (3, 5, Some(0), Some(7), None)
+            ]
+        );
+        let (a, b) = (&read.instances[0], &read.instances[1]);
+        assert_eq!((a.created, a.pods, a.up_to_date), (Some(7), 3, false));
+        assert_eq!((b.created, b.pods, b.up_to_date), (None, 0, true));
+        assert!(packed(&[]).text.is_empty());
     }
 }

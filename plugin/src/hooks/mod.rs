@@ -50,6 +50,7 @@ mod bindings {
         },
         imports: {
             "rollout-ext:policy/types.[method]instances.get": trappable,
+            "rollout-ext:policy/types.[method]instances.get-packed": trappable,
             "rollout-ext:policy/types.[method]instances.label": trappable,
             "rollout-ext:policy/types.[method]instances.annotation": trappable,
             "rollout-ext:policy/types.[method]instances.labels": trappable,

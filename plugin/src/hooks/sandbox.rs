@@ -68,6 +68,19 @@ impl wit::HostInstances for CallState {
         Ok(list[start..end].iter().map(convert::instance).collect())
     }
 
+    /// What `get` reads, in two allocations of the guest's rather than five per instance.
+    fn get_packed(
+        &mut self,
+        list: Resource<Instances>,
+        start: u32,
+        count: u32,
+    ) -> wasmtime::Result<wit::PackedInstances> {
+        let list = self.table.get(&list)?;
+        let start = (start as usize).min(list.len());
+        let end = start.saturating_add(count as usize).min(list.len());
+        Ok(convert::packed(&list[start..end]))
+    }
+
     fn label(
         &mut self,
         list: Resource<Instances>,
