@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rollout_ext_hooks::{
-    BatchSize, Candidate, Choice, Context, Group, HookPoint, Instances, Policy, Progress,
-    Selection, config, export_policy, parse_config, zone,
+    BatchSize, Choice, Context, Group, HookPoint, Instance, Instances, Policy, Progress, Selection,
+    config, export_policy, parse_config, zone,
 };
 use serde::Deserialize;
 
@@ -50,37 +50,55 @@ impl Policy for ZoneSpread {
     /// Interleaves the candidates the built-in rules chose zone by zone, the largest zones first,
     /// keeping the built-in order within a zone. Reads only the zone, a field of each candidate:
     /// no label is asked of the host. An instance an earlier hook forced stays forced.
+    ///
+    /// Written for groups of thousands: a zone's name is copied once per zone, a round's number
+    /// formatted once per round, and each choice takes its candidate's name and extends its
+    /// reason rather than copying them.
     fn select(_ctx: &Context, _group: &Group, candidates: &Instances) -> Result<Selection, String> {
-        let mut by_zone: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
+        let mut by_zone: BTreeMap<String, Vec<Instance>> = BTreeMap::new();
         for c in candidates.iter().filter(|c| c.reason.is_some()) {
-            by_zone.entry(zone(&c).to_string()).or_default().push(c);
+            let instance = c.into_instance();
+            match by_zone.get_mut(zone(&instance)) {
+                Some(members) => members.push(instance),
+                None => {
+                    by_zone.insert(zone(&instance).to_string(), vec![instance]);
+                }
+            }
         }
-        let mut zones: Vec<(String, Vec<Candidate>)> = by_zone.into_iter().collect();
+        let mut zones: Vec<(String, Vec<Instance>)> = by_zone.into_iter().collect();
         zones.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
 
-        let mut choices = Vec::new();
+        let total = zones.iter().map(|z| z.1.len()).sum();
         let longest = zones.first().map_or(0, |z| z.1.len());
-        for round in 0..longest {
-            for (zone_name, members) in &zones {
-                if let Some(instance) = members.get(round) {
-                    let zone_name = if zone_name.is_empty() {
-                        "none"
-                    } else {
-                        zone_name
-                    };
-                    let reason = format!(
-                        "{}; zone {zone_name}, round {}",
-                        instance.reason.as_deref().unwrap_or("selected"),
-                        round + 1
-                    );
-                    // An up-to-date instance is in the choice only because an earlier hook
-                    // forced it: keep it forced.
-                    choices.push(if instance.up_to_date {
-                        Choice::forced(instance.name.clone(), reason)
-                    } else {
-                        Choice::new(instance.name.clone(), reason)
-                    });
+        let mut zones: Vec<(String, std::vec::IntoIter<Instance>)> = zones
+            .into_iter()
+            .map(|(name, members)| (name, members.into_iter()))
+            .collect();
+        let mut choices = Vec::with_capacity(total);
+        for round in 1..=longest {
+            let round = round.to_string();
+            for (zone_name, members) in &mut zones {
+                let Some(instance) = members.next() else {
+                    continue;
+                };
+                let zone_name = if zone_name.is_empty() {
+                    "none"
+                } else {
+                    zone_name
+                };
+                let mut reason = instance.reason.unwrap_or_else(|| "selected".into());
+                let parts = ["; zone ", zone_name, ", round ", &round];
+                reason.reserve(parts.iter().map(|p| p.len()).sum());
+                for part in parts {
+                    reason.push_str(part);
                 }
+                // An up-to-date instance is in the choice only because an earlier hook
+                // forced it: keep it forced.
+                choices.push(if instance.up_to_date {
+                    Choice::forced(instance.name, reason)
+                } else {
+                    Choice::new(instance.name, reason)
+                });
             }
         }
         Ok(Selection::Choose(choices))
