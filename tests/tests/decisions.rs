@@ -233,13 +233,7 @@ async fn a_gate_that_refuses_a_later_batch_lets_the_earlier_ones_run() {
         stderr.contains("before batch 3 of group later") && stderr.contains("batch 3 must not go"),
         "{stderr}"
     );
-    let terminated: Vec<String> = cluster
-        .cloud
-        .calls()
-        .into_iter()
-        .filter(|c| c.verb == "terminate" && c.target.starts_with("later-"))
-        .map(|c| c.target)
-        .collect();
+    let terminated = cluster.cloud.terminated("later");
     assert_eq!(
         terminated,
         originals[..2],
@@ -305,12 +299,7 @@ async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
 
     let out = run(args).await;
     succeeded(&out);
-    let terminated = cluster
-        .cloud
-        .calls()
-        .into_iter()
-        .filter(|c| c.verb == "terminate" && c.target.starts_with("shadowed-"))
-        .count();
+    let terminated = cluster.cloud.terminated("shadowed").len();
     assert_eq!(terminated, originals.len(), "every batch ran");
     let events = events(&out);
     let gates = |kind: &str| -> Vec<(String, u64)> {

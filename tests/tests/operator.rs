@@ -119,13 +119,7 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
             && stderr.contains("run the same command to resume"),
         "{stderr}"
     );
-    let terminated: Vec<String> = cluster
-        .cloud
-        .calls()
-        .into_iter()
-        .filter(|c| c.verb == "terminate" && c.target.starts_with("nojoin-"))
-        .map(|c| c.target)
-        .collect();
+    let terminated = cluster.cloud.terminated("nojoin");
     assert_eq!(terminated.len(), 1, "{terminated:?}");
     // No node of the next batch was cordoned.
     let nodes: Api<Node> = Api::all(cluster.client().await);

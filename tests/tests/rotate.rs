@@ -66,13 +66,7 @@ async fn run_to_success(args: Vec<String>) -> Output {
 }
 
 fn terminated(cluster: &TestCluster, group: &str) -> Vec<String> {
-    cluster
-        .cloud
-        .calls()
-        .into_iter()
-        .filter(|c| c.verb == "terminate" && c.target.starts_with(&format!("{group}-")))
-        .map(|c| c.target)
-        .collect()
+    cluster.cloud.terminated(group)
 }
 
 async fn nodes_of(client: &Client, group: &str) -> Vec<Node> {

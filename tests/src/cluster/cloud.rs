@@ -139,6 +139,16 @@ impl SimCloud {
         self.state.lock().unwrap().calls.clone()
     }
 
+    /// The instances of `group` the cloud was asked to terminate, in order.
+    pub fn terminated(&self, group: &str) -> Vec<String> {
+        let prefix = format!("{group}-");
+        self.calls()
+            .into_iter()
+            .filter(|c| c.verb == "terminate" && c.target.starts_with(&prefix))
+            .map(|c| c.target)
+            .collect()
+    }
+
     async fn handle(&self, req: Request) -> Result<serde_json::Value, String> {
         let call = CloudCall {
             verb: req.verb.clone(),
