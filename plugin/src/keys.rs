@@ -29,6 +29,10 @@ pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system"];
 /// cordon is ours). Value: the phase reached, `cordoned` then `drained`.
 pub const PHASE: &str = "rollout-ext.io/phase";
 
+/// On the rotation's Lease: what the running rotation waits for now, and since when (JSON
+/// `{"what", "since"}`), so that `status` from any machine says what holds it.
+pub const HOLDING: &str = "rollout-ext.io/holding";
+
 /// The default PreferNoSchedule taint put on nodes chosen for replacement.
 pub const SCHEDULED_FOR_UPDATE: &str = "rollout-ext.io/scheduled-for-update";
 

@@ -26,6 +26,25 @@ fn events(out: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// What `status -o json` says, from a process of its own.
+fn status(cluster: &TestCluster) -> Value {
+    let out = Command::new(plugin_binary())
+        .args([
+            "status",
+            "--kubeconfig",
+            cluster.kubeconfig.to_str().unwrap(),
+        ])
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// `nodes --yes` of `group` one node at a time, with `extra` flags.
 fn rotate_args(
     cluster: &TestCluster,
@@ -121,6 +140,14 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
     );
     let terminated = cluster.cloud.terminated("nojoin");
     assert_eq!(terminated.len(), 1, "{terminated:?}");
+    // The stopped run's record says what it was waiting for.
+    let stopped = status(cluster);
+    assert_eq!(stopped["lock"]["holder"], "", "{stopped}");
+    let what = stopped["holding"]["what"].as_str().unwrap_or_default();
+    assert!(
+        what.starts_with("waiting for group nojoin to have 3 Ready nodes"),
+        "{stopped}"
+    );
     // No node of the next batch was cordoned.
     let nodes: Api<Node> = Api::all(cluster.client().await);
     let left = nodes
@@ -133,4 +160,56 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
         let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
         assert!(!cordoned, "{:?} was cordoned", node.metadata.name);
     }
+}
+
+#[tokio::test]
+async fn status_says_what_holds_the_run_while_it_waits() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("held", 2).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "held", &["--soak", "8s"]);
+    let (during, code) = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child = Command::new(plugin_binary())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut during = None;
+        for line in lines {
+            let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let soaking = event["event"] == "waiting"
+                && event["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("soak after batch 1"));
+            if soaking && during.is_none() {
+                // The run is in its soak: ask another process what holds it.
+                during = Some(status(cluster));
+            }
+        }
+        (during, child.wait().unwrap().code())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0));
+    let during = during.expect("the run soaked");
+    assert!(
+        !during["lock"]["holder"].as_str().unwrap().is_empty(),
+        "{during}"
+    );
+    let what = during["holding"]["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("waiting 8s: soak after batch 1 of group held"),
+        "{during}"
+    );
+    assert!(
+        during["holding"]["since"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .is_ok()
+    );
 }

@@ -275,8 +275,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
 #[serde(rename_all = "camelCase")]
 struct Status {
     lock: Option<crate::cluster::lock::LockStatus>,
+    /// What holds the running rotation now (or held it when it stopped), and since when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holding: Option<Holding>,
     /// Nodes carrying the rotation's annotations: name → phase (or "detached").
     nodes: std::collections::BTreeMap<String, String>,
+}
+
+/// What holds a rotation, as the executor recorded it on the lock.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Holding {
+    what: String,
+    /// RFC 3339.
+    since: String,
 }
 
 fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
@@ -298,7 +309,15 @@ fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                 }
             })
             .collect();
-        Ok::<_, Failure>(Status { lock, nodes })
+        let holding = lock
+            .as_ref()
+            .and_then(|l| l.state.get(crate::keys::HOLDING))
+            .and_then(|h| serde_json::from_str(h).ok());
+        Ok::<_, Failure>(Status {
+            lock,
+            holding,
+            nodes,
+        })
     })?;
     match format {
         OutputFormat::Json | OutputFormat::Yaml => print_structured(&status, format),
@@ -315,6 +334,19 @@ fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                         .map(crate::duration::human_duration)
                         .unwrap_or_else(|| "never".into())
                 ),
+            }
+            if let (Some(h), Some(l)) = (&status.holding, &status.lock) {
+                let ago = h
+                    .since
+                    .parse::<jiff::Timestamp>()
+                    .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
+                    .map_or_else(|_| h.since.clone(), crate::duration::human_duration);
+                let when = if l.holder.is_empty() {
+                    "It stopped while"
+                } else {
+                    "Now"
+                };
+                println!("  {when}: {} (for {ago})", h.what);
             }
             if let Some(l) = &status.lock {
                 for (key, value) in &l.state {

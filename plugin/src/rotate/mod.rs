@@ -175,6 +175,8 @@ impl Rotation<'_> {
 
     /// Rotates every group the options choose, in order.
     pub async fn run(&mut self) -> Result<(), RotateError> {
+        // What held an earlier run that stopped is not what holds this one.
+        self.lock.set_state(crate::keys::HOLDING, None).await?;
         self.finish_stopped_steps().await?;
         let snapshot = self.cluster.snapshot().await?;
         let index = Index::new(&snapshot);
@@ -292,8 +294,7 @@ impl Rotation<'_> {
                     run.name
                 );
                 self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                    .await;
-                Ok(())
+                    .await
             }
             Action::Begin { instances } => self.begin(&instances, run).await,
             Action::Surge { instances, canary } => self.surge(&instances, canary, run).await,
@@ -301,8 +302,7 @@ impl Rotation<'_> {
             Action::Wait(wait) => {
                 let reason = format!("{} [{}]", wait.reason, wait.decided_by);
                 self.hold(Duration::from_secs(u64::from(wait.seconds)), reason)
-                    .await;
-                Ok(())
+                    .await
             }
         }
     }

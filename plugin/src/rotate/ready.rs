@@ -15,13 +15,39 @@ use crate::plan::prepare::group_label;
 use crate::snapshot::Snapshot;
 
 impl Rotation<'_> {
-    /// Reports a wait and sleeps through it.
-    pub(super) async fn hold(&self, duration: Duration, reason: String) {
-        self.reporter.report(Event::Waiting {
-            seconds: duration.as_secs(),
-            reason,
-        });
-        tokio::time::sleep(duration).await;
+    /// Reports a wait and sleeps through it, with the wait recorded on the lock meanwhile.
+    pub(super) async fn hold(&self, duration: Duration, reason: String) -> Result<(), RotateError> {
+        let what = format!(
+            "waiting {}: {reason}",
+            crate::duration::human_duration(duration.as_secs() as i64)
+        );
+        // Reported once recorded: whoever sees the event finds the record.
+        let wait = async {
+            self.reporter.report(Event::Waiting {
+                seconds: duration.as_secs(),
+                reason,
+            });
+            tokio::time::sleep(duration).await;
+            Ok(())
+        };
+        self.holding(what, wait).await
+    }
+
+    /// Runs `wait` with `what` recorded on the lock as what holds the run, so that `status`
+    /// says it; the record goes when the wait ends, and stays with a run that stopped in it.
+    async fn holding<T>(
+        &self,
+        what: String,
+        wait: impl std::future::Future<Output = Result<T, RotateError>>,
+    ) -> Result<T, RotateError> {
+        let since = jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_default();
+        let record = serde_json::json!({"what": what, "since": since.to_string()}).to_string();
+        self.lock.set_state(keys::HOLDING, Some(&record)).await?;
+        let value = wait.await?;
+        self.lock.set_state(keys::HOLDING, None).await?;
+        Ok(value)
     }
 
     /// The wait after terminating an instance of `role`.
@@ -50,6 +76,13 @@ impl Rotation<'_> {
         group: &str,
         expected: usize,
     ) -> Result<Snapshot, RotateError> {
+        let what = format!(
+            "waiting for group {group} to have {expected} Ready nodes (replacements joining)"
+        );
+        self.holding(what, self.watch_ready(group, expected)).await
+    }
+
+    async fn watch_ready(&self, group: &str, expected: usize) -> Result<Snapshot, RotateError> {
         let timeout = self.settings.replacement_timeout;
         let deadline = Instant::now() + timeout;
         let mut changes = self.cluster.node_changes().boxed();

@@ -49,7 +49,7 @@ impl Rotation<'_> {
                     self.settings.post_drain_delay,
                     "post-drain delay: connections to the evicted pods close".into(),
                 )
-                .await;
+                .await?;
             }
         }
         self.check_lock()?;
@@ -57,7 +57,7 @@ impl Rotation<'_> {
         let interval = self.interval(run.role);
         if !interval.is_zero() {
             let reason = format!("{} interval after terminating", run.role.as_str());
-            self.hold(interval, reason).await;
+            self.hold(interval, reason).await?;
         }
         if self.settings.plan.cloud_only {
             return Ok(());
