@@ -3,6 +3,24 @@
 
 use std::path::PathBuf;
 
+/// Runs the plugin with `args` and collects its output; it is killed if the test stops waiting.
+pub async fn run_plugin(args: Vec<String>) -> std::process::Output {
+    tokio::process::Command::new(plugin_binary())
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("the plugin runs")
+}
+
+/// The events a `-o json` run printed, one per line; a line that is no event fails the test.
+pub fn events(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line of -o json is an event"))
+        .collect()
+}
+
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -5,23 +5,13 @@
 //! group is reported as disabled.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
-use rollout_ext_e2e::{FAST_ROTATION, demo_file, plugin_binary};
+use rollout_ext_e2e::{FAST_ROTATION, demo_file, run_plugin as run};
 use serde_json::Value;
 
 const HEAD: &str = "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n";
-
-async fn run(args: Vec<String>) -> Output {
-    tokio::process::Command::new(plugin_binary())
-        .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("the plugin runs")
-}
 
 /// Input files, written into a temporary directory.
 struct Files(tempfile::TempDir);

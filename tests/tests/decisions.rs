@@ -4,21 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use rollout_ext_e2e::cluster::TestCluster;
-use rollout_ext_e2e::{plugin_binary, wasm_module};
+use rollout_ext_e2e::{events, run_plugin, wasm_module};
 use serde_json::Value;
 
 /// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn run(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || Command::new(plugin_binary()).args(&args).output())
-        .await
-        .unwrap()
-        .unwrap()
-}
 
 fn succeeded(out: &Output) {
     assert!(
@@ -26,13 +19,6 @@ fn succeeded(out: &Output) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn events(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("every line of -o json is an event"))
-        .collect()
 }
 
 /// Copies the named test and example modules into `dir` as `<crate_name>.wasm`.
@@ -85,7 +71,7 @@ async fn a_live_rotation_asks_each_hook_once_per_decision() {
     let mut args = cluster.rotate_args(&policy, "tally");
     // `-v` logs what hooks print (the tracer's lines).
     args.extend(["--max-unavailable", "1", "-v"].map(String::from));
-    let out = run(args).await;
+    let out = run_plugin(args).await;
     succeeded(&out);
     let events = events(&out);
     let batches = events
@@ -184,7 +170,7 @@ async fn the_run_performs_the_plan_it_printed() {
     args.extend(["--max-surge", "1", "--max-unavailable", "2"].map(String::from));
     let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
 
-    let printed = run(plan_args).await;
+    let printed = run_plugin(plan_args).await;
     succeeded(&printed);
     let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
     let planned = steps_of_plan(&plan);
@@ -193,7 +179,7 @@ async fn the_run_performs_the_plan_it_printed() {
         "nothing is up to date: a canary surge first: {planned:?}"
     );
 
-    let done = run(args).await;
+    let done = run_plugin(args).await;
     succeeded(&done);
     assert_eq!(steps_of_run(&events(&done)), planned);
     // Who sized each batch is the same too.
@@ -226,7 +212,7 @@ async fn a_gate_that_refuses_a_later_batch_lets_the_earlier_ones_run() {
     );
     let mut args = cluster.rotate_args(&policy, "later");
     args.extend(["--max-unavailable".to_string(), "1".into()]);
-    let out = run(args).await;
+    let out = run_plugin(args).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
@@ -284,7 +270,7 @@ async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
     args.extend(["--max-unavailable".to_string(), "1".into()]);
     let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
 
-    let printed = run(plan_args).await;
+    let printed = run_plugin(plan_args).await;
     succeeded(&printed);
     let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
     assert!(plan.get("stopped").is_none(), "{plan}");
@@ -297,7 +283,7 @@ async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
     assert_eq!(third["agrees"], false);
     assert!(batches[2]["gate"].is_null(), "the built-in decided: {plan}");
 
-    let out = run(args).await;
+    let out = run_plugin(args).await;
     succeeded(&out);
     let terminated = cluster.cloud.terminated("shadowed").len();
     assert_eq!(terminated, originals.len(), "every batch ran");

@@ -1,30 +1,16 @@
 //! The on-call engineer's controls on the real test bed: a soak between batches, and a run that
 //! stops, resumably and before the next batch, when a batch's replacements never join.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use rollout_ext_e2e::cluster::{GroupSpec, TestCluster};
-use rollout_ext_e2e::plugin_binary;
+use rollout_ext_e2e::{events, plugin_binary, run_plugin};
 use serde_json::Value;
 
 /// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn run(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || Command::new(plugin_binary()).args(&args).output())
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-fn events(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("every line of -o json is an event"))
-        .collect()
-}
 
 /// What `status -o json` says, from a process of its own.
 fn status(cluster: &TestCluster) -> Value {
@@ -72,7 +58,7 @@ async fn a_soak_holds_between_batches_as_the_plan_said() {
     let args = rotate_args(cluster, dir.path(), "soaked", &["--soak", "1s"]);
 
     let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
-    let printed = run(plan_args).await;
+    let printed = run_plugin(plan_args).await;
     assert!(
         printed.status.success(),
         "{}",
@@ -91,7 +77,7 @@ async fn a_soak_holds_between_batches_as_the_plan_said() {
         "after every batch but the last"
     );
 
-    let out = run(args).await;
+    let out = run_plugin(args).await;
     assert!(
         out.status.success(),
         "{}",
@@ -130,7 +116,7 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
         .position(|a| a == "--replacement-timeout")
         .unwrap();
     args[at + 1] = "3s".into();
-    let out = run(args).await;
+    let out = run_plugin(args).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
