@@ -351,9 +351,5 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
 }
 
 fn parse_soak(text: &str) -> Result<Duration, String> {
-    let d = crate::policy::parse_duration(text)?;
-    if d > crate::policy::MAX_SOAK {
-        return Err("expected at most 24h".into());
-    }
-    Ok(d)
+    crate::policy::parse_duration(text).and_then(crate::policy::check_soak)
 }

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use super::{Failure, OutputFormat, print_structured};
 use crate::duration::human_duration;
 use crate::plan::forecast::Forecast;
+use crate::plan::health::listed;
 use crate::plan::hook::DecidedBy;
 use crate::plan::shadow::ShadowDecision;
 use crate::plan::{BatchPlan, GateStep, GroupPlan, Plan};
@@ -196,17 +197,12 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
 fn forecast_lines(out: &mut String, f: &Forecast) {
     let stalls = f.blocks.iter().map(|s| ("blocks", s));
     for (word, s) in stalls.chain(f.waits.iter().map(|s| ("waits", s))) {
-        let shown: Vec<&str> = s.pods.iter().take(5).map(String::as_str).collect();
-        let more = match s.pods.len().saturating_sub(5) {
-            0 => String::new(),
-            n => format!(" and {n} more"),
-        };
         let _ = writeln!(
             out,
-            "     drain {word} on PodDisruptionBudget {}: {} ({}{more})",
+            "     drain {word} on PodDisruptionBudget {}: {} ({})",
             s.pdb,
             s.reason,
-            shown.join(", ")
+            listed(&s.pods)
         );
     }
 }

@@ -4,12 +4,10 @@
 //! `minAvailable` or `maxUnavailable`); the evictions of earlier batches are assumed rescheduled
 //! and Ready again, so each batch meets the budgets as they are now.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
-use crate::plan::drain::{DrainOptions, classify};
-use crate::plan::health::{Index, counts};
+use crate::plan::drain::DrainOptions;
+use crate::plan::health::{Index, evictions_by_budget};
 
 /// A batch's drain, as the budgets it meets will let it go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -49,24 +47,15 @@ pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option
     if drain.disable_eviction {
         return None;
     }
-    let mut covered: BTreeMap<(&str, &str), (i32, Vec<String>)> = BTreeMap::new();
-    for node in batch {
-        for pod in index.pods_on(node) {
-            if !classify(pod, drain).is_evicted() || !counts(pod) {
-                continue;
-            }
-            for pdb in index.budgets_of(pod) {
-                covered
-                    .entry((pdb.namespace.as_str(), pdb.name.as_str()))
-                    .or_insert_with(|| (pdb.disruptions_allowed, Vec::new()))
-                    .1
-                    .push(format!("{}/{}", pod.namespace, pod.name));
-            }
-        }
-    }
+    let nodes: Vec<&str> = batch.iter().map(String::as_str).collect();
     let mut forecast = Forecast::default();
-    for ((namespace, name), (allowed, pods)) in covered {
+    for ((namespace, name), (budget, evicted)) in evictions_by_budget(index, &nodes, drain) {
         let pdb = format!("{namespace}/{name}");
+        let allowed = budget.disruptions_allowed;
+        let pods: Vec<String> = evicted
+            .iter()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .collect();
         let n = pods.len();
         if allowed <= 0 {
             forecast.blocks.push(Stall {

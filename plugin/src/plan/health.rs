@@ -68,7 +68,7 @@ impl<'a> Index<'a> {
 }
 
 /// Whether a pod counts toward readiness: running or about to, not finished or leaving.
-pub(crate) fn counts(pod: &Pod) -> bool {
+fn counts(pod: &Pod) -> bool {
     !pod.finished && !pod.terminating
 }
 
@@ -119,28 +119,51 @@ pub fn summarize(
     s
 }
 
-/// The budgets covering pods that draining `batch` would evict, with how many pods each covers.
-pub fn budgets_covering(index: &Index, batch: &[&str], drain: &DrainOptions) -> Vec<BudgetCover> {
-    let mut covers: BTreeMap<(&str, &str), BudgetCover> = BTreeMap::new();
+/// The pods that draining `batch` would evict, under each budget that covers them (by namespace
+/// and name): what the gates are told and what the drain forecast judges.
+pub fn evictions_by_budget<'a>(
+    index: &Index<'a>,
+    batch: &[&str],
+    drain: &DrainOptions,
+) -> BTreeMap<(&'a str, &'a str), (&'a Pdb, Vec<&'a Pod>)> {
+    let mut covered: BTreeMap<(&str, &str), (&Pdb, Vec<&Pod>)> = BTreeMap::new();
     for node in batch {
-        for pod in index.pods_on(node) {
+        for &pod in index.pods_on(node) {
             if !classify(pod, drain).is_evicted() || !counts(pod) {
                 continue;
             }
             for pdb in index.budgets_of(pod) {
-                covers
+                covered
                     .entry((pdb.namespace.as_str(), pdb.name.as_str()))
-                    .or_insert_with(|| BudgetCover {
-                        namespace: pdb.namespace.clone(),
-                        name: pdb.name.clone(),
-                        disruptions_allowed: pdb.disruptions_allowed,
-                        pods_in_batch: 0,
-                    })
-                    .pods_in_batch += 1;
+                    .or_insert_with(|| (pdb, Vec::new()))
+                    .1
+                    .push(pod);
             }
         }
     }
-    covers.into_values().collect()
+    covered
+}
+
+/// The budgets covering pods that draining `batch` would evict, with how many pods each covers.
+pub fn budgets_covering(index: &Index, batch: &[&str], drain: &DrainOptions) -> Vec<BudgetCover> {
+    evictions_by_budget(index, batch, drain)
+        .into_values()
+        .map(|(pdb, pods)| BudgetCover {
+            namespace: pdb.namespace.clone(),
+            name: pdb.name.clone(),
+            disruptions_allowed: pdb.disruptions_allowed,
+            pods_in_batch: pods.len() as u32,
+        })
+        .collect()
+}
+
+/// The first five of `items`, and how many more there are: a list a message can carry.
+pub fn listed(items: &[String]) -> String {
+    let shown: Vec<&str> = items.iter().take(5).map(String::as_str).collect();
+    match items.len().saturating_sub(5) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }
 
 /// Why a drain of `nodes` could not finish right now: refused pods and pods whose budget allows
@@ -167,22 +190,13 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
             }
         }
     }
-    let list = |pods: &[String]| {
-        let shown: Vec<&str> = pods.iter().take(5).map(String::as_str).collect();
-        let more = pods.len().saturating_sub(5);
-        if more > 0 {
-            format!("{} and {more} more", shown.join(", "))
-        } else {
-            shown.join(", ")
-        }
-    };
     let mut lines: Vec<String> = refused
         .into_iter()
         .map(|(reason, pods)| {
             format!(
                 "drain would refuse {} pod(s) that {reason}: {}",
                 pods.len(),
-                list(&pods)
+                listed(&pods)
             )
         })
         .collect();
@@ -190,7 +204,7 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
         format!(
             "PodDisruptionBudget {ns}/{name} allows {allowed} disruptions now: eviction of {} pod(s) would be refused: {}",
             pods.len(),
-            list(&pods)
+            listed(&pods)
         )
     }));
     lines

@@ -60,11 +60,9 @@ impl ShadowDecision {
     }
 }
 
-/// Whether any hook serves `point` in shadow.
-pub fn any(hooks: &[Box<dyn Hook>], point: HookPoint) -> bool {
-    hooks
-        .iter()
-        .any(|h| h.mode() == HookMode::Shadow && h.points().contains(&point))
+/// Whether `hook` is asked at `point` in shadow.
+fn in_shadow(hook: &dyn Hook, point: HookPoint) -> bool {
+    hook.mode() == HookMode::Shadow && hook.points().contains(&point)
 }
 
 fn shadows(
@@ -73,7 +71,7 @@ fn shadows(
 ) -> impl Iterator<Item = &mut Box<dyn Hook>> {
     hooks
         .iter_mut()
-        .filter(move |h| h.mode() == HookMode::Shadow && h.points().contains(&point))
+        .filter(move |h| in_shadow(h.as_ref(), point))
 }
 
 fn record(

@@ -28,7 +28,7 @@ pub const DEFAULT_HOOK_MEMORY: u64 = 64 << 20;
 const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_HOOK_MEMORY: u64 = 4 << 30;
 /// The longest soak: a longer hold is a pause (a batching hook or `--interactive`), not a soak.
-pub const MAX_SOAK: Duration = Duration::from_secs(24 * 3600);
+const MAX_SOAK: Duration = Duration::from_secs(24 * 3600);
 
 /// A policy error with its place in the file (`file:line:column`, or `file:line` when the
 /// column is 0: an error about a whole entry).
@@ -370,11 +370,7 @@ impl Located<'_> {
     /// A soak time: a duration of at most a day (a longer hold is a pause, not a soak).
     fn soak(&self, s: &Spanned<String>) -> Result<Duration, PolicyError> {
         let d = parse_duration(&s.value).map_err(|m| self.of(s, m))?;
-        if d > MAX_SOAK {
-            let message = format!("soakTime {:?}: expected at most 24h", s.value);
-            return Err(self.of(s, message));
-        }
-        Ok(d)
+        check_soak(d).map_err(|m| self.of(s, format!("soakTime {:?}: {m}", s.value)))
     }
 
     fn memory(&self, m: &Spanned<String>) -> Result<u64, PolicyError> {
@@ -480,6 +476,14 @@ fn valid_hook_name(name: &str) -> bool {
 }
 
 /// Parses a Go-style duration: `500ms`, `2s`, `1m30s`, `1h`.
+/// A soak of at most 24 hours, for the policy's `soakTime` and `--soak` alike.
+pub fn check_soak(soak: Duration) -> Result<Duration, String> {
+    if soak > MAX_SOAK {
+        return Err("expected at most 24h".into());
+    }
+    Ok(soak)
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let invalid = || format!("invalid duration {text:?}: expected e.g. 500ms, 2s, 1m30s");
     let mut rest = text.trim();
