@@ -33,6 +33,13 @@ pub const PHASE: &str = "rollout-ext.io/phase";
 /// `{"what", "since"}`), so that `status` from any machine says what holds it.
 pub const HOLDING: &str = "rollout-ext.io/holding";
 
+/// On the rotation's Lease: an operator's request that the rotation pause at its next safe point
+/// (JSON `{"by", "reason", "at"}`); `resume` removes it. A run started meanwhile waits.
+pub const PAUSE: &str = "rollout-ext.io/pause";
+/// On the rotation's Lease: an operator's request that the running rotation stop after its
+/// current step (same JSON); the run that honours it removes it.
+pub const ABORT: &str = "rollout-ext.io/abort";
+
 /// The default PreferNoSchedule taint put on nodes chosen for replacement.
 pub const SCHEDULED_FOR_UPDATE: &str = "rollout-ext.io/scheduled-for-update";
 

@@ -1,5 +1,6 @@
-//! The on-call engineer's controls on the real test bed: a soak between batches, and a run that
-//! stops, resumably and before the next batch, when a batch's replacements never join.
+//! The on-call engineer's controls on the real test bed: a soak between batches, a run that
+//! stops, resumably and before the next batch, when a batch's replacements never join, and
+//! pause, resume and abort from another process.
 
 use std::process::Command;
 
@@ -29,6 +30,61 @@ fn status(cluster: &TestCluster) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs the plugin with `args` (a `-o json` run), handing each event to `on_event` as it comes;
+/// returns the exit code and what it printed on stderr.
+async fn run_watching(
+    args: Vec<String>,
+    mut on_event: impl FnMut(&Value) + Send + 'static,
+) -> (Option<i32>, String) {
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let stderr = tempfile::tempfile().unwrap();
+        let mut child = Command::new(plugin_binary())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr.try_clone().unwrap())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines {
+            on_event(&serde_json::from_str(&line.unwrap()).unwrap());
+        }
+        let code = child.wait().unwrap().code();
+        let mut text = String::new();
+        use std::io::{Read, Seek};
+        let mut stderr = stderr;
+        stderr.rewind().unwrap();
+        stderr.read_to_string(&mut text).unwrap();
+        (code, text)
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs a control command (`pause`, `resume`, `abort`) against `cluster`.
+fn control(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
+    Command::new(plugin_binary())
+        .args(args)
+        .args(["--kubeconfig", cluster.kubeconfig.to_str().unwrap()])
+        .output()
+        .unwrap()
+}
+
+/// The nodes of `group` that are cordoned now.
+async fn cordoned(cluster: &TestCluster, group: &str) -> Vec<String> {
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let selector = format!("kops.k8s.io/instancegroup={group}");
+    nodes
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .filter_map(|n| n.metadata.name)
+        .collect()
 }
 
 /// `nodes --yes` of `group` one node at a time, with `extra` flags.
@@ -155,33 +211,22 @@ async fn status_says_what_holds_the_run_while_it_waits() {
     cluster.outdated_group("held", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let args = rotate_args(cluster, dir.path(), "held", &["--soak", "8s"]);
-    let (during, code) = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let mut child = Command::new(plugin_binary())
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut during = None;
-        for line in lines {
-            let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
-            let soaking = event["event"] == "waiting"
-                && event["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.starts_with("soak after batch 1"));
-            if soaking && during.is_none() {
-                // The run is in its soak: ask another process what holds it.
-                during = Some(status(cluster));
-            }
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let during = seen.clone();
+    let (code, stderr) = run_watching(args, move |event| {
+        let soaking = event["event"] == "waiting"
+            && event["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("soak after batch 1"));
+        let mut during = during.lock().unwrap();
+        if soaking && during.is_none() {
+            // The run is in its soak: ask another process what holds it.
+            *during = Some(status(cluster));
         }
-        (during, child.wait().unwrap().code())
     })
-    .await
-    .unwrap();
-    assert_eq!(code, Some(0));
-    let during = during.expect("the run soaked");
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let during = seen.lock().unwrap().take().expect("the run soaked");
     assert!(
         !during["lock"]["holder"].as_str().unwrap().is_empty(),
         "{during}"
@@ -197,5 +242,253 @@ async fn status_says_what_holds_the_run_while_it_waits() {
             .unwrap()
             .parse::<jiff::Timestamp>()
             .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn pause_holds_the_rotation_before_its_next_batch_and_resume_continues() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("paused", 3).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "paused", &[]);
+    let (tx, mut held) = tokio::sync::mpsc::unbounded_channel();
+    let handle = tokio::runtime::Handle::current();
+    let (code, stderr) = run_watching(args, move |event| {
+        if event["event"] == "batch-started" && event["index"] == 0 {
+            // Asked while the first batch is in flight, from another process.
+            let out = control(cluster, &["pause", "--reason", "zone b maintenance"]);
+            assert!(out.status.success(), "{out:?}");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                said.starts_with("pause requested: the rotation of "),
+                "{said}"
+            );
+        }
+        if event["event"] == "paused" {
+            // The run holds: what the cluster looks like now is what it stays until resume.
+            let terminated = cluster.cloud.terminated("paused").len();
+            let cordons = handle.block_on(cordoned(cluster, "paused"));
+            let during = status(cluster);
+            let out = control(cluster, &["resume"]);
+            tx.send((event.clone(), terminated, cordons, during, out))
+                .unwrap();
+        }
+    })
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (paused, terminated, cordons, during, resumed) = held.recv().await.expect("it paused");
+    assert!(held.try_recv().is_err(), "it paused once");
+    // The batch in flight finished; the next one had not started.
+    assert_eq!(terminated, 1);
+    assert!(cordons.is_empty(), "cordoned while paused: {cordons:?}");
+    assert_eq!(paused["reason"], "zone b maintenance");
+    // The next step after a batch is its after-batch gate.
+    assert_eq!(paused["at"], "after batch 1 of group paused", "{paused}");
+    assert_eq!(during["controls"]["pause"]["reason"], "zone b maintenance");
+    let what = during["holding"]["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("paused after batch 1 of group paused, by "),
+        "{what}"
+    );
+    assert!(resumed.status.success(), "{resumed:?}");
+    // Every node was replaced once resumed, and the Lease is gone with the run.
+    assert_eq!(cluster.cloud.terminated("paused").len(), 3);
+    assert!(status(cluster)["lock"].is_null());
+}
+
+#[tokio::test]
+async fn a_run_started_while_paused_waits_for_resume_and_changes_nothing_before() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("waits", 2).await.unwrap();
+    let refused = control(cluster, &["abort"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no rotation is running"),
+        "{refused:?}"
+    );
+    let out = control(cluster, &["pause", "--reason", "change freeze"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("pause recorded"));
+    let twice = control(cluster, &["pause"]);
+    assert_eq!(twice.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("already paused by "),
+        "{twice:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "waits", &[]);
+    let (tx, mut held) = tokio::sync::mpsc::unbounded_channel();
+    let handle = tokio::runtime::Handle::current();
+    let (code, stderr) = run_watching(args, move |event| {
+        if event["event"] == "paused" {
+            let touched = cluster.cloud.terminated("waits").len();
+            let cordons = handle.block_on(cordoned(cluster, "waits"));
+            let out = control(cluster, &["resume"]);
+            tx.send((event.clone(), touched, cordons, out)).unwrap();
+        }
+    })
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (paused, touched, cordons, resumed) = held.recv().await.expect("it paused");
+    assert_eq!(paused["reason"], "change freeze");
+    assert_eq!(paused["at"], "before group waits starts", "{paused}");
+    assert_eq!((touched, cordons.len()), (0, 0));
+    assert!(resumed.status.success(), "{resumed:?}");
+    assert_eq!(cluster.cloud.terminated("waits").len(), 2);
+    // Nothing is paused any more.
+    let again = control(cluster, &["resume"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not paused"));
+}
+
+#[tokio::test]
+async fn abort_stops_the_run_after_its_step_and_the_same_command_finishes() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = cluster.outdated_group("aborted", 3).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "aborted", &[]);
+    let (code, stderr) = run_watching(args.clone(), move |event| {
+        if event["event"] == "batch-started" && event["index"] == 0 {
+            let out = control(cluster, &["abort", "--reason", "error rate up"]);
+            assert!(out.status.success(), "{out:?}");
+        }
+    })
+    .await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("aborted by ")
+            && stderr.contains(": error rate up; stopped ")
+            && stderr.contains("run the same command again to resume"),
+        "{stderr}"
+    );
+    // The batch in flight was carried out; no other node was touched.
+    assert_eq!(cluster.cloud.terminated("aborted").len(), 1);
+    assert!(cordoned(cluster, "aborted").await.is_empty());
+    let stopped = status(cluster);
+    assert!(stopped["controls"]["abort"].is_null(), "{stopped}");
+    let what = stopped["holding"]["what"].as_str().unwrap();
+    assert!(what.starts_with("aborted by "), "{stopped}");
+
+    let out = run_plugin(args).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let terminated = cluster.cloud.terminated("aborted");
+    assert_eq!(terminated.len(), originals.len(), "{terminated:?}");
+}
+
+/// The Events (events.k8s.io/v1) in `namespace` about the object named `name`.
+async fn k8s_events(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client().await, namespace);
+    let selector = format!("regarding.name={name}");
+    api.list(&ListParams::default().fields(&selector))
+        .await
+        .unwrap()
+        .items
+}
+
+fn reasons(events: &[k8s_openapi::api::events::v1::Event]) -> Vec<String> {
+    events.iter().filter_map(|e| e.reason.clone()).collect()
+}
+
+#[tokio::test]
+async fn a_rotation_leaves_kubernetes_events_on_its_nodes_and_its_lease() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let originals = cluster.outdated_group("evented", 2).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_plugin(rotate_args(cluster, dir.path(), "evented", &[])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for node in &originals {
+        let events = k8s_events(cluster, "kube-system", node).await;
+        let seen = reasons(&events);
+        for reason in [
+            "Tainted",
+            "Cordoned",
+            "DrainStarted",
+            "Drained",
+            "Terminated",
+        ] {
+            assert!(seen.iter().any(|r| r == reason), "{node}: {seen:?}");
+        }
+        for event in &events {
+            assert_eq!(event.reporting_controller.as_deref(), Some("rollout-ext"));
+            let note = event.note.as_deref().unwrap_or_default();
+            assert!(note.contains(" (run "), "{note}");
+        }
+    }
+    // kubectl's own view (core v1 Events) shows them under the node too.
+    let listed = Command::new("kubectl")
+        .args(["--kubeconfig", cluster.kubeconfig.to_str().unwrap()])
+        .args(["get", "events", "-A", "--field-selector"])
+        .arg(format!("involvedObject.name={}", originals[0]))
+        .args(["-o", "jsonpath={.items[*].reason}"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("Cordoned") && listed.contains("Terminated"),
+        "{listed}"
+    );
+    // The run as a whole is told on its Lease, from start to finish.
+    let run = reasons(&k8s_events(cluster, "kube-system", "rollout-ext").await);
+    for reason in [
+        "Started",
+        "GroupStarted",
+        "BatchStarted",
+        "ReplacementsReady",
+        "GroupDone",
+        "Finished",
+    ] {
+        assert!(run.iter().any(|r| r == reason), "{run:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_drain_retried_twenty_times_leaves_one_event_that_counts_them() {
+    use rollout_ext::cluster::recorder::EventRecorder;
+    use rollout_ext::events::{Collect, Event, Reporter};
+    let cluster = TestCluster::shared();
+    let live = cluster.live().await;
+    let terminal = std::sync::Arc::new(Collect::default());
+    let recorder = EventRecorder::start(&live, "a-test-run", terminal.clone());
+    for left in (0..20).rev() {
+        recorder.report(Event::EvictionBlocked {
+            node: "retried-1".into(),
+            pod: "shop/web-1".into(),
+            reason: "PodDisruptionBudget shop/web allows no disruption".into(),
+            retry_seconds: 5,
+            seconds_left: left * 5,
+        });
+    }
+    recorder.finish(None).await;
+    // Every event still reached the terminal, and publishing raised no warning.
+    let shown = terminal.events();
+    assert_eq!(shown.len(), 20, "{shown:?}");
+    let events = k8s_events(cluster, "kube-system", "retried-1").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(event.reason.as_deref(), Some("EvictionBlocked"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.series.as_ref().map(|s| s.count), Some(20));
+    let related = event.related.as_ref().unwrap();
+    assert_eq!(
+        (related.namespace.as_deref(), related.name.as_deref()),
+        (Some("shop"), Some("web-1"))
     );
 }

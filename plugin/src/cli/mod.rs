@@ -4,6 +4,7 @@
 //! Exit codes: 0 done, 1 failed, 2 usage or policy error, 3 aborted by a gate, 4 blocked by a
 //! lock.
 
+mod control;
 mod hooks_cmd;
 mod hooks_test;
 mod nodes;
@@ -11,6 +12,7 @@ mod output;
 mod rolling_update;
 mod rotate_cmd;
 mod server_dry_run;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -143,6 +145,22 @@ pub enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
     },
+    /// Ask the node rotation to hold at its next safe point (between two steps: a drain or a
+    /// termination in progress finishes first). A run started while paused waits too.
+    Pause {
+        /// Why, for whoever reads `status` or the run's output.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Withdraw a pause: the rotation goes on from where it held.
+    Resume,
+    /// Ask the running node rotation to stop after its current step; running the same command
+    /// later resumes it.
+    Abort {
+        /// Why, for whoever reads `status` or the run's output.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans.
     Snapshot {
         /// Where to write it ("-" for stdout).
@@ -257,7 +275,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::RollingUpdate(args) => rolling_update::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
         Command::Snapshot { output } => snapshot(&cli.kube, &output),
-        Command::Status { output } => status(&cli.kube, output),
+        Command::Status { output } => status::run(&cli.kube, output),
+        Command::Pause { reason } => control::pause(&cli.kube, &reason),
+        Command::Resume => control::resume(&cli.kube),
+        Command::Abort { reason } => control::abort(&cli.kube, &reason),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(
@@ -266,100 +287,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 "kubectl-rollout_ext",
                 &mut std::io::stdout(),
             );
-            Ok(())
-        }
-    }
-}
-
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Status {
-    lock: Option<crate::cluster::lock::LockStatus>,
-    /// What holds the running rotation now (or held it when it stopped), and since when.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    holding: Option<Holding>,
-    /// Nodes carrying the rotation's annotations: name → phase (or "detached").
-    nodes: std::collections::BTreeMap<String, String>,
-}
-
-/// What holds a rotation, as the executor recorded it on the lock.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Holding {
-    what: String,
-    /// RFC 3339.
-    since: String,
-}
-
-fn status(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
-    let runtime = tokio_runtime()?;
-    let status = runtime.block_on(async {
-        let cluster = crate::cluster::Cluster::connect(&kube.connect_options()?).await?;
-        let lock = cluster.lock_status().await?;
-        let snapshot = cluster.snapshot_nodes().await?;
-        let nodes = snapshot
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                let phase = n.annotations.get(crate::keys::PHASE).cloned();
-                let detached = n.annotations.contains_key(crate::keys::DETACHED);
-                match (phase, detached) {
-                    (_, true) => Some((n.name.clone(), "detached".to_string())),
-                    (Some(p), false) => Some((n.name.clone(), p)),
-                    (None, false) => None,
-                }
-            })
-            .collect();
-        let holding = lock
-            .as_ref()
-            .and_then(|l| l.state.get(crate::keys::HOLDING))
-            .and_then(|h| serde_json::from_str(h).ok());
-        Ok::<_, Failure>(Status {
-            lock,
-            holding,
-            nodes,
-        })
-    })?;
-    match format {
-        OutputFormat::Json | OutputFormat::Yaml => print_structured(&status, format),
-        _ => {
-            match &status.lock {
-                None => println!("No rotation is running, and none was left unfinished."),
-                Some(l) if l.holder.is_empty() => println!(
-                    "No rotation is running; an unfinished one left its state (run the same command again to resume)."
-                ),
-                Some(l) => println!(
-                    "Rotation running: {} (lock renewed {} ago)",
-                    l.holder,
-                    l.renewed_seconds_ago
-                        .map(crate::duration::human_duration)
-                        .unwrap_or_else(|| "never".into())
-                ),
-            }
-            if let (Some(h), Some(l)) = (&status.holding, &status.lock) {
-                let ago = h
-                    .since
-                    .parse::<jiff::Timestamp>()
-                    .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
-                    .map_or_else(|_| h.since.clone(), crate::duration::human_duration);
-                let when = if l.holder.is_empty() {
-                    "It stopped while"
-                } else {
-                    "Now"
-                };
-                println!("  {when}: {} (for {ago})", h.what);
-            }
-            if let Some(l) = &status.lock {
-                for (key, value) in &l.state {
-                    if let Some(group) = key.strip_prefix("rollout-ext.io/expected.") {
-                        println!("  group {group}: {value} Ready nodes expected");
-                    }
-                }
-            }
-            if !status.nodes.is_empty() {
-                let mut rows = vec![vec!["NODE".to_string(), "PHASE".to_string()]];
-                rows.extend(status.nodes.iter().map(|(n, p)| vec![n.clone(), p.clone()]));
-                print!("{}", output::align(&rows));
-            }
             Ok(())
         }
     }

@@ -9,6 +9,7 @@ use super::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::LockError;
+use crate::cluster::recorder::EventRecorder;
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
@@ -22,13 +23,18 @@ use crate::rotate::{RotateSettings, Rotation, Steps};
 /// Kops waits this long between two successful validations.
 const VALIDATE_SUCCESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Who holds the lock: user, host and process, for the message a second run shows.
-fn identity() -> String {
+/// Who is at the keyboard: user and host, as pause and abort requests record it.
+pub(super) fn operator() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown-host".into());
-    format!("{user}@{host}/pid-{}", std::process::id())
+    format!("{user}@{host}")
+}
+
+/// Who holds the lock: user, host and process, for the message a second run shows.
+fn identity() -> String {
+    format!("{}/pid-{}", operator(), std::process::id())
 }
 
 fn lock_failure(e: LockError) -> Failure {
@@ -72,12 +78,12 @@ pub fn run(
         }
     };
     use std::io::IsTerminal;
-    let reporter: Box<dyn Reporter> = match args.output {
-        OutputFormat::Json => Box::new(JsonLines),
-        _ if std::io::stderr().is_terminal() => Box::new(Bars::new(
+    let reporter: Arc<dyn Reporter> = match args.output {
+        OutputFormat::Json => Arc::new(JsonLines),
+        _ if std::io::stderr().is_terminal() => Arc::new(Bars::new(
             crate::progress::color_allowed(crate::report::no_color()),
         )),
-        _ => Box::new(Lines),
+        _ => Arc::new(Lines),
     };
     let mut plan = plan;
     plan.dry_run = false;
@@ -121,6 +127,7 @@ pub fn run(
             }
             Err(e) => return Err(lock_failure(e)),
         };
+        let recorder = EventRecorder::start(&cluster, &identity, reporter.clone());
         let result = rotate(
             &cluster,
             policy,
@@ -128,7 +135,7 @@ pub fn run(
             args,
             plan,
             &provider,
-            reporter.as_ref(),
+            &recorder,
             &lock,
             policy_version,
         )
@@ -138,10 +145,17 @@ pub fn run(
             Ok(()) => lock.release().await,
             Err(_) => lock.abandon().await,
         };
-        result?;
-        released?;
-        reporter.report(crate::progress::Event::Done);
-        Ok(())
+        let outcome = result.and_then(|()| released.map_err(Failure::from));
+        let stopped = match &outcome {
+            Ok(()) => {
+                recorder.report(crate::progress::Event::Done);
+                None
+            }
+            Err(f) if f.code == 3 => Some(("Aborted", f.message.clone())),
+            Err(f) => Some(("Stopped", f.message.clone())),
+        };
+        recorder.finish(stopped).await;
+        outcome
     })
 }
 

@@ -93,11 +93,23 @@ pub fn for_rotation(cloud_only: bool, disable_eviction: bool) -> Vec<Permission>
         all("watch", "pods"),
         all("list", "poddisruptionbudgets.policy"),
         lock("get"),
+        // Pause and abort requests reach the run through a watch of its Lease.
+        lock("list"),
+        lock("watch"),
         lock("create"),
         lock("update"),
         lock("patch"),
         lock("delete"),
     ];
+    // Kubernetes Events about the nodes and the run, beside the Lease; a repeat patches the
+    // first one's count.
+    for verb in ["create", "patch"] {
+        needed.push(Permission::new(
+            verb,
+            "events.events.k8s.io",
+            Some(LOCK_NAMESPACE),
+        ));
+    }
     match (cloud_only, disable_eviction) {
         (true, _) => {}
         (false, false) => needed.push(all("create", "pods/eviction")),

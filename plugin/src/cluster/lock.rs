@@ -39,15 +39,15 @@ pub struct LockGuard {
     renewer: tokio::task::JoinHandle<()>,
 }
 
-fn now() -> MicroTime {
+pub(super) fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-fn api(cluster: &Cluster) -> Api<Lease> {
+pub(super) fn api(cluster: &Cluster) -> Api<Lease> {
     Api::namespaced(cluster.client.clone(), LOCK_NAMESPACE)
 }
 
-fn lease_request(verb: &'static str) -> Request<'static> {
+pub(super) fn lease_request(verb: &'static str) -> Request<'static> {
     Request {
         verb,
         resource: "leases.coordination.k8s.io",
@@ -149,6 +149,15 @@ impl Cluster {
     }
 }
 
+/// Whether a run left state on the Lease (or an operator a request for the next run).
+pub(super) fn has_run_state(lease: &Lease) -> bool {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.keys().any(|k| k.starts_with("rollout-ext.io/")))
+}
+
 /// Renews the lease until it is lost or the task is stopped.
 async fn renew(cluster: Cluster, identity: String, every: Duration, lost: watch::Sender<bool>) {
     let leases = api(&cluster);
@@ -240,12 +249,7 @@ impl LockGuard {
         else {
             return Ok(());
         };
-        let has_state = current
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.keys().any(|k| k.starts_with("rollout-ext.io/")));
-        if !has_state {
+        if !has_run_state(&current) {
             // Nothing to resume: no trace is left.
             return self.release().await;
         }
@@ -303,6 +307,11 @@ pub struct LockStatus {
 }
 
 impl Cluster {
+    /// The Lease's uid, which Events about the run carry; `None` when it cannot be read.
+    pub async fn lock_uid(&self) -> Option<String> {
+        api(self).get_opt(LOCK_NAME).await.ok()??.metadata.uid
+    }
+
     /// Reads the lock without taking it; `None` when no run holds or left it.
     pub async fn lock_status(&self) -> Result<Option<LockStatus>, ClusterError> {
         let Some(lease) = api(self)

@@ -4,11 +4,13 @@
 
 pub mod access;
 pub mod controllers;
+pub mod controls;
 pub mod drain;
 pub mod eviction;
 pub mod lock;
 pub mod nodes;
 mod objects;
+pub mod recorder;
 pub mod retry;
 pub mod validate;
 

@@ -51,6 +51,12 @@ impl Cluster {
         }
     }
 
+    /// The node's uid, which Events about it carry; `None` when it cannot be read (gone).
+    pub async fn node_uid(&self, node: &str) -> Option<String> {
+        let node = self.nodes_api().get_opt(node).await.ok()??;
+        node.metadata.uid
+    }
+
     /// Yields whenever the watch of nodes delivers something (a change, or a re-list): a
     /// wake-up to read the nodes again, instead of polling.
     pub fn node_changes(&self) -> impl Stream<Item = ()> + Send + use<> {

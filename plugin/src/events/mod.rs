@@ -3,11 +3,12 @@
 //! `crate::progress`'s job, so that `cluster` can report without depending on it. Tests collect
 //! events instead of reading log text.
 
+mod describe;
+
 use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::duration::human_duration;
 use crate::plan::hook::Phase;
 use crate::plan::shadow::ShadowDecision;
 use crate::policy::HookPoint;
@@ -35,6 +36,17 @@ pub enum Event {
         decided_by: String,
     },
     /// Waiting, for a reason that is not a failure (a hook's pause or wait, an interval).
+    /// An operator's pause request holds the run at a safe point until `resume`.
+    Paused {
+        by: String,
+        reason: String,
+        /// Where the run holds: "before batch 2 of group nodes".
+        at: String,
+    },
+    /// The pause was withdrawn; the run goes on from where it held.
+    Resumed {
+        at: String,
+    },
     Waiting {
         seconds: u64,
         reason: String,
@@ -206,188 +218,6 @@ pub enum Event {
     },
 }
 
-impl Event {
-    /// One line for a person.
-    pub fn describe(&self) -> String {
-        match self {
-            Event::GroupStarted { group, instances } => {
-                format!("rotating group {group}: {}", instances.join(", "))
-            }
-            Event::Surging {
-                group,
-                detached,
-                canary,
-            } => format!(
-                "surging group {group}{}: detached {}",
-                if *canary { " (canary)" } else { "" },
-                detached.join(", ")
-            ),
-            Event::BatchStarted {
-                group,
-                index,
-                nodes,
-                canary,
-                decided_by,
-            } => format!(
-                "group {group} batch {}{}: {} [size: {decided_by}]",
-                index + 1,
-                if *canary { " (canary)" } else { "" },
-                nodes.join(", ")
-            ),
-            Event::Waiting { seconds, reason } => {
-                format!("waiting {}: {reason}", human_duration(*seconds as i64))
-            }
-            Event::Terminated { node, output } if output.is_empty() => {
-                format!("terminated {node}")
-            }
-            Event::Terminated { node, output } => format!("terminated {node}: {output}"),
-            Event::Replaced { group, ready } => {
-                format!("group {group}: replacements Ready ({ready} nodes Ready)")
-            }
-            Event::GroupDone { group } => format!("group {group} is up to date"),
-            Event::Done => "rotation complete".into(),
-            Event::Cordoned { node } => format!("cordoned node {node}"),
-            Event::Tainted { node, key } => {
-                format!("tainted node {node} with {key}:PreferNoSchedule")
-            }
-            Event::DrainStarted {
-                node,
-                pods,
-                skipped,
-            } => {
-                let mut line = format!("draining node {node}: {pods} pod(s) to evict");
-                if !skipped.is_empty() {
-                    line.push_str(&format!(", leaving {}", skipped.join(", ")));
-                }
-                line
-            }
-            Event::Evicted { node, pod } => format!("evicted pod {pod} from {node}"),
-            Event::EvictionBlocked {
-                pod,
-                reason,
-                retry_seconds,
-                seconds_left,
-                ..
-            } => format!(
-                "eviction of pod {pod} blocked: {reason}; retrying every {retry_seconds}s, {} left",
-                human_duration(*seconds_left as i64)
-            ),
-            Event::PodGone { node, pod } => format!("pod {pod} is gone from {node}"),
-            Event::Drained { node } => format!("drained node {node}"),
-            Event::Validated { passed, needed } => {
-                format!("cluster validated ({passed} of {needed} checks)")
-            }
-            Event::ValidationFailed {
-                failures,
-                seconds_left,
-            } => format!(
-                "cluster does not validate: {}; waiting for a change, {} left",
-                failures.join("; "),
-                human_duration(*seconds_left as i64)
-            ),
-            Event::Warning { message } => format!("warning: {message}"),
-            Event::Shadow { batch, said, .. } => {
-                let phase = said
-                    .phase
-                    .map(|p| format!(" {}", p.as_str()))
-                    .unwrap_or_default();
-                format!(
-                    "{}{phase} for batch {}: {}",
-                    said.point,
-                    batch + 1,
-                    said.describe()
-                )
-            }
-            Event::Decided {
-                point,
-                phase,
-                batch,
-                attempt,
-                decided_by,
-                decision,
-            } => {
-                let phase = phase
-                    .map(|p| format!(" {}", p.as_str()))
-                    .unwrap_or_default();
-                let again = if *attempt > 0 {
-                    format!(", attempt {}", attempt + 1)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "{point}{phase} for batch {}{again}: {decision} [{decided_by}]",
-                    batch + 1
-                )
-            }
-            // The rolling update's lines keep legacy `kubectl rolling-update`'s wording.
-            Event::UpdateStarted {
-                old,
-                old_replicas,
-                next,
-                next_replicas,
-                desired,
-                min_available,
-                max_total,
-            } => format!(
-                "Scaling up {next} from {next_replicas} to {desired}, scaling down {old} from {old_replicas} to 0 (keep {min_available} pods available, don't exceed {max_total} pods)"
-            ),
-            Event::ControllerCreated { controller } => format!("Created {controller}"),
-            Event::UpdateContinued { controller } => {
-                format!("Continuing update with existing controller {controller}.")
-            }
-            Event::RollbackStarted {
-                controller,
-                replicas,
-            } => format!("Setting {controller:?} replicas to {replicas}"),
-            Event::StepStarted {
-                step,
-                controller,
-                from,
-                to,
-                decided_by,
-            } => format!(
-                "Scaling {controller} {} to {to} [step {}, size: {decided_by}]",
-                if to >= from { "up" } else { "down" },
-                step + 1
-            ),
-            Event::Scaled {
-                controller,
-                from,
-                to,
-            } => format!("scaled {controller} from {from} to {to} replicas"),
-            Event::StepDone {
-                step,
-                old,
-                old_replicas,
-                next,
-                next_replicas,
-                desired,
-            } => format!(
-                "step {} done: {old} has {old_replicas}, {next} {next_replicas} of {desired} replicas",
-                step + 1
-            ),
-            Event::Deleting { controller } => format!("Update succeeded. Deleting {controller}"),
-            Event::Renaming { from, to } => format!("Renaming {from} to {to}"),
-            Event::RenameResumed { controller, pod } => {
-                format!("Finishing an interrupted rename to {controller} (recorded on pod {pod})")
-            }
-            Event::OldGone { old, next } => format!("{old} is gone; continuing with {next}"),
-            Event::RollingBackOnAbort { reason } => {
-                format!("{reason}; rolling back (--on-abort=rollback)")
-            }
-            Event::UpdateDone {
-                controller,
-                next: Some(next),
-            } => format!("{controller} rolling updated to {next:?}"),
-            Event::UpdateDone {
-                controller,
-                next: None,
-            } => format!("{controller} rolling updated"),
-            Event::RolledBack { controller } => format!("{controller} rolled back"),
-        }
-    }
-}
-
 /// Receives events. Implementations must be cheap: executors call this inline.
 pub trait Reporter: Send + Sync {
     fn report(&self, event: Event);
@@ -410,188 +240,4 @@ impl Collect {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rolling_update_events_read_as_legacy_kubectl_printed_them() {
-        let cases = [
-            (
-                Event::UpdateStarted {
-                    old: "foo".into(),
-                    old_replicas: 3,
-                    next: "foo-2".into(),
-                    next_replicas: 0,
-                    desired: 3,
-                    min_available: 3,
-                    max_total: 4,
-                },
-                "Scaling up foo-2 from 0 to 3, scaling down foo from 3 to 0 (keep 3 pods available, don't exceed 4 pods)",
-            ),
-            (
-                Event::ControllerCreated {
-                    controller: "foo-2".into(),
-                },
-                "Created foo-2",
-            ),
-            (
-                Event::UpdateContinued {
-                    controller: "foo-2".into(),
-                },
-                "Continuing update with existing controller foo-2.",
-            ),
-            (
-                Event::RollbackStarted {
-                    controller: "foo".into(),
-                    replicas: 3,
-                },
-                "Setting \"foo\" replicas to 3",
-            ),
-            (
-                Event::StepStarted {
-                    step: 0,
-                    controller: "foo-2".into(),
-                    from: 0,
-                    to: 1,
-                    decided_by: "hook/window".into(),
-                },
-                "Scaling foo-2 up to 1 [step 1, size: hook/window]",
-            ),
-            (
-                Event::StepStarted {
-                    step: 1,
-                    controller: "foo".into(),
-                    from: 3,
-                    to: 2,
-                    decided_by: "built-in".into(),
-                },
-                "Scaling foo down to 2 [step 2, size: built-in]",
-            ),
-            (
-                Event::Scaled {
-                    controller: "foo".into(),
-                    from: 3,
-                    to: 2,
-                },
-                "scaled foo from 3 to 2 replicas",
-            ),
-            (
-                Event::StepDone {
-                    step: 1,
-                    old: "foo".into(),
-                    old_replicas: 2,
-                    next: "foo-2".into(),
-                    next_replicas: 1,
-                    desired: 3,
-                },
-                "step 2 done: foo has 2, foo-2 1 of 3 replicas",
-            ),
-            (
-                Event::Deleting {
-                    controller: "foo".into(),
-                },
-                "Update succeeded. Deleting foo",
-            ),
-            (
-                Event::Renaming {
-                    from: "foo-2".into(),
-                    to: "foo".into(),
-                },
-                "Renaming foo-2 to foo",
-            ),
-            (
-                Event::RenameResumed {
-                    controller: "rc/foo".into(),
-                    pod: "foo-2-abcde".into(),
-                },
-                "Finishing an interrupted rename to rc/foo (recorded on pod foo-2-abcde)",
-            ),
-            (
-                Event::OldGone {
-                    old: "rc/foo".into(),
-                    next: "foo-2".into(),
-                },
-                "rc/foo is gone; continuing with foo-2",
-            ),
-            (
-                Event::RollingBackOnAbort {
-                    reason: "hook/stop aborted".into(),
-                },
-                "hook/stop aborted; rolling back (--on-abort=rollback)",
-            ),
-            (
-                Event::UpdateDone {
-                    controller: "rc/foo".into(),
-                    next: Some("foo-2".into()),
-                },
-                "rc/foo rolling updated to \"foo-2\"",
-            ),
-            (
-                Event::UpdateDone {
-                    controller: "rc/foo".into(),
-                    next: None,
-                },
-                "rc/foo rolling updated",
-            ),
-            (
-                Event::RolledBack {
-                    controller: "rc/foo".into(),
-                },
-                "rc/foo rolled back",
-            ),
-        ];
-        for (event, line) in cases {
-            assert_eq!(event.describe(), line, "{event:?}");
-        }
-    }
-
-    #[test]
-    fn a_shadow_event_carries_the_hook_its_words_and_whether_it_agrees() {
-        let event = Event::Shadow {
-            batch: 1,
-            attempt: 0,
-            said: ShadowDecision {
-                hook: "next-policy".into(),
-                point: HookPoint::Gate,
-                phase: Some(Phase::AfterBatch),
-                decision: "abort: payments not ready".into(),
-                agrees: false,
-                error: None,
-            },
-        };
-        assert_eq!(
-            event.describe(),
-            "gate after-batch for batch 2: hook/next-policy (shadow) would abort: payments not ready; differs from the decision taken"
-        );
-        assert_eq!(
-            serde_json::to_value(event).unwrap(),
-            serde_json::json!({"event": "shadow", "batch": 1, "attempt": 0, "hook": "next-policy",
-                               "point": "gate", "phase": "after-batch",
-                               "decision": "abort: payments not ready", "agrees": false})
-        );
-    }
-
-    #[test]
-    fn rolling_update_events_serialize_with_their_kind() {
-        let step = Event::StepStarted {
-            step: 0,
-            controller: "foo-2".into(),
-            from: 0,
-            to: 1,
-            decided_by: "built-in".into(),
-        };
-        assert_eq!(
-            serde_json::to_value(step).unwrap(),
-            serde_json::json!({"event": "step-started", "step": 0, "controller": "foo-2",
-                               "from": 0, "to": 1, "decided_by": "built-in"})
-        );
-        let done = Event::UpdateDone {
-            controller: "rc/foo".into(),
-            next: None,
-        };
-        assert_eq!(
-            serde_json::to_value(done).unwrap(),
-            serde_json::json!({"event": "update-done", "controller": "rc/foo"})
-        );
-    }
-}
+mod tests;

@@ -12,6 +12,7 @@
 //! the same command again therefore continues where a crashed or interrupted run stopped,
 //! without draining, surging or terminating anything twice.
 
+mod controls;
 mod decisions;
 mod ready;
 mod records;
@@ -76,6 +77,11 @@ pub enum RotateError {
         at: String,
         reason: String,
     },
+    #[error("aborted {}; stopped {at}", request.describe())]
+    Stopped {
+        request: crate::cluster::controls::ControlRequest,
+        at: String,
+    },
     #[error("stopped at the operator's request before batch {batch} of group {group}")]
     Declined { group: String, batch: u32 },
     #[error("the lock was taken over by another run; stopping here")]
@@ -94,11 +100,13 @@ pub enum RotateError {
 }
 
 impl RotateError {
-    /// Whether a gate stopped the run (exit code 3), as opposed to a failure.
+    /// Whether a gate or an operator stopped the run (exit code 3), as opposed to a failure.
     pub fn is_abort(&self) -> bool {
         matches!(
             self,
-            RotateError::Aborted { .. } | RotateError::Declined { .. }
+            RotateError::Aborted { .. }
+                | RotateError::Declined { .. }
+                | RotateError::Stopped { .. }
         )
     }
 }
@@ -237,7 +245,13 @@ impl Rotation<'_> {
         let mut input = Input::Start;
         loop {
             self.check_lock()?;
-            input = match machine.step(input) {
+            let step = machine.step(input);
+            // Every step boundary is a safe point: no action is ever cut in half.
+            if !matches!(step, Step::Done(_)) {
+                self.checkpoint(&controls::safe_point(&step, &run.name))
+                    .await?;
+            }
+            input = match step {
                 Step::Ask(Question::Select) => Input::Selected(self.select(&machine)?),
                 Step::Ask(Question::BatchSize(sizing)) => {
                     Input::Sized(self.size(&machine, &sizing, &mut run).await?)

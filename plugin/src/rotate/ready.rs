@@ -30,14 +30,17 @@ impl Rotation<'_> {
             tokio::time::sleep(duration).await;
             Ok(())
         };
-        self.holding(what, wait).await
+        self.holding(what, None, wait).await
     }
 
     /// Runs `wait` with `what` recorded on the lock as what holds the run, so that `status`
     /// says it; the record goes when the wait ends, and stays with a run that stopped in it.
-    async fn holding<T>(
+    /// An abort request ends the wait (nothing is in flight during one) and stops the run
+    /// `stop_at` (by default, "while" what it waited for).
+    pub(super) async fn holding<T>(
         &self,
         what: String,
+        stop_at: Option<&str>,
         wait: impl std::future::Future<Output = Result<T, RotateError>>,
     ) -> Result<T, RotateError> {
         let since = jiff::Timestamp::now()
@@ -45,7 +48,13 @@ impl Rotation<'_> {
             .unwrap_or_default();
         let record = serde_json::json!({"what": what, "since": since.to_string()}).to_string();
         self.lock.set_state(keys::HOLDING, Some(&record)).await?;
-        let value = wait.await?;
+        let value = tokio::select! {
+            value = wait => value?,
+            abort = self.abort_requested() => {
+                let at = stop_at.map_or_else(|| format!("while {what}"), str::to_string);
+                return Err(self.honour_abort(abort?, &at).await);
+            }
+        };
         self.lock.set_state(keys::HOLDING, None).await?;
         Ok(value)
     }
@@ -79,7 +88,8 @@ impl Rotation<'_> {
         let what = format!(
             "waiting for group {group} to have {expected} Ready nodes (replacements joining)"
         );
-        self.holding(what, self.watch_ready(group, expected)).await
+        self.holding(what, None, self.watch_ready(group, expected))
+            .await
     }
 
     async fn watch_ready(&self, group: &str, expected: usize) -> Result<Snapshot, RotateError> {

@@ -1,0 +1,250 @@
+//! The on-call engineer's controls: pause, resume and abort requests, recorded on the rotation's
+//! Lease from any terminal, and read by the running rotation at its safe points. The Lease is
+//! the one place every run and every `status` already reads, so a request made from another
+//! machine needs nothing else to reach the run.
+
+use std::collections::BTreeMap;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::lock::{LOCK_NAME, api, has_run_state, lease_request};
+use super::{Cluster, ClusterError};
+use crate::keys;
+
+/// Who asked for a pause or an abort, why, and when (RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ControlRequest {
+    pub by: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub at: String,
+}
+
+impl ControlRequest {
+    /// A request made now.
+    pub fn now(by: &str, reason: &str) -> Self {
+        let at = jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_default();
+        ControlRequest {
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at: at.to_string(),
+        }
+    }
+
+    /// Reads an annotation's value. One written by hand (`kubectl annotate lease ...
+    /// rollout-ext.io/pause=maintenance`) is a request too: its text is the reason.
+    fn parse(text: &str) -> Self {
+        serde_json::from_str(text).unwrap_or_else(|_| ControlRequest {
+            by: "an annotation written by hand".into(),
+            reason: text.to_string(),
+            at: String::new(),
+        })
+    }
+
+    /// "by alice@laptop at 2026-11-24T10:00:00Z: node pool maintenance"
+    pub fn describe(&self) -> String {
+        let mut text = format!("by {}", self.by);
+        if !self.at.is_empty() {
+            text.push_str(&format!(" at {}", self.at));
+        }
+        if !self.reason.is_empty() {
+            text.push_str(&format!(": {}", self.reason));
+        }
+        text
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The requests standing on the Lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Controls {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<ControlRequest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abort: Option<ControlRequest>,
+}
+
+impl Controls {
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Self {
+        let read = |key: &str| annotations.get(key).map(|v| ControlRequest::parse(v));
+        Controls {
+            pause: read(keys::PAUSE),
+            abort: read(keys::ABORT),
+        }
+    }
+}
+
+/// Which request an operator makes or withdraws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Abort,
+}
+
+impl Control {
+    fn key(self) -> &'static str {
+        match self {
+            Control::Pause => keys::PAUSE,
+            Control::Abort => keys::ABORT,
+        }
+    }
+}
+
+/// The Lease as a control request sees it.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseView {
+    /// Empty when no run holds the lock.
+    pub holder: String,
+    pub controls: Controls,
+}
+
+impl Cluster {
+    /// The holder and the standing requests; `None` when there is no Lease (no run, no state).
+    pub async fn controls(&self) -> Result<Option<LeaseView>, ClusterError> {
+        let Some(lease) = api(self)
+            .get_opt(LOCK_NAME)
+            .await
+            .map_err(|e| lease_request("get").error(&self.server, e))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseView {
+            holder: lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default(),
+            controls: Controls::from_annotations(&lease.metadata.annotations.unwrap_or_default()),
+        }))
+    }
+
+    /// Records `request` as the standing `control` (or, with `None`, withdraws it). Without a
+    /// Lease one is created with no holder: the next run takes it and finds the request.
+    pub async fn set_control(
+        &self,
+        control: Control,
+        request: Option<&ControlRequest>,
+    ) -> Result<(), ClusterError> {
+        let leases = api(self);
+        let value = request.map(ControlRequest::to_json);
+        let patch = serde_json::json!({"metadata": {"annotations": {control.key(): value}}});
+        // Twice at most: a Lease created or deleted by a run between our two calls.
+        for _ in 0..2 {
+            match leases
+                .patch(LOCK_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 && value.is_none() => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(lease_request("patch").error(&self.server, e)),
+            }
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(LOCK_NAME.into()),
+                    annotations: Some(
+                        [(control.key().to_string(), value.clone().unwrap_or_default())].into(),
+                    ),
+                    ..Default::default()
+                },
+                spec: Some(Default::default()),
+            };
+            match leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(lease_request("create").error(&self.server, e)),
+            }
+        }
+        Err(ClusterError::Api {
+            verb: "patch".into(),
+            resource: "leases.coordination.k8s.io".into(),
+            code: 409,
+            message: format!("{LOCK_NAME} was created and deleted again meanwhile; try again"),
+        })
+    }
+
+    /// Deletes the Lease if nothing is left on it: no holder and no state of a run (what a
+    /// `resume` leaves behind when it withdraws a pause made while no run was going).
+    pub async fn drop_idle_lock(&self) -> Result<(), ClusterError> {
+        let leases = api(self);
+        let Some(lease) = leases
+            .get_opt(LOCK_NAME)
+            .await
+            .map_err(|e| lease_request("get").error(&self.server, e))?
+        else {
+            return Ok(());
+        };
+        let held = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .is_some_and(|h| !h.is_empty());
+        if held || has_run_state(&lease) {
+            return Ok(());
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.metadata.resource_version,
+                uid: lease.metadata.uid,
+            }),
+            ..Default::default()
+        };
+        match leases.delete(LOCK_NAME, &params).await {
+            Ok(_) => Ok(()),
+            // Gone, or changed since it was read: someone else's now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(lease_request("delete").error(&self.server, e)),
+        }
+    }
+
+    /// Yields whenever the watch of the Lease delivers something (a change, or a re-list): a
+    /// wake-up to read the controls again, instead of polling. Backs off on watch errors; the
+    /// read that follows each wake-up reports them.
+    pub fn lock_changes(&self) -> impl Stream<Item = ()> + Send + use<> {
+        let config = watcher::Config::default().fields(&format!("metadata.name={LOCK_NAME}"));
+        watcher(api(self), config).default_backoff().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_through_the_annotation() {
+        let request = ControlRequest {
+            by: "alice@laptop".into(),
+            reason: "zone b maintenance".into(),
+            at: "2026-11-24T10:00:00Z".into(),
+        };
+        let annotations: BTreeMap<String, String> =
+            [(keys::PAUSE.to_string(), request.to_json())].into();
+        let controls = Controls::from_annotations(&annotations);
+        assert_eq!(controls.pause.as_ref(), Some(&request));
+        assert_eq!(controls.abort, None);
+        assert_eq!(
+            request.describe(),
+            "by alice@laptop at 2026-11-24T10:00:00Z: zone b maintenance"
+        );
+    }
+
+    #[test]
+    fn an_annotation_written_by_hand_is_a_request_with_its_text_as_reason() {
+        let annotations: BTreeMap<String, String> =
+            [(keys::ABORT.to_string(), "stop now".to_string())].into();
+        let abort = Controls::from_annotations(&annotations).abort.unwrap();
+        assert_eq!(abort.reason, "stop now");
+        assert_eq!(
+            abort.describe(),
+            "by an annotation written by hand: stop now"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Each event as one line for a person. The rolling update's lines keep legacy
+//! `kubectl rolling-update`'s wording.
+
+use super::Event;
+use crate::duration::human_duration;
+
+impl Event {
+    /// One line for a person.
+    pub fn describe(&self) -> String {
+        match self {
+            Event::GroupStarted { group, instances } => {
+                format!("rotating group {group}: {}", instances.join(", "))
+            }
+            Event::Surging {
+                group,
+                detached,
+                canary,
+            } => format!(
+                "surging group {group}{}: detached {}",
+                if *canary { " (canary)" } else { "" },
+                detached.join(", ")
+            ),
+            Event::BatchStarted {
+                group,
+                index,
+                nodes,
+                canary,
+                decided_by,
+            } => format!(
+                "group {group} batch {}{}: {} [size: {decided_by}]",
+                index + 1,
+                if *canary { " (canary)" } else { "" },
+                nodes.join(", ")
+            ),
+            Event::Paused { by, reason, at } => {
+                let why = if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {reason}")
+                };
+                format!("paused {at} by {by}{why}; `kubectl rollout-ext resume` continues")
+            }
+            Event::Resumed { at } => format!("resumed {at}"),
+            Event::Waiting { seconds, reason } => {
+                format!("waiting {}: {reason}", human_duration(*seconds as i64))
+            }
+            Event::Terminated { node, output } if output.is_empty() => {
+                format!("terminated {node}")
+            }
+            Event::Terminated { node, output } => format!("terminated {node}: {output}"),
+            Event::Replaced { group, ready } => {
+                format!("group {group}: replacements Ready ({ready} nodes Ready)")
+            }
+            Event::GroupDone { group } => format!("group {group} is up to date"),
+            Event::Done => "rotation complete".into(),
+            Event::Cordoned { node } => format!("cordoned node {node}"),
+            Event::Tainted { node, key } => {
+                format!("tainted node {node} with {key}:PreferNoSchedule")
+            }
+            Event::DrainStarted {
+                node,
+                pods,
+                skipped,
+            } => {
+                let mut line = format!("draining node {node}: {pods} pod(s) to evict");
+                if !skipped.is_empty() {
+                    line.push_str(&format!(", leaving {}", skipped.join(", ")));
+                }
+                line
+            }
+            Event::Evicted { node, pod } => format!("evicted pod {pod} from {node}"),
+            Event::EvictionBlocked {
+                pod,
+                reason,
+                retry_seconds,
+                seconds_left,
+                ..
+            } => format!(
+                "eviction of pod {pod} blocked: {reason}; retrying every {retry_seconds}s, {} left",
+                human_duration(*seconds_left as i64)
+            ),
+            Event::PodGone { node, pod } => format!("pod {pod} is gone from {node}"),
+            Event::Drained { node } => format!("drained node {node}"),
+            Event::Validated { passed, needed } => {
+                format!("cluster validated ({passed} of {needed} checks)")
+            }
+            Event::ValidationFailed {
+                failures,
+                seconds_left,
+            } => format!(
+                "cluster does not validate: {}; waiting for a change, {} left",
+                failures.join("; "),
+                human_duration(*seconds_left as i64)
+            ),
+            Event::Warning { message } => format!("warning: {message}"),
+            Event::Shadow { batch, said, .. } => {
+                let phase = said
+                    .phase
+                    .map(|p| format!(" {}", p.as_str()))
+                    .unwrap_or_default();
+                format!(
+                    "{}{phase} for batch {}: {}",
+                    said.point,
+                    batch + 1,
+                    said.describe()
+                )
+            }
+            Event::Decided {
+                point,
+                phase,
+                batch,
+                attempt,
+                decided_by,
+                decision,
+            } => {
+                let phase = phase
+                    .map(|p| format!(" {}", p.as_str()))
+                    .unwrap_or_default();
+                let again = if *attempt > 0 {
+                    format!(", attempt {}", attempt + 1)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{point}{phase} for batch {}{again}: {decision} [{decided_by}]",
+                    batch + 1
+                )
+            }
+            // The rolling update's lines keep legacy `kubectl rolling-update`'s wording.
+            Event::UpdateStarted {
+                old,
+                old_replicas,
+                next,
+                next_replicas,
+                desired,
+                min_available,
+                max_total,
+            } => format!(
+                "Scaling up {next} from {next_replicas} to {desired}, scaling down {old} from {old_replicas} to 0 (keep {min_available} pods available, don't exceed {max_total} pods)"
+            ),
+            Event::ControllerCreated { controller } => format!("Created {controller}"),
+            Event::UpdateContinued { controller } => {
+                format!("Continuing update with existing controller {controller}.")
+            }
+            Event::RollbackStarted {
+                controller,
+                replicas,
+            } => format!("Setting {controller:?} replicas to {replicas}"),
+            Event::StepStarted {
+                step,
+                controller,
+                from,
+                to,
+                decided_by,
+            } => format!(
+                "Scaling {controller} {} to {to} [step {}, size: {decided_by}]",
+                if to >= from { "up" } else { "down" },
+                step + 1
+            ),
+            Event::Scaled {
+                controller,
+                from,
+                to,
+            } => format!("scaled {controller} from {from} to {to} replicas"),
+            Event::StepDone {
+                step,
+                old,
+                old_replicas,
+                next,
+                next_replicas,
+                desired,
+            } => format!(
+                "step {} done: {old} has {old_replicas}, {next} {next_replicas} of {desired} replicas",
+                step + 1
+            ),
+            Event::Deleting { controller } => format!("Update succeeded. Deleting {controller}"),
+            Event::Renaming { from, to } => format!("Renaming {from} to {to}"),
+            Event::RenameResumed { controller, pod } => {
+                format!("Finishing an interrupted rename to {controller} (recorded on pod {pod})")
+            }
+            Event::OldGone { old, next } => format!("{old} is gone; continuing with {next}"),
+            Event::RollingBackOnAbort { reason } => {
+                format!("{reason}; rolling back (--on-abort=rollback)")
+            }
+            Event::UpdateDone {
+                controller,
+                next: Some(next),
+            } => format!("{controller} rolling updated to {next:?}"),
+            Event::UpdateDone {
+                controller,
+                next: None,
+            } => format!("{controller} rolling updated"),
+            Event::RolledBack { controller } => format!("{controller} rolled back"),
+        }
+    }
+}
