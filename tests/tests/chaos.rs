@@ -759,6 +759,176 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
     );
 }
 
+/// What an operator does to a running rotation in [`a_rotation_paused_and_aborted_anywhere_stays_safe`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Control {
+    Pause,
+    Abort,
+}
+
+/// Runs `pause`, `resume` or `abort` against `cluster` from a process of its own, as another
+/// terminal would. It must succeed, or be refused with `refusal` (a request that came after the
+/// run let go of its lock); returns whether it succeeded.
+fn operator_says(cluster: &TestCluster, args: &[&str], refusal: Option<&str>) -> bool {
+    let out = Command::new(plugin_binary())
+        .args(args)
+        .args(["--kubeconfig", cluster.kubeconfig.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let refused = refusal.is_some_and(|r| String::from_utf8_lossy(&out.stderr).contains(r));
+    assert!(out.status.success() || refused, "{args:?}: {out:?}");
+    out.status.success()
+}
+
+/// One run of `args` under an operator who, after the number of events `next` says, pauses it
+/// (and resumes it as soon as it holds) or aborts it, then asks `next` again. Returns the exit
+/// code, stderr, and the controls that took effect.
+fn run_controlled(
+    cluster: &TestCluster,
+    args: &[String],
+    mut next: impl FnMut() -> Option<(Control, u64)>,
+) -> (Option<i32>, String, Vec<Control>) {
+    let stderr = tempfile::tempfile().unwrap();
+    let mut child = Command::new(plugin_binary())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr.try_clone().unwrap())
+        .spawn()
+        .unwrap();
+    let mut armed = next();
+    let mut took_effect = Vec::new();
+    let mut pausing = false;
+    let mut late_abort = false;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["event"] == "paused" && pausing {
+            // It holds: no step moves until resume (the observer would see one).
+            operator_says(cluster, &["resume"], None);
+            took_effect.push(Control::Pause);
+            pausing = false;
+            armed = next();
+            continue;
+        }
+        match &mut armed {
+            Some((_, left)) if *left > 1 => *left -= 1,
+            Some((Control::Pause, _)) if !pausing => {
+                operator_says(cluster, &["pause", "--reason", "chaos"], None);
+                pausing = true;
+            }
+            Some((Control::Abort, _)) => {
+                late_abort = !operator_says(
+                    cluster,
+                    &["abort", "--reason", "chaos"],
+                    Some("no rotation is running"),
+                );
+                armed = None;
+            }
+            _ => {}
+        }
+    }
+    let code = child.wait().unwrap().code();
+    let mut text = String::new();
+    let mut stderr = stderr;
+    use std::io::Seek;
+    stderr.rewind().unwrap();
+    stderr.read_to_string(&mut text).unwrap();
+    if code == Some(3) {
+        took_effect.push(Control::Abort);
+    }
+    // A request that came after the run's last safe point: it finished without heeding it (a
+    // pause recorded once the lock was gone waits for the next run, and is withdrawn here).
+    if late_abort {
+        assert_eq!(code, Some(0), "{text}");
+    }
+    if pausing {
+        operator_says(cluster, &["resume"], Some("not paused"));
+    }
+    (code, text, took_effect)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_paused_and_aborted_anywhere_stays_safe() {
+    const MIN_EACH: usize = 3;
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("control chaos");
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let group = "controlled";
+    let outdated = outdated_group(cluster, group, 10).await;
+    workload(&client, "controlled", group, 8, 6).await;
+    let budget = Budget {
+        outdated: outdated.clone(),
+        max_unavailable: 1,
+        max_surge: 1,
+        cloud_only: false,
+    };
+    let pdb = Pdb {
+        name: "controlled/web".into(),
+        match_labels: [("app".to_string(), "web".to_string())].into(),
+        min_available: 6,
+    };
+    let observer = Observer::start(cluster, group, "controlled", budget, vec![pdb]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, group);
+
+    let (mut pauses, mut aborts) = (0, 0);
+    let total = outdated.len();
+    let mut finished = false;
+    for round in 1..=MIN_EACH * 4 {
+        let args = args.clone();
+        // Each control lands a few events after the last: pauses anywhere in a batch, aborts
+        // early, so that enough of the work is left for all of them.
+        let seed = rng.range(0, u64::MAX);
+        let enough = pauses >= MIN_EACH && aborts >= MIN_EACH;
+        let mut asked = (pauses, aborts);
+        let (code, stderr, took) = tokio::task::spawn_blocking(move || {
+            let mut rng = SplitMix64::new(seed);
+            run_controlled(cluster, &args, move || {
+                if enough {
+                    return None;
+                }
+                // Whichever control is behind comes next, a random number of events on (at once
+                // near the end of the work).
+                let near_end = terminated(cluster, group).len() + 3 >= total;
+                let pick = if asked.0 <= asked.1 {
+                    asked.0 += 1;
+                    (Control::Pause, rng.range(1, 5))
+                } else {
+                    asked.1 += 1;
+                    (Control::Abort, rng.range(1, 3))
+                };
+                Some(if near_end { (pick.0, 1) } else { pick })
+            })
+        })
+        .await
+        .unwrap();
+        let done = terminated(cluster, group).len();
+        println!("round {round}: exit {code:?}, controls {took:?}, {done} of {total} replaced");
+        pauses += took.iter().filter(|c| **c == Control::Pause).count();
+        aborts += took.iter().filter(|c| **c == Control::Abort).count();
+        match code {
+            Some(0) => {
+                finished = true;
+                break;
+            }
+            Some(3) => assert!(
+                stderr.contains("aborted by ") && stderr.contains(": chaos; stopped "),
+                "{stderr}"
+            ),
+            other => panic!("round {round}: the run exited with {other:?}\n{stderr}"),
+        }
+    }
+    let (report, _) = observer.finish(cluster, group).await;
+    assert!(report.is_none(), "{}", report.unwrap_or_default());
+    assert!(finished, "no run finished");
+    assert!(
+        pauses >= MIN_EACH && aborts >= MIN_EACH,
+        "{pauses} pauses and {aborts} aborts took effect"
+    );
+    assert_eq!(terminated(cluster, group).len(), outdated.len());
+}
+
 // ---------------------------------------------------------------------------------------------
 // API server faults.
 

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use rollout_ext_e2e::cluster::{GroupSpec, TestCluster};
+use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::{events, plugin_binary, run_plugin};
 use serde_json::Value;
 
@@ -491,4 +491,70 @@ async fn a_drain_retried_twenty_times_leaves_one_event_that_counts_them() {
         (related.namespace.as_deref(), related.name.as_deref()),
         (Some("shop"), Some("web-1"))
     );
+}
+
+#[tokio::test]
+async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_the_replacement() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("lastwait", 1).await.unwrap();
+    cluster.cloud.set_group_spec(
+        "lastwait",
+        GroupSpec {
+            kubelet_version: Some("v1.20.2".into()),
+            never_joins: true,
+            ..Default::default()
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = rotate_args(cluster, dir.path(), "lastwait", &[]);
+    let at = args
+        .iter()
+        .position(|a| a == "--replacement-timeout")
+        .unwrap();
+    args[at + 1] = "3s".into();
+    // The only node is replaced; its replacement does not join in time.
+    let first = run_plugin(args.clone()).await;
+    assert_eq!(first.status.code(), Some(1));
+    assert_eq!(cluster.cloud.terminated("lastwait").len(), 1);
+
+    // Nothing is left to rotate, but the group is short of a Ready node: the next run waits
+    // for it (a watch of the Lease sees it waiting) and finishes once it joins.
+    args[at + 1] = "60s".into();
+    let second = tokio::spawn(run_plugin(args));
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await, "kube-system");
+    let waiting = |lease: Option<&Lease>| {
+        lease
+            .and_then(|l| l.metadata.annotations.as_ref())
+            .and_then(|a| a.get("rollout-ext.io/holding"))
+            .is_some_and(|h| h.contains("waiting for group lastwait to have 1 Ready nodes"))
+            && lease
+                .and_then(|l| l.spec.as_ref())
+                .and_then(|s| s.holder_identity.as_deref())
+                .is_some_and(|h| !h.is_empty())
+    };
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        kube::runtime::wait::await_condition(leases, "rollout-ext", waiting),
+    )
+    .await
+    .expect("the second run waits for the replacement")
+    .unwrap();
+    cluster
+        .nodes
+        .add(NodeSpec::new("lastwait-late", "lastwait").kubelet("v1.20.2"))
+        .await
+        .unwrap();
+    let second = second.await.unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let replaced = events(&second)
+        .into_iter()
+        .any(|e| e["event"] == "replaced" && e["group"] == "lastwait" && e["ready"] == 1);
+    assert!(replaced, "{}", String::from_utf8_lossy(&second.stdout));
+    assert!(status(cluster)["lock"].is_null());
 }

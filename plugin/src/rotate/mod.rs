@@ -213,7 +213,7 @@ impl Rotation<'_> {
         for (group, role) in groups {
             self.rotate_group(group, role).await?;
         }
-        Ok(())
+        self.finish_left_groups().await
     }
 
     /// Reads the cluster, starts the group's loop from it and drives the loop to its end.

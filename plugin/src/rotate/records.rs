@@ -14,6 +14,8 @@ pub(super) fn expected_key(group: &str) -> String {
     run_key("expected", group)
 }
 
+const EXPECTED_PREFIX: &str = "rollout-ext.io/expected.";
+
 /// The run-state key of a group's termination in progress: written before its Node is deleted
 /// and cleared once the provider terminated the instance, so that a run that dies in between
 /// (the Node gone, the instance perhaps still running) is finished by the next one.
@@ -147,6 +149,55 @@ impl Rotation<'_> {
                 .map(target_of)
                 .collect();
             self.finish_surge(&nodes, &key, &targets).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the replacements of groups an earlier run left unfinished with nothing left to
+    /// rotate (it stopped in its last wait): until they are Ready the rotation is not complete.
+    /// Their records go once they are.
+    pub(super) async fn finish_left_groups(&self) -> Result<(), RotateError> {
+        let Some(status) = self.cluster.lock_status().await? else {
+            return Ok(());
+        };
+        let left: Vec<(&String, usize)> = status
+            .state
+            .iter()
+            .filter(|(key, _)| key.starts_with(EXPECTED_PREFIX))
+            .filter_map(|(key, value)| Some((key, value.parse::<usize>().ok()?)))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        // A long group name is recorded as a hash: the group is found among the nodes' groups.
+        let nodes = self.cluster.snapshot_nodes().await?;
+        let label = crate::plan::prepare::group_label(self.policy, &self.settings.plan);
+        let mut groups: Vec<String> = nodes
+            .nodes
+            .iter()
+            .map(|n| crate::plan::groups::group_of(n, label))
+            .collect();
+        groups.extend(
+            left.iter()
+                .filter_map(|(k, _)| Some(k.strip_prefix(EXPECTED_PREFIX)?.to_string())),
+        );
+        for (key, expected) in left {
+            let Some(group) = groups.iter().find(|g| expected_key(g) == **key) else {
+                self.reporter.report(Event::Warning {
+                    message: format!(
+                        "an earlier run expected {expected} Ready nodes in a group that has no nodes now ({key}); not waiting for it"
+                    ),
+                });
+                self.lock.set_state(key, None).await?;
+                continue;
+            };
+            if !self.settings.plan.cloud_only {
+                self.wait_ready(group, expected).await?;
+            }
+            self.lock.set_state(key, None).await?;
+            self.reporter.report(Event::GroupDone {
+                group: group.to_string(),
+            });
         }
         Ok(())
     }
