@@ -95,6 +95,7 @@ pub mod cluster;
 pub mod fingerprint;
 pub mod invariants;
 pub mod synthetic;
+pub mod workloads;
 
 /// A helper binary of this crate and build, built by `cargo build --bins`.
 pub fn helper_binary(name: &str) -> PathBuf {

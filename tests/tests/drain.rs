@@ -9,7 +9,6 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
@@ -18,6 +17,7 @@ use rollout_ext::cluster::drain::{DrainError, DrainSettings};
 use rollout_ext::plan::drain::DrainOptions;
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -51,58 +51,6 @@ fn settings(live_version: &'static str, timeout: Duration, options: DrainOptions
         timeout,
         policy_version: live_version,
     }
-}
-
-/// A ReplicaSet whose pods may only run on nodes of `group`.
-async fn replica_set(client: &Client, group: &str, name: &str, replicas: i32) -> Api<ReplicaSet> {
-    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), group);
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": group},
-                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &rs).await.unwrap();
-    let ready = move |rs: Option<&ReplicaSet>| {
-        rs.and_then(|r| r.status.as_ref())
-            .and_then(|s| s.ready_replicas)
-            == Some(replicas)
-    };
-    tokio::time::timeout(WAIT, await_condition(api.clone(), name, ready))
-        .await
-        .expect("the replica set becomes ready")
-        .unwrap();
-    api
-}
-
-/// A PodDisruptionBudget `web` over the two `app=web` pods of `namespace` that allows no
-/// disruption, once the disruption controller has computed its status.
-async fn blocking_budget(client: &Client, namespace: &str, version: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    let pdb: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    let computed = |p: Option<&DynamicObject>| {
-        p.is_some_and(|p| {
-            p.data["status"]["expectedPods"] == 2
-                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
-        })
-    };
-    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", computed))
-        .await
-        .expect("the budget's status is computed")
-        .unwrap();
-    pdbs
 }
 
 /// Makes a node schedulable again, as `kubectl uncordon` does.
@@ -338,7 +286,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     live.cordon(&nodes[1], false, &reporter).await.unwrap();
     replica_set(&client, "drain-pdb", "web", 2).await;
 
-    let pdbs = blocking_budget(&client, "drain-pdb", version).await;
+    let pdbs = blocking_budget(&client, "drain-pdb", version, 2).await;
 
     // A short timeout: the drain stops, names what is left, and evicted nothing.
     live.cordon(&nodes[0], false, &reporter).await.unwrap();
@@ -391,7 +339,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     let (client, live, nodes) = setup("drain-late", 1).await;
     let version = live.policy_version().await.unwrap();
     replica_set(&client, "drain-late", "web", 2).await;
-    let pdbs = blocking_budget(&client, "drain-late", version).await;
+    let pdbs = blocking_budget(&client, "drain-late", version, 2).await;
     let watcher = Arc::new(FirstBlock::default());
     live.cordon(&nodes[0], false, watcher.as_ref())
         .await
@@ -456,7 +404,7 @@ async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
     replica_set(&client, "drain-dry", "web", 2).await;
     let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();
-    blocking_budget(&client, "drain-dry", version).await;
+    blocking_budget(&client, "drain-dry", version, 2).await;
 
     let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
     let out = tokio::task::spawn_blocking(move || {

@@ -558,3 +558,69 @@ async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_
     assert!(replaced, "{}", String::from_utf8_lossy(&second.stdout));
     assert!(status(cluster)["lock"].is_null());
 }
+
+#[tokio::test]
+async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+    use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("guarded", 1).await.unwrap();
+    let client = cluster.client().await;
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "guarded"}})).unwrap();
+    Api::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .unwrap();
+    replica_set(&client, "guarded", "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    let pdbs = blocking_budget(&client, "guarded", version, 2).await;
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "guarded", &[]);
+    let handle = tokio::runtime::Handle::current();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let during = seen.clone();
+    let (code, stderr) = run_watching(args, move |event| {
+        if event["event"] != "eviction-blocked" || during.lock().unwrap().is_some() {
+            return;
+        }
+        // The run records the blocked eviction on its Lease; status reads it from there.
+        let recorded = |lease: Option<&Lease>| {
+            lease
+                .and_then(|l| l.metadata.annotations.as_ref())
+                .and_then(|a| a.get("rollout-ext.io/holding"))
+                .is_some_and(|h| h.contains("eviction of pod"))
+        };
+        handle.block_on(async {
+            let wait =
+                kube::runtime::wait::await_condition(leases.clone(), "rollout-ext", recorded);
+            tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+                .await
+                .expect("the blocked eviction is recorded")
+                .unwrap();
+        });
+        *during.lock().unwrap() = Some(status(cluster));
+        // Relaxed, the budget lets the drain go on.
+        let relax = Patch::Merge(serde_json::json!({"spec": {"maxUnavailable": 2}}));
+        handle
+            .block_on(pdbs.patch("web", &PatchParams::default(), &relax))
+            .unwrap();
+    })
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let during = seen
+        .lock()
+        .unwrap()
+        .take()
+        .expect("an eviction was blocked");
+    let what = during["holding"]["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("draining node guarded-1: eviction of pod guarded/web-")
+            && what.contains("guarded/web"),
+        "{during}"
+    );
+    assert!(status(cluster)["lock"].is_null());
+}

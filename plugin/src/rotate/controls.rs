@@ -5,6 +5,7 @@
 
 use futures::StreamExt;
 
+use super::ready::holding_record;
 use super::{RotateError, Rotation};
 use crate::cluster::controls::{ControlRequest, Controls};
 use crate::events::Event;
@@ -49,11 +50,7 @@ pub(super) fn safe_point(step: &Step, group: &str) -> String {
 
 /// The holding record of a run that stopped for `request`, for `status`.
 fn stopped_record(request: &ControlRequest, at: &str) -> String {
-    let since = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or_default();
-    let what = format!("aborted {}; stopped {at}", request.describe());
-    serde_json::json!({"what": what, "since": since.to_string()}).to_string()
+    holding_record(&format!("aborted {}; stopped {at}", request.describe()))
 }
 
 impl Rotation<'_> {

@@ -12,6 +12,7 @@
 //! the same command again therefore continues where a crashed or interrupted run stopped,
 //! without draining, surging or terminating anything twice.
 
+mod blocked;
 mod controls;
 mod decisions;
 mod ready;

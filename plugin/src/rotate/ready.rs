@@ -14,6 +14,14 @@ use crate::plan::groups::group_of;
 use crate::plan::prepare::group_label;
 use crate::snapshot::Snapshot;
 
+/// What holds the run, as the lock records it for `status`: JSON `{"what", "since"}`.
+pub(super) fn holding_record(what: &str) -> String {
+    let since = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_default();
+    serde_json::json!({"what": what, "since": since.to_string()}).to_string()
+}
+
 impl Rotation<'_> {
     /// Reports a wait and sleeps through it, with the wait recorded on the lock meanwhile.
     pub(super) async fn hold(&self, duration: Duration, reason: String) -> Result<(), RotateError> {
@@ -43,11 +51,9 @@ impl Rotation<'_> {
         stop_at: Option<&str>,
         wait: impl std::future::Future<Output = Result<T, RotateError>>,
     ) -> Result<T, RotateError> {
-        let since = jiff::Timestamp::now()
-            .round(jiff::Unit::Second)
-            .unwrap_or_default();
-        let record = serde_json::json!({"what": what, "since": since.to_string()}).to_string();
-        self.lock.set_state(keys::HOLDING, Some(&record)).await?;
+        self.lock
+            .set_state(keys::HOLDING, Some(&holding_record(&what)))
+            .await?;
         let value = tokio::select! {
             value = wait => value?,
             abort = self.abort_requested() => {

@@ -155,7 +155,8 @@ impl Rotation<'_> {
 
     /// Waits for the replacements of groups an earlier run left unfinished with nothing left to
     /// rotate (it stopped in its last wait): until they are Ready the rotation is not complete.
-    /// Their records go once they are.
+    /// Their records go once they are. Only groups this run rotates (`--instance-group`) are
+    /// waited for: another group's record is the business of the run that resumes it.
     pub(super) async fn finish_left_groups(&self) -> Result<(), RotateError> {
         let Some(status) = self.cluster.lock_status().await? else {
             return Ok(());
@@ -181,8 +182,16 @@ impl Rotation<'_> {
             left.iter()
                 .filter_map(|(k, _)| Some(k.strip_prefix(EXPECTED_PREFIX)?.to_string())),
         );
+        let chosen = &self.settings.plan.instance_groups;
         for (key, expected) in left {
-            let Some(group) = groups.iter().find(|g| expected_key(g) == **key) else {
+            let group = groups.iter().find(|g| expected_key(g) == **key);
+            if group.is_some_and(|g| !chosen.is_empty() && !chosen.contains(g)) {
+                continue;
+            }
+            let Some(group) = group else {
+                if !chosen.is_empty() {
+                    continue;
+                }
                 self.reporter.report(Event::Warning {
                     message: format!(
                         "an earlier run expected {expected} Ready nodes in a group that has no nodes now ({key}); not waiting for it"

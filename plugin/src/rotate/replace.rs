@@ -4,9 +4,10 @@
 
 use std::io::{BufRead, Write};
 
+use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
 use super::{GroupRun, RotateError, Rotation};
-use crate::events::Event;
+use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
 use crate::plan::group_loop::BatchStep;
@@ -40,8 +41,13 @@ impl Rotation<'_> {
         });
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
         if move_pods {
-            let drains = batch.instances.iter().map(|node| self.drain_one(node));
-            for result in futures::future::join_all(drains).await {
+            let blocked = BlockedEvictions::new(self.reporter);
+            let drains = batch
+                .instances
+                .iter()
+                .map(|node| self.drain_one(node, &blocked));
+            let drained = futures::future::join_all(drains);
+            for result in self.recording_blocks(&blocked, drained).await? {
                 result?;
             }
             if !self.settings.post_drain_delay.is_zero() {
@@ -101,11 +107,11 @@ impl Rotation<'_> {
     }
 
     /// Cordons and drains one node, recording the phase.
-    async fn drain_one(&self, node: &str) -> Result<(), RotateError> {
-        self.cluster.cordon(node, false, self.reporter).await?;
+    async fn drain_one(&self, node: &str, reporter: &dyn Reporter) -> Result<(), RotateError> {
+        self.cluster.cordon(node, false, reporter).await?;
         match self
             .cluster
-            .drain(node, &self.settings.drain, self.reporter)
+            .drain(node, &self.settings.drain, reporter)
             .await
         {
             Ok(()) => {}

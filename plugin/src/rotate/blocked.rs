@@ -1,0 +1,68 @@
+//! Evictions a PodDisruptionBudget blocks, recorded on the Lease as what holds the run while a
+//! batch drains, so that `status` from any machine names the pod and the budget: the most
+//! common reason a rotation stands still.
+
+use std::sync::Mutex;
+
+use super::ready::holding_record;
+use super::{RotateError, Rotation};
+use crate::events::{Event, Reporter};
+use crate::keys;
+
+/// Passes the drain's events on, keeping the latest blocked eviction for the run to record.
+pub(super) struct BlockedEvictions<'a> {
+    inner: &'a dyn Reporter,
+    latest: Mutex<Option<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl<'a> BlockedEvictions<'a> {
+    pub(super) fn new(inner: &'a dyn Reporter) -> Self {
+        BlockedEvictions {
+            inner,
+            latest: Mutex::new(None),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl Reporter for BlockedEvictions<'_> {
+    fn report(&self, event: Event) {
+        if let Event::EvictionBlocked { node, .. } = &event {
+            let what = format!("draining node {node}: {}", event.describe());
+            *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
+            self.changed.notify_one();
+        }
+        self.inner.report(event);
+    }
+}
+
+impl Rotation<'_> {
+    /// Runs `drains`, recording each blocked eviction on the lock as what holds the run; the
+    /// record goes when they end.
+    pub(super) async fn recording_blocks<T>(
+        &self,
+        blocked: &BlockedEvictions<'_>,
+        drains: impl std::future::Future<Output = T>,
+    ) -> Result<T, RotateError> {
+        tokio::pin!(drains);
+        let mut recorded = false;
+        loop {
+            tokio::select! {
+                value = &mut drains => {
+                    if recorded {
+                        self.lock.set_state(keys::HOLDING, None).await?;
+                    }
+                    return Ok(value);
+                }
+                () = blocked.changed.notified() => {
+                    let latest = blocked.latest.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(what) = latest {
+                        self.lock.set_state(keys::HOLDING, Some(&holding_record(&what))).await?;
+                        recorded = true;
+                    }
+                }
+            }
+        }
+    }
+}

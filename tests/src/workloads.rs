@@ -1,0 +1,75 @@
+//! Workloads for tests that drain: a ReplicaSet pinned to a group's nodes, and a budget that
+//! lets none of its pods go.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A ReplicaSet whose pods may only run on nodes of `group`.
+pub async fn replica_set(
+    client: &Client,
+    group: &str,
+    name: &str,
+    replicas: i32,
+) -> Api<ReplicaSet> {
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), group);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": group},
+                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &rs).await.unwrap();
+    let ready = move |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(replicas)
+    };
+    tokio::time::timeout(WAIT, await_condition(api.clone(), name, ready))
+        .await
+        .expect("the replica set becomes ready")
+        .unwrap();
+    api
+}
+
+/// A PodDisruptionBudget `web` over the `pods` pods `app=web` of `namespace` that allows no
+/// disruption, once the disruption controller has computed its status.
+pub async fn blocking_budget(
+    client: &Client,
+    namespace: &str,
+    version: &str,
+    pods: i32,
+) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = |p: Option<&DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["expectedPods"] == pods
+                && p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", computed))
+        .await
+        .expect("the budget's status is computed")
+        .unwrap();
+    pdbs
+}
