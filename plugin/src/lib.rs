@@ -12,6 +12,7 @@ pub mod plan;
 pub mod policy;
 pub mod progress;
 pub mod provider;
+pub mod quantity;
 pub mod report;
 pub mod rotate;
 pub mod snapshot;

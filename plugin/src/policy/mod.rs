@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::quantity::parse_memory;
+
 mod int_or_percent;
 pub mod positions;
 pub mod provider;
@@ -374,7 +376,7 @@ impl Located<'_> {
     }
 
     fn memory(&self, m: &Spanned<String>) -> Result<u64, PolicyError> {
-        let bytes = parse_quantity(&m.value).map_err(|msg| self.of(m, msg))?;
+        let bytes = parse_memory(&m.value).map_err(|msg| self.of(m, msg))?;
         if !(1 << 20..=MAX_HOOK_MEMORY).contains(&bytes) {
             let message = format!("memory {:?}: expected between 1Mi and 4Gi", m.value);
             return Err(self.of(m, message));
@@ -517,28 +519,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         rest = &rest[unit_len..];
     }
     Ok(total)
-}
-
-/// Parses a Kubernetes memory quantity: `64Mi`, `1Gi`, `500M`, `1048576`.
-pub fn parse_quantity(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, suffix) = t.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid quantity {text:?}: expected e.g. 64Mi"))?;
-    let factor: u64 = match suffix {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        _ => return Err(format!("invalid quantity {text:?}: expected e.g. 64Mi")),
-    };
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("quantity {text:?} is too large"))
 }
 
 #[cfg(test)]

@@ -114,9 +114,14 @@ fn bad_policies_name_the_line() {
             "duration",
         ),
         (
+            "  hooks:\n  - {name: a, module: a.wasm, points: [gate], memory: 1TB}\n",
+            5,
+            "invalid quantity",
+        ),
+        (
             "  hooks:\n  - {name: a, module: a.wasm, points: [gate], memory: 1Ti}\n",
             5,
-            "quantity",
+            "between 1Mi and 4Gi",
         ),
         (
             "  hooks:\n  - {name: a, module: a.wasm, points: [gate], sha256: abc}\n",
@@ -172,9 +177,9 @@ fn durations_and_quantities() {
     assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
     assert!(parse_duration("1.5s").is_err());
     assert!(parse_duration("s").is_err());
-    assert_eq!(parse_quantity("64Mi"), Ok(64 << 20));
-    assert_eq!(parse_quantity("1G"), Ok(1_000_000_000));
-    assert!(parse_quantity("Mi").is_err());
+    assert_eq!(parse_memory("64Mi"), Ok(64 << 20));
+    assert_eq!(parse_memory("1G"), Ok(1_000_000_000));
+    assert!(parse_memory("Mi").is_err());
 }
 
 #[test]
