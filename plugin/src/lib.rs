@@ -15,5 +15,6 @@ pub mod provider;
 pub mod quantity;
 pub mod report;
 pub mod rotate;
+pub mod scheduling;
 pub mod snapshot;
 pub mod workload;

@@ -11,6 +11,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::labels::{LabelSelector, Labels};
+use crate::scheduling::{
+    self, Placement, RawAffinity, RawContainer, RawResources, Resources, Toleration,
+};
 
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +44,7 @@ pub struct Snapshot {
     pub pdbs: Vec<Pdb>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Taint {
     pub key: String,
     pub value: String,
@@ -60,6 +63,9 @@ pub struct Node {
     pub created: Option<i64>,
     pub kubelet_version: Option<String>,
     pub provider_id: Option<String>,
+    /// `status.allocatable` (CPU and memory); none when the snapshot does not say, and such a
+    /// node counts as unlimited. A resource missing from it is unlimited too.
+    pub allocatable: Option<Resources>,
 }
 
 /// The controller that owns a pod, if any.
@@ -84,6 +90,10 @@ pub struct Pod {
     pub finished: bool,
     pub uses_empty_dir: bool,
     pub terminating: bool,
+    /// What the scheduler reserves for it (zero for a pod without requests).
+    pub requests: Resources,
+    /// Where it may run: nodeSelector, required node affinity, tolerations.
+    pub placement: Placement,
 }
 
 #[derive(Debug, Clone)]
@@ -286,6 +296,7 @@ struct NodeStatus {
     #[serde(default)]
     conditions: Vec<Condition>,
     node_info: Option<NodeInfo>,
+    allocatable: Option<RawResources>,
 }
 
 #[derive(Deserialize)]
@@ -316,6 +327,10 @@ impl FromParts for Node {
             ready: condition_true(&status.conditions, "Ready"),
             kubelet_version: status.node_info.and_then(|i| i.kubelet_version),
             provider_id: spec.provider_id,
+            allocatable: status
+                .allocatable
+                .filter(|a| !a.is_empty())
+                .map(|a| a.or(u64::MAX)),
         }
     }
 }
@@ -326,6 +341,17 @@ struct PodSpec {
     node_name: Option<String>,
     #[serde(default)]
     volumes: Vec<Volume>,
+    #[serde(default)]
+    containers: Vec<RawContainer>,
+    #[serde(default)]
+    init_containers: Vec<RawContainer>,
+    #[serde(default)]
+    overhead: RawResources,
+    #[serde(default)]
+    node_selector: Labels,
+    affinity: Option<RawAffinity>,
+    #[serde(default)]
+    tolerations: Vec<Toleration>,
 }
 
 #[derive(Deserialize)]
@@ -366,6 +392,12 @@ impl FromParts for Pod {
             finished: matches!(status.phase.as_str(), "Succeeded" | "Failed"),
             uses_empty_dir: spec.volumes.iter().any(|v| v.empty_dir.is_some()),
             terminating: meta.deletion_timestamp.is_some(),
+            requests: scheduling::pod_requests(
+                &spec.containers,
+                &spec.init_containers,
+                &spec.overhead,
+            ),
+            placement: scheduling::placement(spec.node_selector, spec.affinity, spec.tolerations),
         }
     }
 }
@@ -457,11 +489,13 @@ mod tests {
         assert_eq!(n.created, Some(1_704_067_200));
         assert_eq!(n.kubelet_version.as_deref(), Some("v1.20.2"));
         assert_eq!(n.taints[0].effect, "NoSchedule");
+        assert_eq!(n.allocatable, None, "no allocatable: unlimited");
 
         let p = &s.pods[0];
         assert_eq!(p.node_name.as_deref(), Some("n1"));
         assert!(p.uses_empty_dir && !p.ready && !p.finished && !p.mirror);
         assert_eq!(p.controller.as_ref().unwrap().kind, "ReplicaSet");
+        assert!(p.requests.is_zero() && p.placement == Placement::default());
 
         assert_eq!(s.pdbs.len(), 2);
         assert!(s.pdbs[0].selector.matches(&p.labels));
@@ -469,6 +503,18 @@ mod tests {
             !s.pdbs[1].selector.matches(&p.labels),
             "empty v1beta1 selector matches nothing"
         );
+    }
+
+    #[test]
+    fn reads_allocatable_and_leaves_what_is_missing_unlimited() {
+        let list = r#"{"kind": "NodeList", "items": [
+            {"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "3500m", "memory": "15Gi", "pods": "110"}}},
+            {"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": 4}}},
+            {"metadata": {"name": "c"}, "status": {"allocatable": {"pods": "110"}}}]}"#;
+        let s = Snapshot::from_json(list.as_bytes()).unwrap();
+        let allocatable: Vec<Option<Resources>> = s.nodes.iter().map(|n| n.allocatable).collect();
+        let r = |cpu, memory| Some(Resources { cpu, memory });
+        assert_eq!(allocatable, [r(3500, 15 << 30), r(4000, u64::MAX), None]);
     }
 
     #[test]

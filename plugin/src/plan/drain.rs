@@ -92,6 +92,8 @@ mod tests {
             finished: false,
             uses_empty_dir: false,
             terminating: false,
+            requests: Default::default(),
+            placement: Default::default(),
         }
     }
 

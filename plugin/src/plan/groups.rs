@@ -129,6 +129,7 @@ mod tests {
             created: Some(0),
             kubelet_version: Some("v1.20.2".into()),
             provider_id: None,
+            allocatable: None,
         }
     }
 

@@ -27,6 +27,7 @@ fn node(name: &str, group: &str, outdated: bool) -> Node {
         created: Some(0),
         kubelet_version: Some("v1.20.2".into()),
         provider_id: None,
+        allocatable: None,
     }
 }
 
