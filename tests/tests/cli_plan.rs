@@ -291,3 +291,75 @@ fn the_plan_forecasts_drains_that_budgets_slow_or_block() {
     assert!(deleting.status.success());
     assert!(!String::from_utf8_lossy(&deleting.stdout).contains("drain: blocks"));
 }
+
+#[test]
+fn the_plan_forecasts_pods_that_wait_for_a_replacement() {
+    // Two full 2-CPU nodes: each batch's pod fits only on its replacement.
+    let node = |name: &str| {
+        serde_json::json!({
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name, "labels": {"kops.k8s.io/instancegroup": "nodes"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"kubeletVersion": "v1.19.7"},
+                       "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"}},
+        })
+    };
+    let pod = |name: &str, node: &str| {
+        serde_json::json!({
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "shop",
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": "web-6b9c", "controller": true}]},
+            "spec": {"nodeName": node, "containers": [
+                {"name": "web", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+    };
+    let list = serde_json::json!({"kind": "List", "apiVersion": "v1", "items": [
+        node("n1"), node("n2"), pod("web-1", "n1"), pod("web-2", "n2"),
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("snapshot.json");
+    std::fs::write(&snapshot, list.to_string()).unwrap();
+    let base = [
+        "nodes",
+        "--from-snapshot",
+        snapshot.to_str().unwrap(),
+        "--kubelet-version",
+        "v1.20.2",
+        "--fail-on-forecast",
+    ];
+
+    let out = run(&[&base[..], &["-o", "json"]].concat());
+    assert!(
+        out.status.success(),
+        "pending pods fail nothing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pending: Vec<&Value> = group(&plan, "nodes")["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["forecast"]["pending"][0])
+        .collect();
+    assert_eq!(pending.len(), 2, "{plan}");
+    assert_eq!(pending[0]["pods"], serde_json::json!(["shop/web-1"]));
+    assert_eq!(pending[1]["pods"], serde_json::json!(["shop/web-2"]));
+    assert!(
+        pending[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("until the batch's replacements are Ready (needs cpu 1500m, memory 1Gi)"),
+        "{plan}"
+    );
+    assert_eq!(plan["warnings"], serde_json::json!([]));
+
+    let out = run(&[&base[..], &["-o", "wide"]].concat());
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("drain: pending"), "{table}");
+    assert!(
+        table.contains("pending shop/web-1: fits on no schedulable node until"),
+        "{table}"
+    );
+}

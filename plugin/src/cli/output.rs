@@ -193,7 +193,8 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
     }
 }
 
-/// Each budget in a batch's way, with the pods it covers (`-o wide`).
+/// Each budget in a batch's way, with the pods it covers, then the pods that find no room
+/// (`-o wide`).
 fn forecast_lines(out: &mut String, f: &Forecast) {
     let stalls = f.blocks.iter().map(|s| ("blocks", s));
     for (word, s) in stalls.chain(f.waits.iter().map(|s| ("waits", s))) {
@@ -204,6 +205,9 @@ fn forecast_lines(out: &mut String, f: &Forecast) {
             s.reason,
             listed(&s.pods)
         );
+    }
+    for p in &f.pending {
+        let _ = writeln!(out, "     pending {}: {}", listed(&p.pods), p.reason);
     }
 }
 

@@ -1,5 +1,6 @@
 //! What will slow or stop a batch's drain, forecast from the snapshot alone so that a plan made
-//! offline says it before anything moves. Budgets are judged as the snapshot shows them
+//! offline says it before anything moves: the budgets in its way (here) and the pods that find
+//! no room ([`super::capacity`]). Budgets are judged as the snapshot shows them
 //! (`status.disruptionsAllowed`, which Kubernetes derives from the budget's healthy pods and its
 //! `minAvailable` or `maxUnavailable`); the evictions of earlier batches are assumed rescheduled
 //! and Ready again, so each batch meets the budgets as they are now.
@@ -18,6 +19,19 @@ pub struct Forecast {
     /// Budgets that allow no eviction now: the drain cannot finish until their pods are healthy.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<Stall>,
+    /// Evicted pods that fit on no schedulable node: they stay Pending until the batch's
+    /// replacements are Ready (or longer, as the reason says). JSON: `[{"pods": ["ns/pod", …],
+    /// "reason": "…"}]`, one entry per reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Pending>,
+}
+
+/// Pods of a batch that find no room, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pending {
+    /// `namespace/name`, in name order.
+    pub pods: Vec<String>,
+    pub reason: String,
 }
 
 /// One budget in the way of a batch's drain.
@@ -31,18 +45,19 @@ pub struct Stall {
 }
 
 impl Forecast {
-    /// `blocks`, `waits` or `ok`: the worst of it in a word.
+    /// `blocks`, `waits`, `pending` or `ok`: the worst of it in a word.
     pub fn word(forecast: Option<&Forecast>) -> &'static str {
         match forecast {
             Some(f) if !f.blocks.is_empty() => "blocks",
             Some(f) if !f.waits.is_empty() => "waits",
+            Some(f) if !f.pending.is_empty() => "pending",
             _ => "ok",
         }
     }
 }
 
-/// The forecast for draining `batch`; none when nothing is in its way (or no drain consults a
-/// budget: `--disable-eviction` deletes pods).
+/// The budgets in the way of draining `batch`; none when nothing is in its way (or no drain
+/// consults a budget: `--disable-eviction` deletes pods).
 pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option<Forecast> {
     if drain.disable_eviction {
         return None;
@@ -127,5 +142,27 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(of_batch(&index, &["n1".into()], &deleting), None);
+    }
+
+    #[test]
+    fn the_word_is_the_worst_of_blocks_waits_pending_ok() {
+        let stall = Stall {
+            pdb: "shop/web".into(),
+            pods: vec!["shop/web-1".into()],
+            reason: "r".into(),
+        };
+        let mut f = Forecast {
+            pending: vec![Pending {
+                pods: vec!["shop/web-1".into()],
+                reason: "r".into(),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(Forecast::word(Some(&f)), "pending");
+        f.waits.push(stall.clone());
+        assert_eq!(Forecast::word(Some(&f)), "waits");
+        f.blocks.push(stall);
+        assert_eq!(Forecast::word(Some(&f)), "blocks");
+        assert_eq!(Forecast::word(Some(&Forecast::default())), "ok");
     }
 }

@@ -119,6 +119,20 @@ pub fn summarize(
     s
 }
 
+/// The pods a drain of `node` evicts that are still running or about to (a finished or
+/// terminating pod has nothing left to disrupt or to place elsewhere).
+pub fn evicted<'a, 'i>(
+    index: &'i Index<'a>,
+    node: &str,
+    drain: &'i DrainOptions,
+) -> impl Iterator<Item = &'a Pod> + 'i {
+    index
+        .pods_on(node)
+        .iter()
+        .copied()
+        .filter(move |pod| classify(pod, drain).is_evicted() && counts(pod))
+}
+
 /// The pods that draining `batch` would evict, under each budget that covers them (by namespace
 /// and name): what the gates are told and what the drain forecast judges.
 pub fn evictions_by_budget<'a>(
@@ -128,10 +142,7 @@ pub fn evictions_by_budget<'a>(
 ) -> BTreeMap<(&'a str, &'a str), (&'a Pdb, Vec<&'a Pod>)> {
     let mut covered: BTreeMap<(&str, &str), (&Pdb, Vec<&Pod>)> = BTreeMap::new();
     for node in batch {
-        for &pod in index.pods_on(node) {
-            if !classify(pod, drain).is_evicted() || !counts(pod) {
-                continue;
-            }
+        for pod in evicted(index, node, drain) {
             for pdb in index.budgets_of(pod) {
                 covered
                     .entry((pdb.namespace.as_str(), pdb.name.as_str()))

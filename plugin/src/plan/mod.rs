@@ -8,6 +8,7 @@
 //! the batches (surges, canary, waves) the executor runs, from the same step machine.
 
 pub mod budget;
+pub mod capacity;
 pub mod decide;
 pub mod drain;
 pub mod forecast;
@@ -181,7 +182,8 @@ pub struct BatchPlan {
     /// The soak after it, before the next batch (then the cluster is validated again).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub soak_seconds: Option<u32>,
-    /// What will slow or stop its drain; none when nothing is in the way.
+    /// What will slow or stop its drain (budgets), and the pods it evicts that find no room;
+    /// none when nothing is in the way.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forecast: Option<forecast::Forecast>,
     /// The after-batch gate's verdict, when the plan asked it ([`PlanOptions::ask_after_batch`]).

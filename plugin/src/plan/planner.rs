@@ -6,6 +6,7 @@
 //! the cluster after the batch, proceeds without being asked (unless the options ask it, for
 //! `hooks test`).
 
+use super::capacity::Capacity;
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
 use super::forecast::{self, Forecast};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
@@ -39,6 +40,12 @@ pub fn plan_nodes(
         warnings,
         health,
         now: options.now,
+        capacity: Capacity::new(
+            snapshot,
+            &index,
+            prepare::group_label(policy, options),
+            &options.staleness,
+        ),
     };
     let mut plan = Plan {
         api_version: PLAN_API_VERSION,
@@ -83,6 +90,8 @@ struct Planner<'a> {
     health: HealthSummary,
     /// Simulated time: advances with the pauses hooks ask for.
     now: i64,
+    /// The cluster's room for evicted pods, as the rotation goes.
+    capacity: Capacity<'a>,
 }
 
 /// What the planner keeps of a group while its loop runs.
@@ -258,33 +267,61 @@ impl Planner<'_> {
         Ok(decision)
     }
 
-    /// What will slow or stop the drain of `batch` (nothing is drained with `--cloudonly`).
-    fn forecast(&self, batch: &[String]) -> Option<Forecast> {
+    /// What will slow or stop the drain of `batch`, batch `number` of `group` (nothing is
+    /// drained with `--cloudonly`). Pods that no node of any group could run are warned about
+    /// too: no replacement helps them.
+    fn forecast(&mut self, group: &str, number: usize, batch: &[String]) -> Option<Forecast> {
         if self.options.cloud_only {
             return None;
         }
-        forecast::of_batch(self.index, batch, &self.options.drain)
+        let drain = &self.options.drain;
+        let mut forecast = forecast::of_batch(self.index, batch, drain).unwrap_or_default();
+        let placed = self.capacity.drain(group, batch, self.index, drain);
+        for nowhere in placed.nowhere {
+            self.warnings.push(format!(
+                "group {group} batch {number} evicts {} pod(s) that fit on no node of any group ({}), so they would stay Pending: {}",
+                nowhere.pods.len(),
+                nowhere.reason,
+                health::listed(&nowhere.pods)
+            ));
+        }
+        forecast.pending = placed.pending;
+        (forecast != Forecast::default()).then_some(forecast)
     }
 
     /// Records an action; false when the simulation gives up on the group (endless pauses).
     fn record(&mut self, rec: &mut Recording, action: Action) -> bool {
         match action {
-            Action::Validate | Action::Begin { .. } => {}
-            Action::Surge { instances, canary } => rec.plan.batches.push(BatchPlan {
-                instances,
-                canary,
-                surge: true,
-                decided_by: DecidedBy::BuiltIn,
-                size_reason: "surge: new instances come up before any is drained".into(),
-                pause: None,
-                gate: None,
-                forecast: None,
-                soak_seconds: None,
-                after_gate: None,
-                shadow: Vec::new(),
-            }),
+            Action::Validate => {}
+            Action::Begin { instances } => {
+                if !self.options.cloud_only {
+                    self.capacity.begin(&instances);
+                }
+            }
+            Action::Surge { instances, canary } => {
+                if !self.options.cloud_only {
+                    self.capacity.surge(&rec.plan.group.name, &instances);
+                }
+                rec.plan.batches.push(BatchPlan {
+                    instances,
+                    canary,
+                    surge: true,
+                    decided_by: DecidedBy::BuiltIn,
+                    size_reason: "surge: new instances come up before any is drained".into(),
+                    pause: None,
+                    gate: None,
+                    forecast: None,
+                    soak_seconds: None,
+                    after_gate: None,
+                    shadow: Vec::new(),
+                })
+            }
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
-                forecast: self.forecast(&batch.instances),
+                forecast: self.forecast(
+                    &rec.plan.group.name,
+                    rec.plan.batches.len() + 1,
+                    &batch.instances,
+                ),
                 soak_seconds: None,
                 instances: batch.instances,
                 canary: batch.canary,
@@ -347,7 +384,11 @@ impl Planner<'_> {
         // The batch it stopped is shown, with the verdict.
         if let (Phase::BeforeBatch, Some(at)) = (phase, rec.batch.take()) {
             rec.plan.batches.push(BatchPlan {
-                forecast: self.forecast(&at.instances),
+                forecast: self.forecast(
+                    &rec.plan.group.name,
+                    rec.plan.batches.len() + 1,
+                    &at.instances,
+                ),
                 soak_seconds: None,
                 instances: at.instances,
                 canary: at.canary,

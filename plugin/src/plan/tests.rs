@@ -380,3 +380,127 @@ fn policy_groups_that_match_nothing_are_warned_about() {
         p.warnings
     );
 }
+
+/// Two outdated 2-CPU nodes and an up-to-date one, each running a pod of `cpu`; the first also
+/// a pod only an SSD node may run.
+fn crowded(cpu: &str) -> Snapshot {
+    let node = |name: &str, outdated: bool| {
+        let annotations = if outdated {
+            r#"{"rollout-ext.io/needs-update": ""}"#
+        } else {
+            "{}"
+        };
+        format!(
+            r#"{{"kind": "Node", "metadata": {{"name": "{name}", "labels": {{"kops.k8s.io/instancegroup": "nodes"}}, "annotations": {annotations}}},
+                "status": {{"conditions": [{{"type": "Ready", "status": "True"}}], "allocatable": {{"cpu": "2", "memory": "4Gi"}}}}}}"#
+        )
+    };
+    let pod = |name: &str, node: &str, cpu: &str, selector: &str| {
+        format!(
+            r#"{{"kind": "Pod", "metadata": {{"name": "{name}", "namespace": "shop", "ownerReferences": [{{"kind": "ReplicaSet", "name": "rs", "controller": true}}]}},
+                "spec": {{"nodeName": "{node}", "nodeSelector": {selector}, "containers": [{{"resources": {{"requests": {{"cpu": "{cpu}", "memory": "1Gi"}}}}}}]}},
+                "status": {{"phase": "Running", "conditions": [{{"type": "Ready", "status": "True"}}]}}}}"#
+        )
+    };
+    let items = [
+        node("n1", true),
+        node("n2", true),
+        node("n3", false),
+        pod("web-1", "n1", cpu, "{}"),
+        pod("web-2", "n2", cpu, "{}"),
+        pod("web-3", "n3", cpu, "{}"),
+        pod("db-0", "n1", "100m", r#"{"disk": "ssd"}"#),
+    ];
+    let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
+    Snapshot::from_json(json.as_bytes()).unwrap()
+}
+
+#[test]
+fn the_forecast_lists_pods_that_wait_for_a_replacement_and_warns_of_those_that_fit_nowhere() {
+    let p = plan(&crowded("1500m"), &options(None, Some(1)));
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n1", "n2"]);
+    let first = g.batches[0].forecast.as_ref().unwrap();
+    assert_eq!(forecast::Forecast::word(Some(first)), "pending");
+    let pending: Vec<(&[String], &str)> = first
+        .pending
+        .iter()
+        .map(|p| (p.pods.as_slice(), p.reason.as_str()))
+        .collect();
+    assert_eq!(
+        pending,
+        [
+            (
+                &["shop/web-1".to_string()][..],
+                "fits on no schedulable node until the batch's replacements are Ready (needs cpu 1500m, memory 1Gi)"
+            ),
+            (
+                &["shop/db-0".to_string()][..],
+                "fits on no node of any group: no node matches its nodeSelector disk=ssd"
+            ),
+        ]
+    );
+    // n1's replacement took web-1; n2's takes web-2.
+    let second = g.batches[1].forecast.as_ref().unwrap();
+    assert_eq!(second.pending[0].pods, ["shop/web-2"]);
+    assert_eq!(
+        p.warnings,
+        [
+            "group nodes batch 1 evicts 1 pod(s) that fit on no node of any group (no node matches its nodeSelector disk=ssd), so they would stay Pending: shop/db-0"
+        ]
+    );
+    let v = serde_json::to_value(&p).unwrap();
+    assert_eq!(
+        v["groups"][0]["batches"][1]["forecast"]["pending"][0]["pods"][0],
+        "shop/web-2"
+    );
+}
+
+#[test]
+fn pods_with_room_elsewhere_or_no_drain_forecast_nothing() {
+    let mut roomy = plan(&crowded("500m"), &options(None, Some(1)));
+    let batches = &roomy.groups[0].batches;
+    assert!(batches[1].forecast.is_none(), "{:?}", batches[1].forecast);
+    // Only the SSD pod, which fits nowhere, is pending in the first batch.
+    assert_eq!(batches[0].forecast.as_ref().unwrap().pending.len(), 1);
+    roomy = plan(
+        &crowded("1500m"),
+        &PlanOptions {
+            cloud_only: true,
+            ..options(None, Some(1))
+        },
+    );
+    assert!(roomy.groups[0].batches.iter().all(|b| b.forecast.is_none()));
+    assert!(roomy.warnings.is_empty(), "{:?}", roomy.warnings);
+}
+
+#[test]
+fn the_demo_snapshot_has_no_requests_and_forecasts_no_pending_pod() {
+    let demo = include_str!("../../../examples-hooks/demo/snapshot.json");
+    let snapshot = Snapshot::from_json(demo.as_bytes()).unwrap();
+    for unavailable in [1, 3, 100] {
+        let opts = PlanOptions {
+            staleness: groups::Staleness {
+                kubelet_version: Some("v1.20.2".into()),
+                ..Default::default()
+            },
+            ..options(Some(0), Some(unavailable))
+        };
+        let p = plan(&snapshot, &opts);
+        assert!(p.groups.iter().any(|g| g.batches.len() > 1), "{p:?}");
+        let pending = p
+            .groups
+            .iter()
+            .flat_map(|g| &g.batches)
+            .filter_map(|b| b.forecast.as_ref())
+            .any(|f| !f.pending.is_empty());
+        assert!(!pending, "{p:?}");
+        assert!(
+            !p.warnings
+                .iter()
+                .any(|w| w.contains("no node of any group")),
+            "{:?}",
+            p.warnings
+        );
+    }
+}
