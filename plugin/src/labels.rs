@@ -138,16 +138,18 @@ fn parse_term(term: &str) -> Result<Requirement, String> {
     requirement(term, Operator::Exists, vec![])
 }
 
+/// Labels from `key, value` pairs, for tests.
+#[cfg(test)]
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn string_selectors() {

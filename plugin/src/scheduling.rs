@@ -393,14 +393,8 @@ pub(crate) fn placement(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::labels::labels;
     use crate::snapshot::{Pod, Snapshot};
-
-    fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
         Taint {

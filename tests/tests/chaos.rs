@@ -704,15 +704,17 @@ fn seed_banner(test: &str) -> SplitMix64 {
     SplitMix64::new(seed)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
-    let _serial = SERIAL.lock().await;
-    let mut rng = seed_banner("rotation chaos");
-    let cluster = TestCluster::shared();
+/// `nodes` outdated nodes in `group`, running 8 pods `web` (in namespace `group`) under a
+/// budget of 6 available, watched by an observer from now on; and the rotation's arguments
+/// (one surge, one unavailable), with the directory holding its policy.
+async fn observed_rotation(
+    cluster: &'static TestCluster,
+    group: &str,
+    nodes: usize,
+) -> (BTreeSet<String>, Observer, tempfile::TempDir, Vec<String>) {
     let client = cluster.client().await;
-    let group = "chaos";
-    let outdated = outdated_group(cluster, group, 8).await;
-    workload(&client, "chaos", group, 8, 6).await;
+    let outdated = outdated_group(cluster, group, nodes).await;
+    workload(&client, group, group, 8, 6).await;
     let budget = Budget {
         outdated: outdated.clone(),
         max_unavailable: 1,
@@ -720,15 +722,24 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         cloud_only: false,
     };
     let pdb = Pdb {
-        name: "chaos/web".into(),
+        name: format!("{group}/web"),
         match_labels: [("app".to_string(), "web".to_string())].into(),
         min_available: 6,
     };
-    let observer = Observer::start(cluster, group, "chaos", budget, vec![pdb]).await;
-
+    let observer = Observer::start(cluster, group, group, budget, vec![pdb]).await;
     let dir = tempfile::tempdir().unwrap();
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, group);
+    (outdated, observer, dir, args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("rotation chaos");
+    let cluster = TestCluster::shared();
+    let group = "chaos";
+    let (outdated, observer, _dir, args) = observed_rotation(cluster, group, 8).await;
     let started = Instant::now();
     let outcome = chaos_loop(
         args,
@@ -852,25 +863,8 @@ async fn a_rotation_paused_and_aborted_anywhere_stays_safe() {
     let _serial = SERIAL.lock().await;
     let mut rng = seed_banner("control chaos");
     let cluster = TestCluster::shared();
-    let client = cluster.client().await;
     let group = "controlled";
-    let outdated = outdated_group(cluster, group, 10).await;
-    workload(&client, "controlled", group, 8, 6).await;
-    let budget = Budget {
-        outdated: outdated.clone(),
-        max_unavailable: 1,
-        max_surge: 1,
-        cloud_only: false,
-    };
-    let pdb = Pdb {
-        name: "controlled/web".into(),
-        match_labels: [("app".to_string(), "web".to_string())].into(),
-        min_available: 6,
-    };
-    let observer = Observer::start(cluster, group, "controlled", budget, vec![pdb]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = cluster.exec_policy(dir.path(), "");
-    let args = rotate_args(cluster, &policy, group);
+    let (outdated, observer, _dir, args) = observed_rotation(cluster, group, 10).await;
 
     let (mut pauses, mut aborts) = (0, 0);
     let total = outdated.len();

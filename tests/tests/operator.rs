@@ -624,3 +624,59 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
     );
     assert!(status(cluster)["lock"].is_null());
 }
+
+#[tokio::test]
+async fn a_rotation_stalls_where_its_plan_forecast_a_blocked_drain() {
+    use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("stall", 1).await.unwrap();
+    let client = cluster.client().await;
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "stall"}})).unwrap();
+    Api::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .unwrap();
+    replica_set(&client, "stall", "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    blocking_budget(&client, "stall", version, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = rotate_args(cluster, dir.path(), "stall", &[]);
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "3s".into();
+
+    // The plan of the live cluster forecasts the block...
+    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let printed = run_plugin(plan_args).await;
+    assert!(printed.status.success(), "{printed:?}");
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let forecast = &plan["groups"][0]["batches"][0]["forecast"];
+    assert_eq!(forecast["blocks"][0]["pdb"], "stall/web", "{plan}");
+    let mut forecast_pods: Vec<String> = forecast["blocks"][0]["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    forecast_pods.sort();
+
+    // ...and the run stalls there: the same budget refuses the same pods, and it stops in
+    // that batch's drain.
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let mut refused: Vec<String> = Vec::new();
+    for event in events(&out) {
+        if event["event"] == "eviction-blocked" {
+            let reason = event["reason"].as_str().unwrap();
+            assert!(reason.contains("PodDisruptionBudget stall/web"), "{reason}");
+            let pod = event["pod"].as_str().unwrap().to_string();
+            if !refused.contains(&pod) {
+                refused.push(pod);
+            }
+        }
+    }
+    refused.sort();
+    assert_eq!(refused, forecast_pods);
+    assert!(cluster.cloud.terminated("stall").is_empty());
+}

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::lock::{LOCK_NAME, api, has_run_state, lease_request};
+use super::lock::{LOCK_NAME, api, delete_unchanged, has_run_state, lease_request};
 use super::{Cluster, ClusterError};
 use crate::keys;
 
@@ -190,19 +190,7 @@ impl Cluster {
         if held || has_run_state(&lease) {
             return Ok(());
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: lease.metadata.resource_version,
-                uid: lease.metadata.uid,
-            }),
-            ..Default::default()
-        };
-        match leases.delete(LOCK_NAME, &params).await {
-            Ok(_) => Ok(()),
-            // Gone, or changed since it was read: someone else's now.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(lease_request("delete").error(&self.server, e)),
-        }
+        delete_unchanged(self, lease).await
     }
 
     /// Yields whenever the watch of the Lease delivers something (a change, or a re-list): a

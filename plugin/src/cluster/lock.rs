@@ -149,6 +149,22 @@ impl Cluster {
     }
 }
 
+/// Deletes the Lease as it was read: gone, or changed since (someone else's now), it is left.
+pub(super) async fn delete_unchanged(cluster: &Cluster, lease: Lease) -> Result<(), ClusterError> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: lease.metadata.resource_version,
+            uid: lease.metadata.uid,
+        }),
+        ..Default::default()
+    };
+    match api(cluster).delete(LOCK_NAME, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(lease_request("delete").error(&cluster.server, e)),
+    }
+}
+
 /// Whether a run left state on the Lease (or an operator a request for the next run).
 pub(super) fn has_run_state(lease: &Lease) -> bool {
     lease
@@ -277,21 +293,14 @@ impl LockGuard {
             Ok(None) => return Ok(()),
             Err(e) => return Err(lease_request("get").error(&self.cluster.server, e)),
         };
-        if current.spec.and_then(|s| s.holder_identity).as_deref() != Some(self.identity.as_str()) {
+        let holder = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref());
+        if holder != Some(self.identity.as_str()) {
             return Ok(());
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: current.metadata.resource_version,
-                uid: current.metadata.uid,
-            }),
-            ..Default::default()
-        };
-        match leases.delete(LOCK_NAME, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(lease_request("delete").error(&self.cluster.server, e)),
-        }
+        delete_unchanged(&self.cluster, current).await
     }
 }
 
