@@ -461,12 +461,12 @@ async fn a_rotation_leaves_kubernetes_events_on_its_nodes_and_its_lease() {
 
 #[tokio::test]
 async fn a_drain_retried_twenty_times_leaves_one_event_that_counts_them() {
-    use rollout_ext::cluster::recorder::EventRecorder;
+    use rollout_ext::cluster::recorder::{EventRecorder, Scope};
     use rollout_ext::events::{Collect, Event, Reporter};
     let cluster = TestCluster::shared();
     let live = cluster.live().await;
     let terminal = std::sync::Arc::new(Collect::default());
-    let recorder = EventRecorder::start(&live, "a-test-run", terminal.clone());
+    let recorder = EventRecorder::start(&live, "a-test-run", Scope::Rotation, terminal.clone());
     for left in (0..20).rev() {
         recorder.report(Event::EvictionBlocked {
             node: "retried-1".into(),

@@ -307,6 +307,33 @@ async fn a_replication_controller_rolls_within_its_budget_and_keeps_its_name() {
         "{lines:?}"
     );
     assert_renamed(&client, ns, "foo", 3, &format!("{next}-")).await;
+    // Kubernetes Events on the controllers tell the same story.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let reasons = |name: &str| {
+        let events = events.clone();
+        let selector = format!("regarding.name={name}");
+        async move {
+            let list = events.list(&ListParams::default().fields(&selector)).await;
+            // The controller manager's own Events (pods created, deleted) are there too.
+            let items = list.unwrap().items.into_iter();
+            let ours = items.filter(|e| e.reporting_controller.as_deref() == Some("rollout-ext"));
+            ours.filter_map(|e| e.reason).collect::<Vec<_>>()
+        }
+    };
+    let on_next = reasons(&next).await;
+    assert!(
+        on_next.contains(&"Created".to_string()) && on_next.contains(&"Scaled".to_string()),
+        "{on_next:?}"
+    );
+    let on_foo = reasons("foo").await;
+    for reason in [
+        "RollingUpdateStarted",
+        "Scaled",
+        "Renamed",
+        "RollingUpdated",
+    ] {
+        assert!(on_foo.iter().any(|r| r == reason), "{on_foo:?}");
+    }
 }
 
 #[tokio::test]

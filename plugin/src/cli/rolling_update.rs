@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::nodes::DryRun;
 use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
+use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::plan::hook::{CallContext, Hook};
@@ -278,31 +279,38 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 None => Action::Rollback,
             },
         };
-        let reporter = reporter(args.output);
+        let run_id = format!("rolling-update-{}", std::process::id());
+        let scope = Scope::RollingUpdate {
+            kind,
+            namespace: request.namespace.clone(),
+        };
+        let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output));
         let mut updater = Updater {
             cluster: &cluster,
             settings: &settings,
             hooks: &mut hooks,
-            run_id: format!("rolling-update-{}", std::process::id()),
-            reporter: reporter.as_ref(),
+            run_id,
+            reporter: &recorder,
         };
-        tokio::select! {
+        let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),
             _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
-        }
+        };
+        recorder.finish(None).await;
+        result
     })
 }
 
 /// Progress as `nodes --yes` shows it: NDJSON events on stdout with `-o json`, bars on a
 /// terminal, timestamped lines on stderr otherwise.
-fn reporter(output: OutputFormat) -> Box<dyn Reporter> {
+fn reporter(output: OutputFormat) -> Arc<dyn Reporter> {
     use std::io::IsTerminal;
     match output {
-        OutputFormat::Json => Box::new(JsonLines),
-        _ if std::io::stderr().is_terminal() => Box::new(Bars::new(
+        OutputFormat::Json => Arc::new(JsonLines),
+        _ if std::io::stderr().is_terminal() => Arc::new(Bars::new(
             crate::progress::color_allowed(crate::report::no_color()),
         )),
-        _ => Box::new(Lines),
+        _ => Arc::new(Lines),
     }
 }
 

@@ -9,7 +9,7 @@ use super::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::LockError;
-use crate::cluster::recorder::EventRecorder;
+use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
@@ -127,7 +127,7 @@ pub fn run(
             }
             Err(e) => return Err(lock_failure(e)),
         };
-        let recorder = EventRecorder::start(&cluster, &identity, reporter.clone());
+        let recorder = EventRecorder::start(&cluster, &identity, Scope::Rotation, reporter.clone());
         let result = rotate(
             &cluster,
             policy,

@@ -127,6 +127,8 @@ pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
         .map(|verb| here(verb, controllers))
         .collect();
     needed.extend(["list", "watch", "patch"].map(|verb| here(verb, "pods")));
+    // Kubernetes Events on the controllers; a repeat patches the first one's count.
+    needed.extend(["create", "patch"].map(|verb| here(verb, "events.events.k8s.io")));
     needed
 }
 

@@ -1,8 +1,9 @@
-//! Kubernetes Events for what a rotation does, so that `kubectl get events`, `kubectl describe
-//! node` and every dashboard show it beside the cluster's own: on the Node a step concerns
+//! Kubernetes Events for what a run does, so that `kubectl get events`, `kubectl describe` and
+//! every dashboard show it beside the cluster's own. A rotation's go on the Node a step concerns
 //! (tainted, cordoned, drain started, blocked or finished, terminated) and on the rotation's
 //! Lease for the run as a whole (started, batches, gate verdicts, pauses, replacements Ready,
-//! finished or stopped); all in `kube-system`, beside the Lease.
+//! finished or stopped), all in `kube-system`, beside the Lease; a rolling update's on its
+//! controllers (started, created, scaled, renamed, rolled back, done), in their namespace.
 //!
 //! [`EventRecorder`] is a [`Reporter`]: the executors' events pass through it unchanged to the
 //! terminal and are published in the background, so a slow API server never slows the run.
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 use super::lock::{LOCK_NAME, LOCK_NAMESPACE};
 use super::{Cluster, ClusterError, Request};
 use crate::events::{Event, Reporter};
+use crate::plan::rolling_update::controller::Kind;
 
 /// Who the Events say reported them.
 pub const COMPONENT: &str = "rollout-ext";
@@ -43,6 +45,19 @@ pub enum Regarding {
     Node(String),
     /// The rotation's Lease: the run as a whole.
     Lease,
+    /// A controller of the rolling update, by name.
+    Controller(String),
+}
+
+/// Which run the Events are about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    Rotation,
+    /// A rolling update of controllers of `kind` in `namespace`; it has no Lease.
+    RollingUpdate {
+        kind: Kind,
+        namespace: String,
+    },
 }
 
 /// One Event to publish, before it meets the API.
@@ -78,6 +93,17 @@ pub fn record_of(event: &Event) -> Option<Record> {
             related_pod: None,
         })
     };
+    // Some events name a controller as kubectl prints it (`rc/foo`).
+    let controller = |name: &str, reason| {
+        let name = name.rsplit_once('/').map_or(name, |(_, bare)| bare);
+        Some(Record {
+            regarding: Regarding::Controller(name.to_string()),
+            reason,
+            note: event.describe(),
+            warning: false,
+            related_pod: None,
+        })
+    };
     match event {
         Event::Tainted { node: n, .. } => node(n, "Tainted", false),
         Event::Cordoned { node: n } => node(n, "Cordoned", false),
@@ -102,6 +128,12 @@ pub fn record_of(event: &Event) -> Option<Record> {
             ..
         } => run("GateVerdict", false),
         Event::Warning { .. } => run("Warning", true),
+        Event::UpdateStarted { old, .. } => controller(old, "RollingUpdateStarted"),
+        Event::ControllerCreated { controller: c } => controller(c, "Created"),
+        Event::Scaled { controller: c, .. } => controller(c, "Scaled"),
+        Event::Renaming { to, .. } => controller(to, "Renamed"),
+        Event::RolledBack { controller: c } => controller(c, "RolledBack"),
+        Event::UpdateDone { controller: c, .. } => controller(c, "RollingUpdated"),
         _ => None,
     }
 }
@@ -125,15 +157,8 @@ impl Reporter for EventRecorder {
 impl EventRecorder {
     /// Starts publishing for run `run_id` (named in every note). A failure to publish is said
     /// once, through `inner`, and the run goes on: Events are a view of the run, not its state.
-    pub fn start(cluster: &Cluster, run_id: &str, inner: Arc<dyn Reporter>) -> Self {
+    pub fn start(cluster: &Cluster, run_id: &str, scope: Scope, inner: Arc<dyn Reporter>) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let publisher = Publisher {
-            cluster: cluster.clone(),
-            run_id: run_id.to_string(),
-            series: HashMap::new(),
-            uids: HashMap::new(),
-            legacy: None,
-        };
         let _ = sender.send(Record {
             regarding: Regarding::Lease,
             reason: "Started",
@@ -141,6 +166,14 @@ impl EventRecorder {
             warning: false,
             related_pod: None,
         });
+        let publisher = Publisher {
+            cluster: cluster.clone(),
+            run_id: run_id.to_string(),
+            scope,
+            series: HashMap::new(),
+            uids: HashMap::new(),
+            legacy: None,
+        };
         let worker = tokio::spawn(publisher.run(receiver, inner.clone()));
         EventRecorder {
             inner,
@@ -175,6 +208,7 @@ struct Published {
 struct Publisher {
     cluster: Cluster,
     run_id: String,
+    scope: Scope,
     /// By object, reason and related pod.
     series: HashMap<(Regarding, &'static str, Option<String>), Published>,
     /// The uid of each object an Event regards (`kubectl describe` matches on it).
@@ -183,7 +217,7 @@ struct Publisher {
     legacy: Option<bool>,
 }
 
-fn request(verb: &'static str, namespace: &'static str) -> Request<'static> {
+fn request<'a>(verb: &'a str, namespace: &'a str) -> Request<'a> {
     Request {
         verb,
         resource: "events.events.k8s.io",
@@ -208,16 +242,48 @@ impl Publisher {
         }
     }
 
+    /// Where Events about `regarding` go in this scope; `None` for objects the run has not
+    /// (a rolling update has no Lease, a rotation no controllers).
+    fn namespace(&self, regarding: &Regarding) -> Option<&str> {
+        match (&self.scope, regarding) {
+            (Scope::Rotation, Regarding::Node(_) | Regarding::Lease) => Some(EVENTS_NAMESPACE),
+            (Scope::RollingUpdate { namespace, .. }, Regarding::Controller(_)) => Some(namespace),
+            _ => None,
+        }
+    }
+
     async fn reference(&mut self, regarding: &Regarding) -> ObjectReference {
         if !self.uids.contains_key(regarding) {
-            let uid = match regarding {
-                Regarding::Node(name) => self.cluster.node_uid(name).await,
-                Regarding::Lease => self.cluster.lock_uid().await,
+            let uid = match (regarding, &self.scope) {
+                (Regarding::Node(name), _) => self.cluster.node_uid(name).await,
+                (Regarding::Lease, _) => self.cluster.lock_uid().await,
+                (Regarding::Controller(name), Scope::RollingUpdate { kind, namespace }) => self
+                    .cluster
+                    .get_controller(*kind, namespace, name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.object["metadata"]["uid"].as_str().map(String::from)),
+                (Regarding::Controller(_), Scope::Rotation) => None,
             };
             self.uids.insert(regarding.clone(), uid);
         }
         let uid = self.uids[regarding].clone();
         match regarding {
+            Regarding::Controller(name) => {
+                let (kind, namespace) = match &self.scope {
+                    Scope::RollingUpdate { kind, namespace } => (*kind, namespace.clone()),
+                    Scope::Rotation => (Kind::ReplicationController, String::new()),
+                };
+                ObjectReference {
+                    api_version: Some(kind.api_version().into()),
+                    kind: Some(kind.as_str().into()),
+                    name: Some(name.clone()),
+                    namespace: Some(namespace),
+                    uid,
+                    ..Default::default()
+                }
+            }
             Regarding::Node(name) => ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
@@ -250,7 +316,10 @@ impl Publisher {
     }
 
     async fn publish(&mut self, record: Record) -> Result<(), ClusterError> {
-        let namespace = EVENTS_NAMESPACE;
+        let Some(namespace) = self.namespace(&record.regarding).map(str::to_string) else {
+            return Ok(());
+        };
+        let namespace = namespace.as_str();
         let legacy = self.legacy().await;
         let api = events_api(&self.cluster, namespace, legacy);
         let key = (
