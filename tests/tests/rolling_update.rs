@@ -1039,3 +1039,93 @@ async fn the_update_performs_the_steps_its_plan_printed() {
         .collect();
     assert_eq!(performed, steps, "the run scales as its plan said");
 }
+
+#[tokio::test]
+async fn a_rolling_update_is_paused_and_aborted_from_another_terminal_then_resumed() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-controls";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "ctl", 3).await;
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+    let control = move |args: &[&str]| {
+        Command::new(plugin_binary())
+            .args(args)
+            .args(["--kubeconfig", &kubeconfig, "-n", ns])
+            .output()
+            .unwrap()
+    };
+    let refused = control(&["abort", "ctl"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("no rolling update of rc/ctl is under way"),
+        "{refused:?}"
+    );
+
+    // Paused after its first step, then aborted while it holds.
+    let mut cmd = plugin(cluster, ns, &["ctl", &format!("--image={V2}")]);
+    let asked = control.clone();
+    let (lines, code) = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = message(&line.unwrap()).to_string();
+            if line.starts_with("scaled ")
+                && !lines.iter().any(|l: &String| l.starts_with("scaled "))
+            {
+                assert!(
+                    asked(&["pause", "ctl", "--reason", "hold on"])
+                        .status
+                        .success()
+                );
+            }
+            if line.starts_with("paused before step ") {
+                assert!(
+                    asked(&["abort", "ctl", "--reason", "bad canary"])
+                        .status
+                        .success()
+                );
+            }
+            lines.push(line);
+        }
+        (lines, child.wait().unwrap().code())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(3), "{lines:?}");
+    let paused = lines
+        .iter()
+        .position(|l| l.starts_with("paused before step 2 of the update of "))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(lines[paused].contains(": hold on"), "{}", lines[paused]);
+    assert!(
+        !lines[paused..].iter().any(|l| l.starts_with("scaled ")),
+        "nothing scaled while paused: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("aborted by ") && l.contains(": bad canary; stopped before step 2")),
+        "{lines:?}"
+    );
+
+    // The pause still stands until withdrawn; then the same command finishes the update.
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
+    let annotations = rcs
+        .get("ctl")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert!(annotations.contains_key("rollout-ext.io/pause"));
+    assert!(!annotations.contains_key("rollout-ext.io/abort"));
+    assert!(control(&["resume", "ctl"]).status.success());
+    let out = run(plugin(cluster, ns, &["ctl", &format!("--image={V2}")])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        messages(&out).iter().any(|l| l.contains("rolling updated")),
+        "{}",
+        text(&out)
+    );
+}

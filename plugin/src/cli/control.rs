@@ -1,12 +1,14 @@
-//! `pause`, `resume` and `abort`: an operator's requests to the node rotation, from any terminal.
-//! Each is recorded on the rotation's Lease, where the running executor (or the next run) reads
-//! it; a request that makes no sense now (resume when nothing is paused, abort when nothing
-//! runs) is refused and changes nothing, as `kubectl rollout pause/resume` do.
+//! `pause`, `resume` and `abort`: an operator's requests to the node rotation, or to the rolling
+//! update of a controller, from any terminal. Each is recorded on the rotation's Lease (on the
+//! controller), where the running executor (or the next run) reads it; a request that makes no
+//! sense now (resume when nothing is paused, abort when nothing runs) is refused and changes
+//! nothing, as `kubectl rollout pause/resume` do.
 
 use super::rotate_cmd::operator;
 use super::{Failure, KubeFlags, tokio_runtime};
 use crate::cluster::Cluster;
 use crate::cluster::controls::{Control, ControlRequest, LeaseView};
+use crate::plan::rolling_update::controller::Kind;
 
 /// Connects and reads the Lease, then runs `act` on what it holds.
 fn with_lease<F>(kube: &KubeFlags, act: F) -> Result<(), Failure>
@@ -23,7 +25,10 @@ where
     Ok(())
 }
 
-pub fn pause(kube: &KubeFlags, reason: &str) -> Result<(), Failure> {
+pub fn pause(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(), Failure> {
+    if let Some(target) = target {
+        return on_controller(kube, target, Request::Pause(reason));
+    }
     with_lease(kube, async |cluster, lease| {
         if let Some(pause) = &lease.controls.pause {
             return Err(Failure::failed(format!(
@@ -48,7 +53,10 @@ pub fn pause(kube: &KubeFlags, reason: &str) -> Result<(), Failure> {
     })
 }
 
-pub fn resume(kube: &KubeFlags) -> Result<(), Failure> {
+pub fn resume(kube: &KubeFlags, target: Option<&str>) -> Result<(), Failure> {
+    if let Some(target) = target {
+        return on_controller(kube, target, Request::Resume);
+    }
     with_lease(kube, async |cluster, lease| {
         let Some(pause) = &lease.controls.pause else {
             return Err(Failure::failed(
@@ -71,7 +79,10 @@ pub fn resume(kube: &KubeFlags) -> Result<(), Failure> {
     })
 }
 
-pub fn abort(kube: &KubeFlags, reason: &str) -> Result<(), Failure> {
+pub fn abort(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(), Failure> {
+    if let Some(target) = target {
+        return on_controller(kube, target, Request::Abort(reason));
+    }
     with_lease(kube, async |cluster, lease| {
         if lease.holder.is_empty() {
             return Err(Failure::failed(
@@ -92,4 +103,76 @@ pub fn abort(kube: &KubeFlags, reason: &str) -> Result<(), Failure> {
             lease.holder
         ))
     })
+}
+
+/// What an operator asks of a rolling update.
+enum Request<'a> {
+    Pause(&'a str),
+    Resume,
+    Abort(&'a str),
+}
+
+/// Records `request` on the controller `target` names, which a rolling update of it reads
+/// before each step.
+fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(), Failure> {
+    let (kind, name) = Kind::parse_ref(target).map_err(Failure::usage)?;
+    let runtime = tokio_runtime()?;
+    let message = runtime.block_on(async {
+        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let ns = kube
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.default_namespace.clone());
+        let shown = format!("{}/{name}", kind.short());
+        let Some(view) = cluster.controller_controls(kind, &ns, &name).await? else {
+            return Err(Failure::failed(format!(
+                "{shown} not found in namespace {ns}"
+            )));
+        };
+        let set = |control, request: Option<ControlRequest>| {
+            let cluster = cluster.clone();
+            let (ns, name) = (ns.clone(), name.clone());
+            async move {
+                cluster
+                    .set_controller_control(kind, &ns, &name, control, request.as_ref())
+                    .await
+            }
+        };
+        match request {
+            Request::Pause(_) if view.controls.pause.is_some() => Err(Failure::failed(format!(
+                "the rolling update of {shown} is already paused {}",
+                view.controls.pause.as_ref().map(ControlRequest::describe).unwrap_or_default()
+            ))),
+            Request::Pause(reason) => {
+                set(Control::Pause, Some(ControlRequest::now(&operator(), reason))).await?;
+                Ok(if view.updating {
+                    format!("pause requested: the rolling update of {shown} holds before its next step; `kubectl rollout-ext resume {shown}` continues")
+                } else {
+                    format!("pause recorded: no rolling update of {shown} is under way; the next one waits for `kubectl rollout-ext resume {shown}` before it scales anything")
+                })
+            }
+            Request::Resume => {
+                let Some(pause) = &view.controls.pause else {
+                    return Err(Failure::failed(format!(
+                        "the rolling update of {shown} is not paused: there is no pause to withdraw"
+                    )));
+                };
+                set(Control::Pause, None).await?;
+                Ok(format!("resumed: withdrew the pause {} on {shown}", pause.describe()))
+            }
+            Request::Abort(_) if !view.updating => Err(Failure::failed(format!(
+                "no rolling update of {shown} is under way: there is nothing to abort"
+            ))),
+            Request::Abort(_) if view.controls.abort.is_some() => Err(Failure::failed(format!(
+                "an abort of the rolling update of {shown} is already requested {}",
+                view.controls.abort.as_ref().map(ControlRequest::describe).unwrap_or_default()
+            ))),
+            Request::Abort(reason) => {
+                set(Control::Abort, Some(ControlRequest::now(&operator(), reason))).await?;
+                Ok(format!("abort requested: the rolling update of {shown} stops before its next step; running the same command again resumes it"))
+            }
+        }
+    })?;
+    println!("{message}");
+    Ok(())
 }

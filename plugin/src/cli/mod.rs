@@ -145,18 +145,27 @@ pub enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
     },
-    /// Ask the node rotation to hold at its next safe point (between two steps: a drain or a
-    /// termination in progress finishes first). A run started while paused waits too.
+    /// Ask the node rotation (or the rolling update of TARGET) to hold at its next safe point
+    /// (between two steps: a drain or a termination in progress finishes first). A run started
+    /// while paused waits too.
     Pause {
+        /// A rolling update's controller (NAME, rc/NAME or rs/NAME, in -n NAMESPACE); without
+        /// it, the node rotation.
+        target: Option<String>,
         /// Why, for whoever reads `status` or the run's output.
         #[arg(long, default_value = "")]
         reason: String,
     },
-    /// Withdraw a pause: the rotation goes on from where it held.
-    Resume,
-    /// Ask the running node rotation to stop after its current step; running the same command
-    /// later resumes it.
+    /// Withdraw a pause: the run goes on from where it held.
+    Resume {
+        /// A rolling update's controller; without it, the node rotation.
+        target: Option<String>,
+    },
+    /// Ask the running node rotation (or rolling update of TARGET) to stop after its current
+    /// step; running the same command later resumes it.
     Abort {
+        /// A rolling update's controller; without it, the node rotation.
+        target: Option<String>,
         /// Why, for whoever reads `status` or the run's output.
         #[arg(long, default_value = "")]
         reason: String,
@@ -276,9 +285,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
         Command::Snapshot { output } => snapshot(&cli.kube, &output),
         Command::Status { output } => status::run(&cli.kube, output),
-        Command::Pause { reason } => control::pause(&cli.kube, &reason),
-        Command::Resume => control::resume(&cli.kube),
-        Command::Abort { reason } => control::abort(&cli.kube, &reason),
+        Command::Pause { target, reason } => control::pause(&cli.kube, target.as_deref(), &reason),
+        Command::Resume { target } => control::resume(&cli.kube, target.as_deref()),
+        Command::Abort { target, reason } => control::abort(&cli.kube, target.as_deref(), &reason),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(

@@ -317,7 +317,7 @@ fn reporter(output: OutputFormat) -> Arc<dyn Reporter> {
 fn failure(e: UpdateError) -> Failure {
     match e {
         UpdateError::Invalid(m) => Failure::usage(m),
-        UpdateError::Aborted(m) => Failure {
+        UpdateError::Aborted(m) | UpdateError::Stopped(m) => Failure {
             code: 3,
             message: format!("{m}; {RESUME}"),
         },

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams, PropagationPolicy,
 };
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use super::{Cluster, ClusterError, Request};
@@ -102,6 +102,20 @@ impl Cluster {
             .map_err(|e| {
                 request("create", controller.kind.resource(), namespace).error(&self.server, e)
             })
+    }
+
+    /// Yields whenever the watch of controller `name` delivers something: a wake-up to read
+    /// its controls again.
+    pub fn controller_changes(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> impl Stream<Item = ()> + Send + use<> {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        watcher(self.controllers(kind, namespace), config)
+            .default_backoff()
+            .map(|_| ())
     }
 
     /// Merge-patches a controller (annotations, labels, replicas, selector).

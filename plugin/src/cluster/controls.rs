@@ -1,7 +1,8 @@
 //! The on-call engineer's controls: pause, resume and abort requests, recorded on the rotation's
-//! Lease from any terminal, and read by the running rotation at its safe points. The Lease is
-//! the one place every run and every `status` already reads, so a request made from another
-//! machine needs nothing else to reach the run.
+//! Lease (or, for a rolling update, on the controller being updated) from any terminal, and read
+//! by the running executor at its safe points. Those are the places every run and every
+//! `status` already reads, so a request made from another machine needs nothing else to reach
+//! the run.
 
 use std::collections::BTreeMap;
 
@@ -10,9 +11,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::controllers::Write;
 use super::lock::{LOCK_NAME, api, delete_unchanged, has_run_state, lease_request};
 use super::{Cluster, ClusterError};
 use crate::keys;
+use crate::plan::rolling_update::controller::Kind;
 
 /// Who asked for a pause or an abort, why, and when (RFC 3339).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -199,6 +202,49 @@ impl Cluster {
     pub fn lock_changes(&self) -> impl Stream<Item = ()> + Send + use<> {
         let config = watcher::Config::default().fields(&format!("metadata.name={LOCK_NAME}"));
         watcher(api(self), config).default_backoff().map(|_| ())
+    }
+}
+
+/// A controller of a rolling update as a control request sees it.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerView {
+    /// An update of it is under way or was interrupted (it names its next controller).
+    pub updating: bool,
+    pub controls: Controls,
+}
+
+impl Cluster {
+    /// The requests standing on controller `name`; `None` when it does not exist.
+    pub async fn controller_controls(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ControllerView>, ClusterError> {
+        let Some(controller) = self.get_controller(kind, namespace, name).await? else {
+            return Ok(None);
+        };
+        let annotations = controller.annotations();
+        Ok(Some(ControllerView {
+            updating: annotations.contains_key(keys::LEGACY_NEXT_CONTROLLER),
+            controls: Controls::from_annotations(&annotations),
+        }))
+    }
+
+    /// Records `request` as the standing `control` on controller `name` (or withdraws it).
+    pub async fn set_controller_control(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        control: Control,
+        request: Option<&ControlRequest>,
+    ) -> Result<(), ClusterError> {
+        let value = request.map(ControlRequest::to_json);
+        let patch = serde_json::json!({"metadata": {"annotations": {control.key(): value}}});
+        self.patch_controller(kind, namespace, name, &patch, Write::Apply)
+            .await
+            .map(|_| ())
     }
 }
 

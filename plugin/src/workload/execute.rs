@@ -60,6 +60,9 @@ pub enum UpdateError {
     Hook(#[from] HookFailed),
     #[error("{0}")]
     Aborted(String),
+    /// An operator's abort: the update stops where it is, never rolled back.
+    #[error("{0}")]
+    Stopped(String),
     #[error("timed out waiting for any update progress to be made (nothing changed for {0:?})")]
     NoProgress(Duration),
 }

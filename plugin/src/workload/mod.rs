@@ -8,6 +8,7 @@
 //! request through `start`, `scale` (the loop's live driver) and `cleanup`, which do the I/O.
 
 mod cleanup;
+mod controls;
 pub mod execute;
 mod scale;
 mod start;

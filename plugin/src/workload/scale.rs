@@ -102,7 +102,17 @@ impl Updater<'_> {
                     state,
                     attempt,
                 }) => Input::Judged(self.judge(&sides, side, (step, attempt), &state).await?),
-                Step::Do(action) => self.carry_out(&mut sides, action).await?,
+                Step::Do(action) => {
+                    if let Action::Scale { step, .. } = &action {
+                        let at = format!(
+                            "before step {} of the update of {}",
+                            step + 1,
+                            sides.from.display()
+                        );
+                        self.checkpoint(&sides.from, &sides.ns, &at).await?;
+                    }
+                    self.carry_out(&mut sides, action).await?
+                }
                 Step::Done(Outcome::Finished) => return Ok(()),
                 Step::Done(Outcome::Aborted {
                     step,
