@@ -113,11 +113,7 @@ pub struct LeaseView {
 impl Cluster {
     /// The holder and the standing requests; `None` when there is no Lease (no run, no state).
     pub async fn controls(&self) -> Result<Option<LeaseView>, ClusterError> {
-        let Some(lease) = api(self)
-            .get_opt(LOCK_NAME)
-            .await
-            .map_err(|e| lease_request("get").error(&self.server, e))?
-        else {
+        let Some(lease) = self.read_lease().await? else {
             return Ok(None);
         };
         Ok(Some(LeaseView {
@@ -177,12 +173,7 @@ impl Cluster {
     /// Deletes the Lease if nothing is left on it: no holder and no state of a run (what a
     /// `resume` leaves behind when it withdraws a pause made while no run was going).
     pub async fn drop_idle_lock(&self) -> Result<(), ClusterError> {
-        let leases = api(self);
-        let Some(lease) = leases
-            .get_opt(LOCK_NAME)
-            .await
-            .map_err(|e| lease_request("get").error(&self.server, e))?
-        else {
+        let Some(lease) = self.read_lease().await? else {
             return Ok(());
         };
         let held = lease

@@ -321,13 +321,17 @@ impl Cluster {
         api(self).get_opt(LOCK_NAME).await.ok()??.metadata.uid
     }
 
-    /// Reads the lock without taking it; `None` when no run holds or left it.
-    pub async fn lock_status(&self) -> Result<Option<LockStatus>, ClusterError> {
-        let Some(lease) = api(self)
+    /// The Lease as it is now; `None` when no run holds or left it.
+    pub(super) async fn read_lease(&self) -> Result<Option<Lease>, ClusterError> {
+        api(self)
             .get_opt(LOCK_NAME)
             .await
-            .map_err(|e| lease_request("get").error(&self.server, e))?
-        else {
+            .map_err(|e| lease_request("get").error(&self.server, e))
+    }
+
+    /// Reads the lock without taking it; `None` when no run holds or left it.
+    pub async fn lock_status(&self) -> Result<Option<LockStatus>, ClusterError> {
+        let Some(lease) = self.read_lease().await? else {
             return Ok(None);
         };
         let spec = lease.spec.unwrap_or_default();
