@@ -531,3 +531,6 @@ pub fn chaos_seed() -> u64 {
                 .unwrap_or(0)
         })
 }
+
+#[cfg(test)]
+mod tests;
