@@ -1,9 +1,10 @@
-//! Workloads for tests that drain: a ReplicaSet pinned to a group's nodes, and a budget that
+//! Workloads for tests: a namespace, a ReplicaSet pinned to a group's nodes, and a budget that
 //! lets none of its pods go.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -11,6 +12,13 @@ use kube::runtime::wait::await_condition;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// Creates namespace `name`.
+pub async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns).await.unwrap();
+}
 
 /// A ReplicaSet whose pods may only run on nodes of `group`.
 pub async fn replica_set(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
@@ -23,6 +23,7 @@ use kube::{Client, Resource, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::invariants::{Budget, Checker, End, Pdb, Seen, SplitMix64, chaos_seed};
 use rollout_ext_e2e::plugin_binary;
+use rollout_ext_e2e::workloads::create_namespace;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -627,11 +628,7 @@ async fn workload(
     replicas: i32,
     min_available: i32,
 ) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(client, namespace).await;
     let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "web"},
@@ -1105,11 +1102,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
             .await
             .unwrap();
     }
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
+    create_namespace(&client, ns).await;
     let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
     let rc: ReplicationController = serde_json::from_value(json!({
         "metadata": {"name": "app"},

@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, ReplicationController};
+use k8s_openapi::api::core::v1::{Node, ReplicationController};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
-use kube::{Client, ResourceExt};
 use rollout_ext::cluster::eviction::Eviction;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{helper_binary, plugin_binary};
 use serde_json::{Value, json};
 
@@ -32,12 +33,6 @@ where
         .await
         .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {name}: {what}"))
         .unwrap_or_else(|e| panic!("watching {name}: {e}"));
-}
-
-async fn namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &ns).await.unwrap();
 }
 
 fn template(app: &str) -> Value {
@@ -66,7 +61,7 @@ async fn replication_controllers_and_replica_sets_run_on_simulated_nodes() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     add_nodes(cluster, "workloads", 2).await;
-    namespace(&client, "workloads").await;
+    create_namespace(&client, "workloads").await;
 
     let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "workloads");
     let rc: ReplicationController = serde_json::from_value(json!({
@@ -99,7 +94,7 @@ async fn daemon_set_pods_run_on_every_simulated_node() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     let names = add_nodes(cluster, "daemons", 2).await;
-    namespace(&client, "daemons").await;
+    create_namespace(&client, "daemons").await;
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "daemons");
     let ds: DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": "agent"},
@@ -139,7 +134,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
     add_nodes(cluster, "guarded", 1).await;
-    namespace(&client, "guarded").await;
+    create_namespace(&client, "guarded").await;
 
     let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();
@@ -388,7 +383,7 @@ async fn the_live_plan_equals_the_plan_of_a_kubectl_snapshot() {
         )
         .await
         .unwrap();
-    namespace(&client, "shop").await;
+    create_namespace(&client, "shop").await;
     let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "shop");
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "web"},

@@ -4,9 +4,10 @@
 
 use std::process::{Command, Output};
 
-use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
+use k8s_openapi::api::core::v1::ReplicationController;
 use kube::api::{Api, PostParams};
 use rollout_ext_e2e::cluster::{OPERATOR_USER, TestCluster};
+use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{plugin_binary, workspace_root};
 use serde_json::{Value, json};
 
@@ -27,13 +28,7 @@ fn stderr(out: &Output) -> String {
 async fn kubeconfig_files_merge_and_the_context_names_the_namespace() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": "from-context"}})).unwrap();
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(&client, "from-context").await;
     let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "from-context");
     let rc: ReplicationController = serde_json::from_value(json!({
         "metadata": {"name": "ctx"},

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
@@ -17,7 +17,7 @@ use rollout_ext::cluster::drain::{DrainError, DrainSettings};
 use rollout_ext::plan::drain::DrainOptions;
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
+use rollout_ext_e2e::workloads::{blocking_budget, create_namespace, replica_set};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -35,11 +35,7 @@ async fn setup(group: &str, nodes: usize) -> (Client, Cluster, Vec<String>) {
         names.push(name);
     }
     let client = cluster.client().await;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": group}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(&client, group).await;
     let live = cluster.live().await;
     (client, live, names)
 }
@@ -396,11 +392,7 @@ async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
         .await
         .unwrap();
     let client = cluster.client().await;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "drain-dry"}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(&client, "drain-dry").await;
     replica_set(&client, "drain-dry", "web", 2).await;
     let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();

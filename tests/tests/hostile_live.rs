@@ -10,11 +10,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
+use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, wasm_module};
 use serde_json::json;
 
@@ -143,11 +144,7 @@ async fn outdated_group_with_pods(cluster: &TestCluster) {
         cluster.nodes.add(node).await.unwrap();
     }
     let client = cluster.client().await;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": GROUP}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(&client, GROUP).await;
     let rss: Api<ReplicaSet> = Api::namespaced(client, GROUP);
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "web"},

@@ -5,8 +5,9 @@
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::{blocking_budget, create_namespace, replica_set};
 use rollout_ext_e2e::{events, plugin_binary, run_plugin};
 use serde_json::Value;
 
@@ -449,25 +450,25 @@ async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_
     assert!(status(cluster)["lock"].is_null());
 }
 
+/// One outdated node of `group`, running two pods `web` (in namespace `group`) under a budget
+/// that lets none of them go; returns the budgets' API, to relax it.
+async fn blocked_group(cluster: &TestCluster, group: &str) -> Api<DynamicObject> {
+    cluster.outdated_group(group, 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, group).await;
+    replica_set(&client, group, "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    blocking_budget(&client, group, version, 2).await
+}
+
 #[tokio::test]
 async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
     use k8s_openapi::api::coordination::v1::Lease;
     use kube::api::{Patch, PatchParams};
-    use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
-    cluster.outdated_group("guarded", 1).await.unwrap();
-    let client = cluster.client().await;
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "guarded"}})).unwrap();
-    Api::all(client.clone())
-        .create(&Default::default(), &ns)
-        .await
-        .unwrap();
-    replica_set(&client, "guarded", "web", 2).await;
-    let version = cluster.live().await.policy_version().await.unwrap();
-    let pdbs = blocking_budget(&client, "guarded", version, 2).await;
-    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    let pdbs = blocked_group(cluster, "guarded").await;
+    let leases: Api<Lease> = Api::namespaced(cluster.client().await, "kube-system");
     let dir = tempfile::tempdir().unwrap();
     let args = rotate_args(cluster, dir.path(), "guarded", &[]);
     let handle = tokio::runtime::Handle::current();
@@ -517,20 +518,9 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
 
 #[tokio::test]
 async fn a_rotation_stalls_where_its_plan_forecast_a_blocked_drain() {
-    use rollout_ext_e2e::workloads::{blocking_budget, replica_set};
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
-    cluster.outdated_group("stall", 1).await.unwrap();
-    let client = cluster.client().await;
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "stall"}})).unwrap();
-    Api::all(client.clone())
-        .create(&Default::default(), &ns)
-        .await
-        .unwrap();
-    replica_set(&client, "stall", "web", 2).await;
-    let version = cluster.live().await.policy_version().await.unwrap();
-    blocking_budget(&client, "stall", version, 2).await;
+    blocked_group(cluster, "stall").await;
     let dir = tempfile::tempdir().unwrap();
     let mut args = rotate_args(cluster, dir.path(), "stall", &[]);
     let at = args.iter().position(|a| a == "--drain-timeout").unwrap();

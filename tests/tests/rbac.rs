@@ -5,11 +5,12 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, ReplicationController};
+use k8s_openapi::api::core::v1::ReplicationController;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
+use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
 use serde_json::json;
 
@@ -39,11 +40,7 @@ async fn outdated_node(cluster: &TestCluster, name: &str, group: &str) {
 
 /// A namespace holding one ReplicationController `ops` of one replica.
 async fn ops_controller(client: &kube::Client, namespace: &str) -> Api<ReplicationController> {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    create_namespace(client, namespace).await;
     let rc: ReplicationController = serde_json::from_value(json!({
         "metadata": {"name": "ops"},
         "spec": {"replicas": 1, "selector": {"app": "ops"},

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ReplicationController};
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{plugin_binary, wasm_module};
 use serde_json::{Value, json};
 
@@ -33,11 +34,7 @@ async fn setup(cluster: &TestCluster, ns: &str) -> Client {
         .add(NodeSpec::new(&format!("{ns}-node"), ns))
         .await
         .unwrap();
-    let api: Api<Namespace> = Api::all(client.clone());
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    api.create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
+    create_namespace(&client, ns).await;
     client
 }
 
