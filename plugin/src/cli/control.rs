@@ -10,19 +10,29 @@ use crate::cluster::Cluster;
 use crate::cluster::controls::{Control, ControlRequest, LeaseView};
 use crate::plan::rolling_update::controller::Kind;
 
+/// Connects, runs `act` and prints what it says was done.
+fn connected<F>(kube: &KubeFlags, act: F) -> Result<(), Failure>
+where
+    F: AsyncFnOnce(&Cluster) -> Result<String, Failure>,
+{
+    let runtime = tokio_runtime()?;
+    let message = runtime.block_on(async {
+        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        act(&cluster).await
+    })?;
+    println!("{message}");
+    Ok(())
+}
+
 /// Connects and reads the Lease, then runs `act` on what it holds.
 fn with_lease<F>(kube: &KubeFlags, act: F) -> Result<(), Failure>
 where
     F: AsyncFnOnce(&Cluster, LeaseView) -> Result<String, Failure>,
 {
-    let runtime = tokio_runtime()?;
-    let message = runtime.block_on(async {
-        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+    connected(kube, async |cluster| {
         let lease = cluster.controls().await?.unwrap_or_default();
-        act(&cluster, lease).await
-    })?;
-    println!("{message}");
-    Ok(())
+        act(cluster, lease).await
+    })
 }
 
 pub fn pause(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(), Failure> {
@@ -116,9 +126,7 @@ enum Request<'a> {
 /// before each step.
 fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(), Failure> {
     let (kind, name) = Kind::parse_ref(target).map_err(Failure::usage)?;
-    let runtime = tokio_runtime()?;
-    let message = runtime.block_on(async {
-        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+    connected(kube, async |cluster| {
         let ns = kube
             .namespace
             .clone()
@@ -141,14 +149,26 @@ fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(),
         match request {
             Request::Pause(_) if view.controls.pause.is_some() => Err(Failure::failed(format!(
                 "the rolling update of {shown} is already paused {}",
-                view.controls.pause.as_ref().map(ControlRequest::describe).unwrap_or_default()
+                view.controls
+                    .pause
+                    .as_ref()
+                    .map(ControlRequest::describe)
+                    .unwrap_or_default()
             ))),
             Request::Pause(reason) => {
-                set(Control::Pause, Some(ControlRequest::now(&operator(), reason))).await?;
+                set(
+                    Control::Pause,
+                    Some(ControlRequest::now(&operator(), reason)),
+                )
+                .await?;
                 Ok(if view.updating {
-                    format!("pause requested: the rolling update of {shown} holds before its next step; `kubectl rollout-ext resume {shown}` continues")
+                    format!(
+                        "pause requested: the rolling update of {shown} holds before its next step; `kubectl rollout-ext resume {shown}` continues"
+                    )
                 } else {
-                    format!("pause recorded: no rolling update of {shown} is under way; the next one waits for `kubectl rollout-ext resume {shown}` before it scales anything")
+                    format!(
+                        "pause recorded: no rolling update of {shown} is under way; the next one waits for `kubectl rollout-ext resume {shown}` before it scales anything"
+                    )
                 })
             }
             Request::Resume => {
@@ -158,21 +178,32 @@ fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(),
                     )));
                 };
                 set(Control::Pause, None).await?;
-                Ok(format!("resumed: withdrew the pause {} on {shown}", pause.describe()))
+                Ok(format!(
+                    "resumed: withdrew the pause {} on {shown}",
+                    pause.describe()
+                ))
             }
             Request::Abort(_) if !view.updating => Err(Failure::failed(format!(
                 "no rolling update of {shown} is under way: there is nothing to abort"
             ))),
             Request::Abort(_) if view.controls.abort.is_some() => Err(Failure::failed(format!(
                 "an abort of the rolling update of {shown} is already requested {}",
-                view.controls.abort.as_ref().map(ControlRequest::describe).unwrap_or_default()
+                view.controls
+                    .abort
+                    .as_ref()
+                    .map(ControlRequest::describe)
+                    .unwrap_or_default()
             ))),
             Request::Abort(reason) => {
-                set(Control::Abort, Some(ControlRequest::now(&operator(), reason))).await?;
-                Ok(format!("abort requested: the rolling update of {shown} stops before its next step; running the same command again resumes it"))
+                set(
+                    Control::Abort,
+                    Some(ControlRequest::now(&operator(), reason)),
+                )
+                .await?;
+                Ok(format!(
+                    "abort requested: the rolling update of {shown} stops before its next step; running the same command again resumes it"
+                ))
             }
         }
-    })?;
-    println!("{message}");
-    Ok(())
+    })
 }

@@ -75,34 +75,22 @@ pub struct Record {
 /// The Event an executor's event makes, if any: per-pod evictions, validations and hook
 /// chatter stay on the terminal; what an operator looks for on a Node or the run does not.
 pub fn record_of(event: &Event) -> Option<Record> {
-    let node = |name: &str, reason, warning| {
+    let record = |regarding, reason, warning| {
         Some(Record {
-            regarding: Regarding::Node(name.to_string()),
+            regarding,
             reason,
             note: event.describe(),
             warning,
             related_pod: None,
         })
     };
-    let run = |reason, warning| {
-        Some(Record {
-            regarding: Regarding::Lease,
-            reason,
-            note: event.describe(),
-            warning,
-            related_pod: None,
-        })
-    };
+    let node =
+        |name: &str, reason, warning| record(Regarding::Node(name.to_string()), reason, warning);
+    let run = |reason, warning| record(Regarding::Lease, reason, warning);
     // Some events name a controller as kubectl prints it (`rc/foo`).
     let controller = |name: &str, reason| {
         let name = name.rsplit_once('/').map_or(name, |(_, bare)| bare);
-        Some(Record {
-            regarding: Regarding::Controller(name.to_string()),
-            reason,
-            note: event.describe(),
-            warning: false,
-            related_pod: None,
-        })
+        record(Regarding::Controller(name.to_string()), reason, false)
     };
     match event {
         Event::Tainted { node: n, .. } => node(n, "Tainted", false),
