@@ -1,5 +1,5 @@
-//! Workloads for tests: a namespace, a ReplicaSet pinned to a group's nodes, and a budget that
-//! lets none of its pods go.
+//! Workloads for tests: a namespace, a ReplicaSet pinned to a group's nodes, and a budget over
+//! its pods.
 
 use std::time::Duration;
 
@@ -57,6 +57,18 @@ pub async fn blocking_budget(
     version: &str,
     pods: i32,
 ) -> Api<DynamicObject> {
+    budget(client, namespace, version, pods, 0).await
+}
+
+/// A PodDisruptionBudget `web` over the `pods` pods `app=web` of `namespace` with
+/// `maxUnavailable`, once the disruption controller has computed its status.
+pub async fn budget(
+    client: &Client,
+    namespace: &str,
+    version: &str,
+    pods: i32,
+    max_unavailable: i32,
+) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
         "poddisruptionbudgets",
@@ -65,7 +77,7 @@ pub async fn blocking_budget(
     let pdb: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
         "metadata": {"name": "web"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": "web"}}}
     }))
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();

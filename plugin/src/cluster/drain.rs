@@ -2,7 +2,8 @@
 //!
 //! A drain lists the node's pods, runs each through the filter chain of `plan::drain` (the same
 //! one the plan's warnings come from), refuses before evicting anything if a pod cannot go, then
-//! evicts the rest in parallel. An eviction refused with 429 (a PodDisruptionBudget) is retried
+//! evicts the rest in parallel (their eviction requests take turns per namespace, see
+//! `eviction`). An eviction refused with 429 (a PodDisruptionBudget) is retried
 //! every 5 seconds and every retry is reported with the budget's name. Pods are waited for by
 //! watching until they are gone. Everything stops at the drain timeout with the pods still left.
 

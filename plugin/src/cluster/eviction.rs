@@ -1,7 +1,27 @@
 //! Evicting a pod through the Eviction subresource, with the policy API version the server serves
 //! (`policy/v1`, or `policy/v1beta1` on servers before 1.22).
+//!
+//! Eviction requests go one at a time per namespace (budgets are namespaced). The API server
+//! checks a PodDisruptionBudget and records the disruption per request, but two requests it
+//! handles at once can both pass a budget that allows one: evicting a node's pods, or a batch's,
+//! all at once would then take down more pods than the budget allows. Only the requests wait
+//! their turn; the pods' terminations still run in parallel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::{Cluster, ClusterError, Request};
+
+/// Whose turn it is to send an eviction, per namespace; shared by every clone of a [`Cluster`].
+#[derive(Clone, Default)]
+pub(super) struct Turns(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>);
+
+impl Turns {
+    fn of(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        turns.entry(namespace.to_string()).or_default().clone()
+    }
+}
 
 /// What the API server said to an eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +63,12 @@ impl Cluster {
             .header("content-type", "application/json")
             .body(body.to_string().into_bytes())
             .expect("a POST request with a valid path");
-        match self.client.request_text(req).await {
+        let turn = self.evictions.of(namespace);
+        let answer = {
+            let _turn = turn.lock().await;
+            self.client.request_text(req).await
+        };
+        match answer {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(status)) if status.code == 429 => Ok(Eviction::Blocked {
                 message: status.message,

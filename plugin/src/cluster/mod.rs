@@ -129,6 +129,8 @@ pub struct Cluster {
     pub default_namespace: String,
     /// The policy API version, discovered once per process (see [`Cluster::policy_version`]).
     policy_version: std::sync::Arc<tokio::sync::OnceCell<&'static str>>,
+    /// One eviction request at a time per namespace (see [`eviction`]).
+    evictions: eviction::Turns,
 }
 
 impl Cluster {
@@ -191,6 +193,7 @@ impl Cluster {
             server,
             default_namespace,
             policy_version: Default::default(),
+            evictions: Default::default(),
         })
     }
 
