@@ -1,5 +1,6 @@
 //! Kubernetes Events for what a rotation does, on the real test bed: on its nodes and its Lease,
-//! visible through kubectl's core view, and bounded for a drain retried many times.
+//! visible through kubectl's core view, bounded for a drain retried many times, and published
+//! as core `v1` Events by a server that does not serve `events.k8s.io/v1`.
 
 use std::process::Command;
 
@@ -115,4 +116,73 @@ async fn a_drain_retried_twenty_times_leaves_one_event_that_counts_them() {
         (related.namespace.as_deref(), related.name.as_deref()),
         (Some("shop"), Some("web-1"))
     );
+}
+
+#[tokio::test]
+async fn a_server_without_events_k8s_io_v1_gets_core_events_that_count_repeats() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use rollout_ext::cluster::recorder::{EventRecorder, Scope};
+    use rollout_ext::events::{Collect, Event, Reporter};
+    let cluster =
+        TestCluster::start_with_apiserver_flags(&["--runtime-config=events.k8s.io/v1=false"])
+            .unwrap();
+    let client = cluster.client().await;
+    assert!(
+        client
+            .list_api_group_resources("events.k8s.io/v1")
+            .await
+            .is_err(),
+        "the server still serves events.k8s.io/v1"
+    );
+    let live = cluster.live().await;
+    let terminal = std::sync::Arc::new(Collect::default());
+    let recorder = EventRecorder::start(&live, "a-legacy-run", Scope::Rotation, terminal.clone());
+    recorder.report(Event::Cordoned {
+        node: "legacy-1".into(),
+    });
+    for left in (0..20).rev() {
+        recorder.report(Event::EvictionBlocked {
+            node: "legacy-1".into(),
+            pod: "shop/web-1".into(),
+            reason: "PodDisruptionBudget shop/web allows no disruption".into(),
+            retry_seconds: 5,
+            seconds_left: left * 5,
+        });
+    }
+    recorder.finish(None).await;
+    // Publishing raised no warning: every event reached the terminal as it was.
+    assert_eq!(terminal.events().len(), 21, "{:?}", terminal.events());
+    // The only namespace core v1 accepts for Events about a Node.
+    let api: Api<CoreEvent> = Api::namespaced(client, "default");
+    let listed = api
+        .list(&ListParams::default().fields("involvedObject.name=legacy-1"))
+        .await
+        .unwrap()
+        .items;
+    let mut seen: Vec<(String, i32)> = listed
+        .iter()
+        .map(|e| (e.reason.clone().unwrap_or_default(), e.count.unwrap_or(0)))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("Cordoned".to_string(), 1),
+            ("EvictionBlocked".to_string(), 20)
+        ]
+    );
+    for event in &listed {
+        assert_eq!(
+            event.source.as_ref().and_then(|s| s.component.as_deref()),
+            Some("rollout-ext")
+        );
+        assert!(
+            event
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("(run a-legacy-run)")
+        );
+        assert_eq!(event.involved_object.kind.as_deref(), Some("Node"));
+    }
 }

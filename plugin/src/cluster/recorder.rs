@@ -2,7 +2,8 @@
 //! every dashboard show it beside the cluster's own. A rotation's go on the Node a step concerns
 //! (tainted, cordoned, drain started, blocked or finished, terminated) and on the rotation's
 //! Lease for the run as a whole (started, batches, gate verdicts, pauses, replacements Ready,
-//! finished or stopped), all in `kube-system`, beside the Lease; a rolling update's on its
+//! finished or stopped), all in `kube-system`, beside the Lease (core `v1` Events about Nodes in
+//! `default`, the only namespace that API accepts for them); a rolling update's on its
 //! controllers (started, created, scaled, renamed, rolled back, done), in their namespace.
 //!
 //! [`EventRecorder`] is a [`Reporter`]: the executors' events pass through it unchanged to the
@@ -30,10 +31,13 @@ use crate::plan::rolling_update::controller::Kind;
 
 /// Who the Events say reported them.
 pub const COMPONENT: &str = "rollout-ext";
-/// Where every Event goes. Events about cluster-scoped objects (Nodes) may live in
-/// `kube-system` on every server version (`default` only on newer ones), and `kubectl describe
-/// node` looks in every namespace.
+/// Where a rotation's Events go. `events.k8s.io/v1` Events about cluster-scoped objects (Nodes)
+/// may live in `kube-system` on every server version (`default` only on newer ones), and
+/// `kubectl describe node` looks in every namespace.
 const EVENTS_NAMESPACE: &str = LOCK_NAMESPACE;
+/// Where core `v1` Events about a Node go: that API accepts them in `default` only (where the
+/// kubelet puts its own).
+const LEGACY_NODE_EVENTS_NAMESPACE: &str = "default";
 /// The API server refuses longer notes.
 const NOTE_LIMIT: usize = 1024;
 /// How long the end of a run waits for Events still being published.
@@ -205,10 +209,14 @@ struct Publisher {
     legacy: Option<bool>,
 }
 
-fn request<'a>(verb: &'a str, namespace: &'a str) -> Request<'a> {
+fn request<'a>(verb: &'a str, namespace: &'a str, legacy: bool) -> Request<'a> {
     Request {
         verb,
-        resource: "events.events.k8s.io",
+        resource: if legacy {
+            "events"
+        } else {
+            "events.events.k8s.io"
+        },
         namespace: Some(namespace),
     }
 }
@@ -230,10 +238,12 @@ impl Publisher {
         }
     }
 
-    /// Where Events about `regarding` go in this scope; `None` for objects the run has not
-    /// (a rolling update has no Lease, a rotation no controllers).
-    fn namespace(&self, regarding: &Regarding) -> Option<&str> {
+    /// Where Events about `regarding` go in this scope, as the `legacy` (core `v1`) API or not;
+    /// `None` for objects the run has not (a rolling update has no Lease, a rotation no
+    /// controllers).
+    fn namespace(&self, regarding: &Regarding, legacy: bool) -> Option<&str> {
         match (&self.scope, regarding) {
+            (Scope::Rotation, Regarding::Node(_)) if legacy => Some(LEGACY_NODE_EVENTS_NAMESPACE),
             (Scope::Rotation, Regarding::Node(_) | Regarding::Lease) => Some(EVENTS_NAMESPACE),
             (Scope::RollingUpdate { namespace, .. }, Regarding::Controller(_)) => Some(namespace),
             _ => None,
@@ -304,11 +314,14 @@ impl Publisher {
     }
 
     async fn publish(&mut self, record: Record) -> Result<(), ClusterError> {
-        let Some(namespace) = self.namespace(&record.regarding).map(str::to_string) else {
+        let legacy = self.legacy().await;
+        let Some(namespace) = self
+            .namespace(&record.regarding, legacy)
+            .map(str::to_string)
+        else {
             return Ok(());
         };
         let namespace = namespace.as_str();
-        let legacy = self.legacy().await;
         let api = events_api(&self.cluster, namespace, legacy);
         let key = (
             record.regarding.clone(),
@@ -329,7 +342,7 @@ impl Publisher {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| request("patch", namespace).error(&self.cluster.server, e))?;
+            .map_err(|e| request("patch", namespace, legacy).error(&self.cluster.server, e))?;
             return Ok(());
         }
         let regarding = self.reference(&record.regarding).await;
@@ -376,7 +389,7 @@ impl Publisher {
             .data(body);
         api.create(&PostParams::default(), &object)
             .await
-            .map_err(|e| request("create", namespace).error(&self.cluster.server, e))?;
+            .map_err(|e| request("create", namespace, legacy).error(&self.cluster.server, e))?;
         self.series.insert(key, Published { name, count: 1 });
         Ok(())
     }

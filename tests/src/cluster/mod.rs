@@ -103,13 +103,30 @@ impl TestCluster {
     }
 
     pub fn start_with(settings: SimSettings) -> anyhow::Result<TestCluster> {
+        TestCluster::start_configured(settings, Vec::new())
+    }
+
+    /// A cluster whose kube-apiserver also gets `flags` (say, `--runtime-config=…=false` to
+    /// serve a cluster without an API group).
+    pub fn start_with_apiserver_flags(flags: &[&str]) -> anyhow::Result<TestCluster> {
+        let flags = flags.iter().map(|f| f.to_string()).collect();
+        TestCluster::start_configured(SimSettings::default(), flags)
+    }
+
+    fn start_configured(
+        settings: SimSettings,
+        apiserver_flags: Vec<String>,
+    ) -> anyhow::Result<TestCluster> {
         // Its own thread, so that it may be called from sync and async tests alike.
-        std::thread::spawn(move || TestCluster::start_here(settings))
+        std::thread::spawn(move || TestCluster::start_here(settings, apiserver_flags))
             .join()
             .map_err(|_| anyhow::anyhow!("starting the test cluster panicked"))?
     }
 
-    fn start_here(settings: SimSettings) -> anyhow::Result<TestCluster> {
+    fn start_here(
+        settings: SimSettings,
+        apiserver_flags: Vec<String>,
+    ) -> anyhow::Result<TestCluster> {
         remove_stale_dirs();
         let dir = tempfile::Builder::new()
             .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
@@ -155,26 +172,28 @@ impl TestCluster {
             ),
         )?;
 
+        let mut flags = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--cert-dir={}", root.join("certs").display()),
+            format!("--secure-port={api_port}"),
+            "--insecure-port=0".into(),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", key.display()),
+            format!("--service-account-signing-key-file={}", key.display()),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--token-auth-file={}", tokens.display()),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+        ];
+        flags.extend(apiserver_flags);
         processes.spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                format!("--cert-dir={}", root.join("certs").display()),
-                format!("--secure-port={api_port}"),
-                "--insecure-port=0".into(),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", key.display()),
-                format!("--service-account-signing-key-file={}", key.display()),
-                "--service-cluster-ip-range=10.96.0.0/24".into(),
-                "--authorization-mode=RBAC".into(),
-                format!("--token-auth-file={}", tokens.display()),
-                "--allow-privileged=true".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-            ],
+            &flags,
             &root.join("kube-apiserver.log"),
         )?;
 
