@@ -56,3 +56,16 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 /// On pods of a controller being renamed: the controller to create under its final name, kept
 /// until the rename completes so that an interrupted rename can be finished.
 pub const RENAME_RECORD: &str = "rollout-ext.io/rename";
+
+/// Pod annotations that ask a drain not to disrupt the pod, each with the value that asks it:
+/// the drain waits for such a pod to go away on its own (policy `drain.doNotDisruptTimeout`).
+pub const DO_NOT_DISRUPT: &[(&str, &str)] = &[
+    ("rollout-ext.io/do-not-disrupt", "true"),
+    ("karpenter.sh/do-not-disrupt", "true"),
+    ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+];
+/// On a pod (`"true"`): like a Job's pods, it is left to complete before its node is drained
+/// (policy `drain.jobTimeout`).
+pub const WAIT_FOR_COMPLETION: &str = "rollout-ext.io/wait-for-completion";
+/// Priority classes whose pods a drain evicts last unless `drain.order` places them.
+pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];

@@ -151,7 +151,10 @@ impl Reporter for Bars {
                 self.overall.set_message(line);
             }
             Event::PodGone { .. } | Event::Evicted { .. } => {}
-            Event::Warning { .. } | Event::ValidationFailed { .. } => {
+            Event::Warning { .. }
+            | Event::ValidationFailed { .. }
+            | Event::HoldExpired { .. }
+            | Event::DrainEscalated { .. } => {
                 let _ = self.bars.println(self.paint(line, "33"));
             }
             _ => {

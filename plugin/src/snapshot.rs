@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::keys;
 use crate::labels::{LabelSelector, Labels};
 use crate::scheduling::{
     self, Placement, RawAffinity, RawContainer, RawResources, Resources, Toleration,
@@ -94,6 +95,23 @@ pub struct Pod {
     pub requests: Resources,
     /// Where it may run: nodeSelector, required node affinity, tolerations.
     pub placement: Placement,
+    /// The annotation by which it asks not to be disrupted (see `keys::DO_NOT_DISRUPT`).
+    pub do_not_disrupt: Option<&'static str>,
+    /// Annotated `rollout-ext.io/wait-for-completion: "true"`.
+    pub wait_for_completion: bool,
+    pub priority_class: Option<String>,
+}
+
+impl Pod {
+    /// A Job's pod, or one annotated to be waited for: a drain lets it complete first.
+    pub fn runs_to_completion(&self) -> bool {
+        self.wait_for_completion || self.controller.as_ref().is_some_and(|c| c.kind == "Job")
+    }
+
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -352,6 +370,7 @@ struct PodSpec {
     affinity: Option<RawAffinity>,
     #[serde(default)]
     tolerations: Vec<Toleration>,
+    priority_class_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -380,7 +399,19 @@ impl FromParts for Pod {
                 kind: o.kind,
                 name: o.name,
             });
+        let do_not_disrupt = keys::DO_NOT_DISRUPT
+            .iter()
+            .find(|(key, value)| meta.annotations.get(*key).map(String::as_str) == Some(*value))
+            .map(|(key, _)| *key);
+        let wait_for_completion = meta
+            .annotations
+            .get(keys::WAIT_FOR_COMPLETION)
+            .map(String::as_str)
+            == Some("true");
         Pod {
+            do_not_disrupt,
+            wait_for_completion,
+            priority_class: spec.priority_class_name.filter(|p| !p.is_empty()),
             mirror: meta.annotations.contains_key("kubernetes.io/config.mirror"),
             namespace: meta.namespace,
             name: meta.name,

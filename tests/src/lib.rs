@@ -13,6 +13,37 @@ pub async fn run_plugin(args: Vec<String>) -> std::process::Output {
         .expect("the plugin runs")
 }
 
+/// Runs the plugin with `args` (a `-o json` run), handing each event to `on_event` as it comes;
+/// returns the exit code and what it printed on stderr.
+pub async fn run_watching(
+    args: Vec<String>,
+    mut on_event: impl FnMut(&serde_json::Value) + Send + 'static,
+) -> (Option<i32>, String) {
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let stderr = tempfile::tempfile().unwrap();
+        let mut child = std::process::Command::new(plugin_binary())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr.try_clone().unwrap())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines {
+            on_event(&serde_json::from_str(&line.unwrap()).unwrap());
+        }
+        let code = child.wait().unwrap().code();
+        let mut text = String::new();
+        use std::io::{Read, Seek};
+        let mut stderr = stderr;
+        stderr.rewind().unwrap();
+        stderr.read_to_string(&mut text).unwrap();
+        (code, text)
+    })
+    .await
+    .unwrap()
+}
+
 /// The events a `-o json` run printed, one per line; a line that is no event fails the test.
 pub fn events(out: &std::process::Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)

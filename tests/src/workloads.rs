@@ -27,26 +27,55 @@ pub async fn replica_set(
     name: &str,
     replicas: i32,
 ) -> Api<ReplicaSet> {
-    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), group);
+    let spec = json!({"nodeSelector": {"kops.k8s.io/instancegroup": group}});
+    replica_set_with(client, group, name, replicas, json!({}), spec).await
+}
+
+/// A ReplicaSet `name` in `namespace` whose pods carry `app: name`, the pod `metadata` given
+/// (more labels, annotations) and the pod `spec` given (where they run, their priority), once
+/// its pods are Ready.
+pub async fn replica_set_with(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    metadata: serde_json::Value,
+    spec: serde_json::Value,
+) -> Api<ReplicaSet> {
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let mut template = json!({"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "main", "image": "registry.invalid/app:1"}]}});
+    merge(&mut template["metadata"], metadata);
+    merge(&mut template["spec"], spec);
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": group},
-                                       "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
     }))
     .unwrap();
     api.create(&PostParams::default(), &rs).await.unwrap();
     let ready = move |rs: Option<&ReplicaSet>| {
         rs.and_then(|r| r.status.as_ref())
             .and_then(|s| s.ready_replicas)
-            == Some(replicas)
+            .unwrap_or(0)
+            == replicas
     };
     tokio::time::timeout(WAIT, await_condition(api.clone(), name, ready))
         .await
         .expect("the replica set becomes ready")
         .unwrap();
     api
+}
+
+/// Adds `extra`'s keys into `into`, recursively for objects (labels merge with labels).
+fn merge(into: &mut serde_json::Value, extra: serde_json::Value) {
+    match (into, extra) {
+        (serde_json::Value::Object(into), serde_json::Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(into.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+        (into, extra) => *into = extra,
+    }
 }
 
 /// A PodDisruptionBudget `web` over the `pods` pods `app=web` of `namespace` that allows no
@@ -69,11 +98,7 @@ pub async fn budget(
     pods: i32,
     max_unavailable: i32,
 ) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let pdbs = budgets(client, namespace, version);
     let pdb: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
         "metadata": {"name": "web"},
@@ -92,4 +117,13 @@ pub async fn budget(
         .expect("the budget's status is computed")
         .unwrap();
     pdbs
+}
+
+/// The PodDisruptionBudgets of `namespace`, in the server's policy API `version`.
+pub fn budgets(client: &Client, namespace: &str, version: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }

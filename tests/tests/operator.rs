@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::workloads::{blocking_budget, budget, create_namespace, replica_set};
-use rollout_ext_e2e::{events, plugin_binary, run_plugin};
+use rollout_ext_e2e::{events, plugin_binary, run_plugin, run_watching};
 use serde_json::Value;
 
 /// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
@@ -31,37 +31,6 @@ fn status(cluster: &TestCluster) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Runs the plugin with `args` (a `-o json` run), handing each event to `on_event` as it comes;
-/// returns the exit code and what it printed on stderr.
-async fn run_watching(
-    args: Vec<String>,
-    mut on_event: impl FnMut(&Value) + Send + 'static,
-) -> (Option<i32>, String) {
-    tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let stderr = tempfile::tempfile().unwrap();
-        let mut child = Command::new(plugin_binary())
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(stderr.try_clone().unwrap())
-            .spawn()
-            .unwrap();
-        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        for line in lines {
-            on_event(&serde_json::from_str(&line.unwrap()).unwrap());
-        }
-        let code = child.wait().unwrap().code();
-        let mut text = String::new();
-        use std::io::{Read, Seek};
-        let mut stderr = stderr;
-        stderr.rewind().unwrap();
-        stderr.read_to_string(&mut text).unwrap();
-        (code, text)
-    })
-    .await
-    .unwrap()
 }
 
 /// Runs a control command (`pause`, `resume`, `abort`) against `cluster`.

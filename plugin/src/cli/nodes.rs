@@ -125,6 +125,12 @@ pub struct NodesArgs {
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = crate::policy::parse_duration)]
     pub drain_timeout: Duration,
 
+    /// Rotation: how long a drain waits for a pod that asks not to be disrupted to go away
+    /// (over the policy's drain.doNotDisruptTimeout, default 1h); then the run stops, or
+    /// evicts it with drain.afterTimeout: Evict.
+    #[arg(long, value_name = "DURATION", value_parser = crate::policy::parse_duration)]
+    pub do_not_disrupt_timeout: Option<Duration>,
+
     /// Rotation: wait after draining, for connections to the evicted pods to close.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::policy::parse_duration)]
     pub post_drain_delay: Duration,
@@ -344,10 +350,20 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             force: args.drain_force,
             pod_selector: args.pod_selector.clone(),
             disable_eviction: args.disable_eviction,
+            rules: drain_rules(args, policy),
         },
         soak: args.soak,
         ask_after_batch: false,
     }
+}
+
+/// The policy's `drain` section, with the flags that override it.
+fn drain_rules(args: &NodesArgs, policy: &Policy) -> crate::policy::drain::DrainPolicy {
+    let mut rules = policy.drain.clone();
+    if let Some(timeout) = args.do_not_disrupt_timeout {
+        rules.do_not_disrupt_timeout = timeout;
+    }
+    rules
 }
 
 fn parse_soak(text: &str) -> Result<Duration, String> {

@@ -193,8 +193,8 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
     }
 }
 
-/// Each budget in a batch's way, with the pods it covers, then the pods that find no room
-/// (`-o wide`).
+/// Each budget in a batch's way, with the pods it covers, then the pods that find no room and
+/// the pods the drain waits for (`-o wide`).
 fn forecast_lines(out: &mut String, f: &Forecast) {
     let stalls = f.blocks.iter().map(|s| ("blocks", s));
     for (word, s) in stalls.chain(f.waits.iter().map(|s| ("waits", s))) {
@@ -208,6 +208,20 @@ fn forecast_lines(out: &mut String, f: &Forecast) {
     }
     for p in &f.pending {
         let _ = writeln!(out, "     pending {}: {}", listed(&p.pods), p.reason);
+    }
+    if !f.do_not_disrupt.is_empty() {
+        let _ = writeln!(
+            out,
+            "     drain holds for pods that ask not to be disrupted, until they go away: {}",
+            listed(&f.do_not_disrupt)
+        );
+    }
+    if !f.wait_for_completion.is_empty() {
+        let _ = writeln!(
+            out,
+            "     drain holds for pods that run to completion, until they complete: {}",
+            listed(&f.wait_for_completion)
+        );
     }
 }
 

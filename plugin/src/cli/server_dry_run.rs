@@ -10,7 +10,7 @@ use crate::cluster::eviction::Eviction;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::ObjectSource;
 use crate::plan::PlanOptions;
-use crate::plan::drain::{PodFate, classify};
+use crate::plan::drain::{PodFate, classify, ladder_in_words};
 use crate::policy::Policy;
 use crate::progress::{Collect, Event, Lines, Reporter};
 
@@ -57,12 +57,19 @@ pub fn run(
                         refusals.push(refuse("cordon".into(), e.to_string()));
                     }
                     for pod in cluster.pods_on(node).await? {
-                        let id = format!("{}/{}", pod.namespace, pod.name);
+                        let id = pod.id();
                         match classify(&pod, &options.drain) {
                             PodFate::Refuse(reason) => {
                                 refusals.push(refuse(format!("drain {id}"), reason.to_string()))
                             }
                             PodFate::Skip(_) => {}
+                            // Nothing is sent for a held pod until its wait ends.
+                            PodFate::Hold(hold) => reporter.report(Event::PodHeld {
+                                node: node.into(),
+                                pod: id,
+                                reason: hold.describe(),
+                                timeout_seconds: hold.timeout(&options.drain.rules).as_secs(),
+                            }),
                             PodFate::Evict { .. } => {
                                 let grace = (args.grace_period >= 0).then_some(args.grace_period);
                                 match cluster
@@ -75,8 +82,14 @@ pub fn run(
                                     }),
                                     Ok(Eviction::Gone) => {}
                                     Ok(Eviction::Blocked { message }) => {
-                                        let why =
+                                        let mut why =
                                             cluster.why_blocked(&pod, version, &message).await;
+                                        if let Some(ladder) = ladder_in_words(&options.drain.rules)
+                                        {
+                                            why.push_str(&format!(
+                                                "; the escalation ladder would then {ladder}"
+                                            ));
+                                        }
                                         refusals.push(refuse(format!("evict {id}"), why));
                                     }
                                     Err(e) => {

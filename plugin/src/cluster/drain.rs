@@ -10,15 +10,15 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Node, Pod as K8sPod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
 
-use super::eviction::Eviction;
 use super::{Cluster, ClusterError, Request, urlencode};
 use crate::events::{Event, Reporter};
-use crate::plan::drain::{DrainOptions, PodFate, classify};
+use crate::plan::drain::{DrainOptions, PodFate, classify, in_turns};
 use crate::snapshot::{Pdb, Pod, Snapshot};
+
+mod pods;
 
 /// How many times a compare-and-swap of a node is tried when others keep changing it.
 const CONFLICT_ATTEMPTS: u32 = 5;
@@ -47,6 +47,26 @@ pub enum DrainError {
         node: String,
         timeout: Duration,
         remaining: Vec<String>,
+    },
+    /// A pod that asks not to be disrupted was still there when its wait ran out.
+    #[error(
+        "draining node {node}: pod {pod} {why} and was still there after {waited:?}; stopping (the same command resumes; drain.afterTimeout: Evict evicts it instead)"
+    )]
+    Held {
+        node: String,
+        pod: String,
+        why: String,
+        waited: Duration,
+    },
+    /// An eviction stayed refused through every rung of the policy's escalation ladder.
+    #[error(
+        "draining node {node}: the eviction of pod {pod} stayed refused through the escalation ladder ({ladder}): {reason}"
+    )]
+    LadderEnded {
+        node: String,
+        pod: String,
+        ladder: String,
+        reason: String,
     },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -248,24 +268,26 @@ impl Cluster {
         }
     }
 
-    /// Drains a node that is already cordoned. Once the pods it found are gone the node is
-    /// listed again: a pod bound while the cordon was reaching the scheduler (its cache lags)
-    /// is drained too, so that the node is empty when this returns.
+    /// Drains a node that is already cordoned: held pods are waited for while the others are
+    /// evicted, turn by turn. Once the pods it found are gone the node is listed again: a pod
+    /// bound while the cordon was reaching the scheduler (its cache lags) is drained too, so
+    /// that the node is empty when this returns.
     pub async fn drain(
         &self,
         node: &str,
         settings: &DrainSettings,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
-        let deadline = Instant::now() + settings.timeout;
+        let mut deadline = Instant::now() + settings.timeout;
         let mut first = true;
         loop {
             let pods = self.pods_on(node).await?;
             let mut evict = Vec::new();
+            let mut held = Vec::new();
             let mut skipped = Vec::new();
             let mut refused = Vec::new();
             for pod in pods {
-                let id = format!("{}/{}", pod.namespace, pod.name);
+                let id = pod.id();
                 match classify(&pod, &settings.options) {
                     PodFate::Evict { warning } => {
                         if let Some(w) = warning {
@@ -275,6 +297,7 @@ impl Cluster {
                         }
                         evict.push(pod);
                     }
+                    PodFate::Hold(hold) => held.push((pod, hold)),
                     PodFate::Skip(reason) => skipped.push(format!("{id} ({reason})")),
                     PodFate::Refuse(reason) => refused.push(format!("pod {id} {reason}")),
                 }
@@ -287,15 +310,17 @@ impl Cluster {
             }
             let ids: Vec<String> = evict
                 .iter()
-                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .chain(held.iter().map(|(p, _)| p))
+                .map(Pod::id)
                 .collect();
             if first {
                 reporter.report(Event::DrainStarted {
                     node: node.into(),
                     pods: evict.len(),
                     skipped,
+                    held: held.iter().map(|(p, _)| p.id()).collect(),
                 });
-            } else if evict.is_empty() {
+            } else if ids.is_empty() {
                 break;
             } else if Instant::now() >= deadline {
                 return Err(DrainError::Timeout {
@@ -306,24 +331,56 @@ impl Cluster {
             } else {
                 reporter.report(Event::Warning {
                     message: format!(
-                        "{} pod(s) came to node {node} while it drained: {}; evicting them too",
+                        "{} pod(s) came to node {node} while it drained: {}; draining them too",
                         ids.len(),
                         ids.join(", ")
                     ),
                 });
             }
+            let waits = join_all(
+                held.iter()
+                    .map(|(pod, hold)| self.hold_pod(node, pod, *hold, settings, reporter)),
+            );
+            let turns = self.evict_in_turns(node, evict, settings, deadline, reporter);
+            let (waited, evicted) = futures::future::join(waits, turns).await;
+            evicted?;
+            for result in waited {
+                result?;
+            }
+            if !held.is_empty() {
+                // Held pods may have taken far longer than the drain timeout; whoever came
+                // meanwhile gets a drain timeout of its own.
+                deadline = deadline.max(Instant::now() + settings.timeout);
+            }
+            if first && ids.is_empty() {
+                break;
+            }
+            first = false;
+        }
+        reporter.report(Event::Drained { node: node.into() });
+        Ok(())
+    }
+
+    /// Evicts `pods` in the turns of the policy's `drain.order`: a turn's pods in parallel, and
+    /// all of them gone before the next turn starts.
+    async fn evict_in_turns(
+        &self,
+        node: &str,
+        pods: Vec<Pod>,
+        settings: &DrainSettings,
+        deadline: Instant,
+        reporter: &dyn Reporter,
+    ) -> Result<(), DrainError> {
+        for turn in in_turns(pods, &settings.options.rules.order) {
             let results = join_all(
-                evict
-                    .iter()
+                turn.iter()
                     .map(|pod| self.remove_pod(node, pod, settings, deadline, reporter)),
             )
             .await;
             let mut remaining = Vec::new();
-            for (id, result) in ids.into_iter().zip(results) {
-                match result {
-                    Ok(true) => {}
-                    Ok(false) => remaining.push(id),
-                    Err(e) => return Err(e.into()),
+            for (pod, result) in turn.iter().zip(results) {
+                if !result? {
+                    remaining.push(pod.id());
                 }
             }
             if !remaining.is_empty() {
@@ -333,105 +390,7 @@ impl Cluster {
                     remaining,
                 });
             }
-            if first && evict.is_empty() {
-                break;
-            }
-            first = false;
         }
-        reporter.report(Event::Drained { node: node.into() });
         Ok(())
-    }
-
-    /// Evicts (or deletes) one pod and waits for it to be gone. `Ok(false)`: the deadline passed.
-    async fn remove_pod(
-        &self,
-        node: &str,
-        pod: &Pod,
-        settings: &DrainSettings,
-        deadline: Instant,
-        reporter: &dyn Reporter,
-    ) -> Result<bool, ClusterError> {
-        let id = format!("{}/{}", pod.namespace, pod.name);
-        let grace = (settings.grace_period >= 0).then_some(settings.grace_period);
-        loop {
-            let outcome = if settings.options.disable_eviction {
-                self.delete_pod(pod, grace).await?
-            } else {
-                self.evict(
-                    settings.policy_version,
-                    &pod.namespace,
-                    &pod.name,
-                    grace,
-                    false,
-                )
-                .await?
-            };
-            match outcome {
-                Eviction::Evicted => {
-                    reporter.report(Event::Evicted {
-                        node: node.into(),
-                        pod: id.clone(),
-                    });
-                    break;
-                }
-                Eviction::Gone => return Ok(true),
-                Eviction::Blocked { message } => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    reporter.report(Event::EvictionBlocked {
-                        node: node.into(),
-                        pod: id.clone(),
-                        reason: self
-                            .why_blocked(pod, settings.policy_version, &message)
-                            .await,
-                        retry_seconds: EVICTION_RETRY.as_secs(),
-                        seconds_left: left.as_secs(),
-                    });
-                    tokio::time::sleep(EVICTION_RETRY.min(left)).await;
-                }
-            }
-        }
-        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(
-            left,
-            await_condition(api, &pod.name, conditions::is_deleted(&pod.uid)),
-        )
-        .await
-        {
-            Ok(Ok(_)) => {
-                reporter.report(Event::PodGone {
-                    node: node.into(),
-                    pod: id,
-                });
-                Ok(true)
-            }
-            Ok(Err(e)) => Err(ClusterError::Unreachable {
-                server: self.server.clone(),
-                message: format!("watching pod {id}: {e}"),
-            }),
-            Err(_) => Ok(false),
-        }
-    }
-
-    async fn delete_pod(&self, pod: &Pod, grace: Option<i64>) -> Result<Eviction, ClusterError> {
-        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let params = DeleteParams {
-            grace_period_seconds: grace.map(|g| g as u32),
-            ..Default::default()
-        };
-        match api.delete(&pod.name, &params).await {
-            Ok(_) => Ok(Eviction::Evicted),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Eviction::Gone),
-            Err(e) => Err(server_error(
-                self,
-                "delete",
-                "pods",
-                Some(&pod.namespace),
-                e,
-            )),
-        }
     }
 }

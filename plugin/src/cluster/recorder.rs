@@ -106,6 +106,18 @@ pub fn record_of(event: &Event) -> Option<Record> {
             related_pod: Some(pod.clone()),
             ..node(n, "EvictionBlocked", true)?
         }),
+        Event::PodHeld { node: n, pod, .. } => Some(Record {
+            related_pod: Some(pod.clone()),
+            ..node(n, "PodHeld", false)?
+        }),
+        Event::HoldExpired { node: n, pod, .. } => Some(Record {
+            related_pod: Some(pod.clone()),
+            ..node(n, "HoldExpired", true)?
+        }),
+        Event::DrainEscalated { node: n, pod, .. } => Some(Record {
+            related_pod: Some(pod.clone()),
+            ..node(n, "DrainEscalated", true)?
+        }),
         Event::GroupStarted { .. } => run("GroupStarted", false),
         Event::Surging { .. } => run("Surging", false),
         Event::BatchStarted { .. } => run("BatchStarted", false),

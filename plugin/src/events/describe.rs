@@ -61,13 +61,35 @@ impl Event {
                 node,
                 pods,
                 skipped,
+                held,
             } => {
                 let mut line = format!("draining node {node}: {pods} pod(s) to evict");
+                if !held.is_empty() {
+                    line.push_str(&format!(", waiting for {}", held.join(", ")));
+                }
                 if !skipped.is_empty() {
                     line.push_str(&format!(", leaving {}", skipped.join(", ")));
                 }
                 line
             }
+            Event::PodHeld {
+                node,
+                pod,
+                reason,
+                timeout_seconds,
+            } => format!(
+                "draining node {node}: pod {pod} {reason}, for up to {}",
+                human_duration(*timeout_seconds as i64)
+            ),
+            Event::HoldExpired { node, pod, then } => {
+                format!("draining node {node}: pod {pod} was waited for long enough; {then}")
+            }
+            Event::DrainEscalated {
+                node,
+                pod,
+                rung,
+                reason,
+            } => format!("draining node {node}: escalation rung {rung} for pod {pod}: {reason}"),
             Event::Evicted { node, pod } => format!("evicted pod {pod} from {node}"),
             Event::EvictionBlocked {
                 pod,

@@ -72,11 +72,35 @@ pub enum Event {
         node: String,
         key: String,
     },
-    /// A drain starts: how many pods it moves and which it leaves.
+    /// A drain starts: how many pods it moves, which it leaves and which it waits for.
     DrainStarted {
         node: String,
         pods: usize,
         skipped: Vec<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        held: Vec<String>,
+    },
+    /// The drain waits for a pod rather than evicting it: it asks not to be disrupted, or runs
+    /// to completion.
+    PodHeld {
+        node: String,
+        pod: String,
+        reason: String,
+        timeout_seconds: u64,
+    },
+    /// A held pod was still there at its timeout; `then` says what the drain does now.
+    HoldExpired {
+        node: String,
+        pod: String,
+        then: String,
+    },
+    /// An eviction refused for long enough took the next rung of the policy's escalation
+    /// ladder (`DeleteUnready`, `Delete`).
+    DrainEscalated {
+        node: String,
+        pod: String,
+        rung: String,
+        reason: String,
     },
     Evicted {
         node: String,

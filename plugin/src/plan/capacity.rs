@@ -323,7 +323,7 @@ impl<'a> Capacity<'a> {
                 continue;
             }
             let needs = needs(pod);
-            let key = format!("{}/{}", pod.namespace, pod.name);
+            let key = pod.id();
             let reason = if self.place(pod, &[COMING]) {
                 format!(
                     "fits on no schedulable node until the batch's replacements are Ready ({needs})"

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::plan::drain::DrainOptions;
+use crate::plan::drain::{DrainOptions, Hold, PodFate, classify, ladder_in_words};
 use crate::plan::health::{Index, evictions_by_budget};
 
 /// A batch's drain, as the budgets it meets will let it go.
@@ -24,6 +24,14 @@ pub struct Forecast {
     /// "reason": "…"}]`, one entry per reason.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<Pending>,
+    /// Pods that ask not to be disrupted (`ns/pod`): the drain waits for each to go away, up to
+    /// `drain.doNotDisruptTimeout`.
+    #[serde(rename = "doNotDisrupt", skip_serializing_if = "Vec::is_empty")]
+    pub do_not_disrupt: Vec<String>,
+    /// Running pods of Jobs (or annotated to be waited for): the drain waits for each to
+    /// complete, up to `drain.jobTimeout`.
+    #[serde(rename = "waitForCompletion", skip_serializing_if = "Vec::is_empty")]
+    pub wait_for_completion: Vec<String>,
 }
 
 /// Pods of a batch that find no room, and why.
@@ -45,10 +53,11 @@ pub struct Stall {
 }
 
 impl Forecast {
-    /// `blocks`, `waits`, `pending` or `ok`: the worst of it in a word.
+    /// `blocks`, `holds`, `waits`, `pending` or `ok`: the worst of it in a word.
     pub fn word(forecast: Option<&Forecast>) -> &'static str {
         match forecast {
             Some(f) if !f.blocks.is_empty() => "blocks",
+            Some(f) if !f.do_not_disrupt.is_empty() || !f.wait_for_completion.is_empty() => "holds",
             Some(f) if !f.waits.is_empty() => "waits",
             Some(f) if !f.pending.is_empty() => "pending",
             _ => "ok",
@@ -56,28 +65,37 @@ impl Forecast {
     }
 }
 
-/// The budgets in the way of draining `batch`; none when nothing is in its way (or no drain
-/// consults a budget: `--disable-eviction` deletes pods).
+/// The pods the drain of `batch` waits for and the budgets in its way; none when nothing is
+/// (no drain consults a budget with `--disable-eviction`: it deletes pods).
 pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option<Forecast> {
+    let mut forecast = Forecast::default();
+    for node in batch {
+        for pod in index.pods_on(node) {
+            match classify(pod, drain) {
+                PodFate::Hold(Hold::DoNotDisrupt { .. }) => forecast.do_not_disrupt.push(pod.id()),
+                PodFate::Hold(Hold::Completion) => forecast.wait_for_completion.push(pod.id()),
+                _ => {}
+            }
+        }
+    }
     if drain.disable_eviction {
-        return None;
+        return (forecast != Forecast::default()).then_some(forecast);
     }
     let nodes: Vec<&str> = batch.iter().map(String::as_str).collect();
-    let mut forecast = Forecast::default();
+    let ladder = ladder_in_words(&drain.rules)
+        .map(|l| format!("; escalation ladder: {l}"))
+        .unwrap_or_default();
     for ((namespace, name), (budget, evicted)) in evictions_by_budget(index, &nodes, drain) {
         let pdb = format!("{namespace}/{name}");
         let allowed = budget.disruptions_allowed;
-        let pods: Vec<String> = evicted
-            .iter()
-            .map(|p| format!("{}/{}", p.namespace, p.name))
-            .collect();
+        let pods: Vec<String> = evicted.iter().map(|p| p.id()).collect();
         let n = pods.len();
         if allowed <= 0 {
             forecast.blocks.push(Stall {
                 pdb,
                 pods,
                 reason: format!(
-                    "allows no disruption now (disruptionsAllowed {allowed}): the drain waits until its pods are healthy, up to the drain timeout"
+                    "allows no disruption now (disruptionsAllowed {allowed}): the drain waits until its pods are healthy, up to the drain timeout{ladder}"
                 ),
             });
         } else if n as i64 > i64::from(allowed) {
@@ -145,7 +163,7 @@ mod tests {
     }
 
     #[test]
-    fn the_word_is_the_worst_of_blocks_waits_pending_ok() {
+    fn the_word_is_the_worst_of_blocks_holds_waits_pending_ok() {
         let stall = Stall {
             pdb: "shop/web".into(),
             pods: vec!["shop/web-1".into()],
@@ -161,8 +179,47 @@ mod tests {
         assert_eq!(Forecast::word(Some(&f)), "pending");
         f.waits.push(stall.clone());
         assert_eq!(Forecast::word(Some(&f)), "waits");
+        f.wait_for_completion.push("batch/job-1".into());
+        assert_eq!(Forecast::word(Some(&f)), "holds");
         f.blocks.push(stall);
         assert_eq!(Forecast::word(Some(&f)), "blocks");
         assert_eq!(Forecast::word(Some(&Forecast::default())), "ok");
+    }
+
+    #[test]
+    fn pods_the_drain_waits_for_are_listed_even_when_it_deletes() {
+        let held = |name: &str, owner: &str, annotations: &str| {
+            format!(
+                r#"{{"kind": "Pod", "apiVersion": "v1", "metadata": {{"name": "{name}", "namespace": "shop", "annotations": {{{annotations}}}, "ownerReferences": [{{"kind": "{owner}", "name": "o", "controller": true}}]}}, "spec": {{"nodeName": "n1"}}, "status": {{"phase": "Running"}}}}"#
+            )
+        };
+        let items = [
+            held(
+                "cache-0",
+                "StatefulSet",
+                r#""karpenter.sh/do-not-disrupt": "true""#,
+            ),
+            held("report-1", "Job", ""),
+            held(
+                "web-1",
+                "ReplicaSet",
+                r#""karpenter.sh/do-not-disrupt": "false""#,
+            ),
+        ];
+        let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
+        let snapshot = Snapshot::from_json(json.as_bytes()).unwrap();
+        let index = Index::new(&snapshot);
+        for disable_eviction in [false, true] {
+            let drain = DrainOptions {
+                disable_eviction,
+                ..Default::default()
+            };
+            let f = of_batch(&index, &["n1".into()], &drain).unwrap();
+            assert_eq!(f.do_not_disrupt, ["shop/cache-0"]);
+            assert_eq!(f.wait_for_completion, ["shop/report-1"]);
+            let json = serde_json::to_value(&f).unwrap();
+            assert_eq!(json["doNotDisrupt"][0], "shop/cache-0");
+            assert_eq!(json["waitForCompletion"][0], "shop/report-1");
+        }
     }
 }

@@ -78,7 +78,8 @@ pub enum Prepared {
 /// Reads a group's candidates and resolves its budget for the built-in selection.
 ///
 /// Built-in selection: outdated instances first, then (with `--force`) up-to-date ones,
-/// instances detached by an earlier run last, each in name order.
+/// instances detached by an earlier run last, each in name order but with the nodes that hold a
+/// pod asking not to be disrupted after the others (their drains wait for those pods).
 pub fn prepare_group(
     index: &Index,
     policy: &Policy,
@@ -97,6 +98,10 @@ pub fn prepare_group(
             None => current.push(*node),
         }
     }
+    // Stable: name order within each side.
+    let holds = |n: &&Node| holds_do_not_disrupt(index, &n.name, &options.drain);
+    outdated.sort_by_key(|(n, _)| holds(n));
+    current.sort_by_key(holds);
     let up_to_date = current.len() as u32;
     let force = options.force;
     let candidates: Vec<Candidate> = outdated
@@ -221,6 +226,16 @@ pub fn candidate(
 
 /// `candidates` as they are in `snapshot` now, keeping the reasons they were chosen for; an
 /// instance that is gone keeps its last known state.
+/// Whether a drain of `node` would wait for a pod that asks not to be disrupted.
+fn holds_do_not_disrupt(index: &Index, node: &str, drain_options: &drain::DrainOptions) -> bool {
+    index.pods_on(node).iter().any(|p| {
+        matches!(
+            drain::classify(p, drain_options),
+            drain::PodFate::Hold(drain::Hold::DoNotDisrupt { .. })
+        )
+    })
+}
+
 pub fn refresh(
     index: &Index,
     drain_options: &drain::DrainOptions,

@@ -13,10 +13,12 @@ use serde_saphyr::Spanned;
 
 use crate::quantity::parse_memory;
 
+pub mod drain;
 mod int_or_percent;
 pub mod positions;
 pub mod provider;
 
+use drain::{DrainPolicy, RawDrain};
 pub use int_or_percent::IntOrPercent;
 use provider::ProviderSpec;
 
@@ -167,6 +169,9 @@ pub struct Policy {
     pub provider: Option<ProviderSpec>,
     /// How long to hold after each batch before the next, validating again at the end.
     pub soak: Option<Duration>,
+    /// How drains treat pods that ask not to be disrupted, Jobs, eviction order and budgets
+    /// that keep refusing.
+    pub drain: DrainPolicy,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +207,7 @@ struct Spec {
     #[serde(default)]
     provider: Option<Spanned<ProviderSpec>>,
     soak_time: Option<Spanned<String>>,
+    drain: Option<RawDrain>,
 }
 
 #[derive(Deserialize)]
@@ -437,7 +443,9 @@ impl Policy {
             None => None,
         };
         let soak = spec.soak_time.as_ref().map(|s| at.soak(s)).transpose()?;
+        let drain = spec.drain.map(|d| at.drain(d)).transpose()?;
         Ok(Policy {
+            drain: drain.unwrap_or_default(),
             source: file.to_string(),
             provider,
             soak,

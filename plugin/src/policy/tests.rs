@@ -205,3 +205,93 @@ fn soak_times_for_the_policy_and_a_group_within_a_day() {
         "{long}"
     );
 }
+
+const DRAIN: &str = "\
+apiVersion: rollout-ext/v1alpha1
+kind: RolloutPolicy
+spec:
+  drain:
+    doNotDisruptTimeout: 30m
+    afterTimeout: Evict
+    jobTimeout: 3h
+    order:
+      - {order: 1, podSelector: \"tier=frontend\"}
+      - {order: 2, namespaces: [payments], priorityClassNames: [high]}
+    escalation:
+      - {rung: Retry, wait: 10m}
+      - {rung: DeleteUnready, wait: 5m}
+      - {rung: Stop}
+";
+
+#[test]
+fn reads_the_drain_section() {
+    use drain::{AfterTimeout, Rung, RungAction};
+    let d = parse(DRAIN).unwrap().drain;
+    assert_eq!(d.do_not_disrupt_timeout, Duration::from_secs(1800));
+    assert_eq!(d.after_timeout, AfterTimeout::Evict);
+    assert_eq!(d.job_timeout, Duration::from_secs(3 * 3600));
+    assert_eq!(d.order.len(), 2);
+    assert_eq!(d.order[0].order, 1);
+    assert!(d.order[0].pod_selector.is_some());
+    assert_eq!(d.order[1].namespaces, ["payments"]);
+    assert_eq!(d.order[1].priority_class_names, ["high"]);
+    assert_eq!(
+        d.escalation,
+        [
+            Rung {
+                action: RungAction::Retry,
+                wait: Duration::from_secs(600)
+            },
+            Rung {
+                action: RungAction::DeleteUnready,
+                wait: Duration::from_secs(300)
+            },
+        ]
+    );
+    // Without the section: kubectl's drain, with the documented waits.
+    let plain = parse("apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\n").unwrap();
+    assert_eq!(plain.drain, drain::DrainPolicy::default());
+    assert_eq!(
+        plain.drain.do_not_disrupt_timeout,
+        Duration::from_secs(3600)
+    );
+    assert_eq!(plain.drain.job_timeout, Duration::from_secs(7200));
+}
+
+#[test]
+fn drain_mistakes_name_their_line() {
+    let cases = [
+        ("    doNotDisruptTimeout: 0s\n", 5, "expected more than 0"),
+        ("    afterTimeout: Later\n", 5, "Later"),
+        ("    order:\n      - {order: 1}\n", 6, "matches every pod"),
+        (
+            "    order:\n      - {order: 1, podSelector: \"a in (\"}\n",
+            6,
+            "podSelector",
+        ),
+        (
+            "    escalation:\n      - {rung: Retry}\n",
+            6,
+            "expected a wait",
+        ),
+        (
+            "    escalation:\n      - {rung: Stop}\n      - {rung: Retry, wait: 1m}\n",
+            6,
+            "comes last",
+        ),
+        (
+            "    escalation:\n      - {rung: Drop, wait: 1m}\n",
+            6,
+            "Drop",
+        ),
+        ("    drainTimeout: 1m\n", 5, "drainTimeout"),
+    ];
+    for (lines, line, says) in cases {
+        let text = format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  drain:\n{lines}"
+        );
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, line, "{lines}: {e}");
+        assert!(e.to_string().contains(says), "{lines}: {e}");
+    }
+}

@@ -7,6 +7,7 @@ use std::io::{BufRead, Write};
 use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
 use super::{GroupRun, RotateError, Rotation};
+use crate::cluster::drain::DrainError;
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
@@ -115,6 +116,11 @@ impl Rotation<'_> {
             .await
         {
             Ok(()) => {}
+            // A pod that asks not to be disrupted, and a ladder that ends in Stop, stop the run
+            // whatever --fail-on-drain-error says: both are the policy's explicit word.
+            Err(e @ (DrainError::Held { .. } | DrainError::LadderEnded { .. })) => {
+                return Err(e.into());
+            }
             Err(e) if !self.settings.fail_on_drain_error => {
                 self.warn(format!("{e}; continuing (--fail-on-drain-error=false)"));
             }

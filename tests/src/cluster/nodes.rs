@@ -206,6 +206,53 @@ impl NodeSim {
             .await?
     }
 
+    /// Ends a running pod's containers, as its kubelet would when they exit 0: the pod turns
+    /// `Succeeded`.
+    pub async fn complete_pod(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        let t = now();
+        let status = json!({"status": {
+            "phase": "Succeeded",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": t},
+                           {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": t}],
+        }});
+        self.patch_pod_status(namespace, name, status).await
+    }
+
+    /// Makes a running pod report not Ready (a failing readiness probe), or Ready again.
+    pub async fn set_pod_ready(
+        &self,
+        namespace: &str,
+        name: &str,
+        ready: bool,
+    ) -> anyhow::Result<()> {
+        let t = now();
+        let status = if ready { "True" } else { "False" };
+        let status = json!({"status": {
+            "conditions": [{"type": "Ready", "status": status, "lastTransitionTime": t},
+                           {"type": "ContainersReady", "status": status, "lastTransitionTime": t}],
+        }});
+        self.patch_pod_status(namespace, name, status).await
+    }
+
+    async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let name = name.to_string();
+        self.runtime
+            .spawn(async move {
+                // A strategic merge replaces the conditions it names and keeps the others.
+                api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
+                    .await
+                    .map(|_| ())
+            })
+            .await??;
+        Ok(())
+    }
+
     /// The spec a simulated node was registered with.
     pub fn spec_of(&self, name: &str) -> Option<NodeSpec> {
         self.state

@@ -1,0 +1,317 @@
+//! One pod of a drain: evicted (climbing the policy's escalation ladder while its budget
+//! refuses), deleted, or waited for when it asks not to be disrupted or runs to completion.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod as K8sPod;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::wait::await_condition;
+
+use super::{DrainError, DrainSettings, EVICTION_RETRY, server_error};
+use crate::cluster::eviction::Eviction;
+use crate::cluster::{Cluster, ClusterError};
+use crate::events::{Event, Reporter};
+use crate::plan::drain::{Hold, PodFate, eviction_fate, ladder_in_words, ladder_length, rung_at};
+use crate::policy::drain::{AfterTimeout, RungAction};
+use crate::snapshot::Pod;
+
+/// How a held pod's wait ended.
+enum HoldEnd {
+    Gone,
+    /// It completed: nothing left to disrupt, it is removed at once.
+    Completed,
+    /// It no longer asks not to be disrupted: it is evicted like any other pod.
+    Released,
+    TimedOut,
+}
+
+impl Cluster {
+    /// Evicts (or deletes) one pod and waits for it to be gone. `Ok(false)`: the deadline passed.
+    /// While a budget refuses the eviction, the policy's escalation ladder says what to do: the
+    /// ladder keeps its own time (its last rung stops the drain), and the pod then has the drain
+    /// timeout to be gone.
+    pub(super) async fn remove_pod(
+        &self,
+        node: &str,
+        pod: &Pod,
+        settings: &DrainSettings,
+        mut deadline: Instant,
+        reporter: &dyn Reporter,
+    ) -> Result<bool, DrainError> {
+        let id = pod.id();
+        let grace = (settings.grace_period >= 0).then_some(settings.grace_period);
+        let rules = &settings.options.rules;
+        let mut refused_since: Option<Instant> = None;
+        let mut delete = settings.options.disable_eviction;
+        loop {
+            let outcome = if delete {
+                self.delete_pod(pod, grace).await?
+            } else {
+                self.evict(
+                    settings.policy_version,
+                    &pod.namespace,
+                    &pod.name,
+                    grace,
+                    false,
+                )
+                .await?
+            };
+            let message = match outcome {
+                Eviction::Evicted => {
+                    reporter.report(Event::Evicted {
+                        node: node.into(),
+                        pod: id.clone(),
+                    });
+                    break;
+                }
+                Eviction::Gone => return Ok(true),
+                Eviction::Blocked { message } => message,
+            };
+            let since = *refused_since.get_or_insert_with(Instant::now);
+            let left = match ladder_length(rules) {
+                Some(length) => {
+                    deadline = deadline.max(Instant::now() + settings.timeout);
+                    length.saturating_sub(since.elapsed())
+                }
+                None => deadline.saturating_duration_since(Instant::now()),
+            };
+            if left.is_zero() && rules.escalation.is_empty() {
+                return Ok(false);
+            }
+            let reason = self
+                .why_blocked(pod, settings.policy_version, &message)
+                .await;
+            match rung_at(rules, since.elapsed()) {
+                RungAction::Retry => {}
+                RungAction::DeleteUnready if self.pod_ready(pod).await? => {}
+                rung @ (RungAction::DeleteUnready | RungAction::Delete) => {
+                    let why = match rung {
+                        RungAction::DeleteUnready => {
+                            "it is not Ready and its budget refuses its eviction: deleting it"
+                        }
+                        _ => "its budget still refuses its eviction: deleting it instead",
+                    };
+                    reporter.report(Event::DrainEscalated {
+                        node: node.into(),
+                        pod: id.clone(),
+                        rung: rung.as_str().into(),
+                        reason: format!("{why} ({reason})"),
+                    });
+                    delete = true;
+                    continue;
+                }
+                RungAction::Stop => {
+                    return Err(DrainError::LadderEnded {
+                        node: node.into(),
+                        pod: id,
+                        ladder: ladder_in_words(rules).unwrap_or_default(),
+                        reason,
+                    });
+                }
+            }
+            reporter.report(Event::EvictionBlocked {
+                node: node.into(),
+                pod: id.clone(),
+                reason,
+                retry_seconds: EVICTION_RETRY.as_secs(),
+                seconds_left: left.as_secs(),
+            });
+            tokio::time::sleep(EVICTION_RETRY.min(left.max(Duration::from_millis(100)))).await;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.pod_gone(pod, left).await? {
+            true => {
+                reporter.report(Event::PodGone {
+                    node: node.into(),
+                    pod: id,
+                });
+                Ok(true)
+            }
+            false => Ok(false),
+        }
+    }
+
+    /// Waits for a held pod to go away (or complete) up to its timeout, then evicts what is left
+    /// of it, or stops when the policy says so.
+    pub(super) async fn hold_pod(
+        &self,
+        node: &str,
+        pod: &Pod,
+        hold: Hold,
+        settings: &DrainSettings,
+        reporter: &dyn Reporter,
+    ) -> Result<(), DrainError> {
+        let rules = &settings.options.rules;
+        let timeout = hold.timeout(rules);
+        reporter.report(Event::PodHeld {
+            node: node.into(),
+            pod: pod.id(),
+            reason: hold.describe(),
+            timeout_seconds: timeout.as_secs(),
+        });
+        match self.held_until(pod, hold, timeout).await? {
+            HoldEnd::Gone => {
+                reporter.report(Event::PodGone {
+                    node: node.into(),
+                    pod: pod.id(),
+                });
+                return Ok(());
+            }
+            HoldEnd::Completed => {}
+            HoldEnd::Released => self.may_evict(node, pod, settings)?,
+            HoldEnd::TimedOut => {
+                if matches!(hold, Hold::DoNotDisrupt { .. })
+                    && rules.after_timeout == AfterTimeout::Stop
+                {
+                    return Err(DrainError::Held {
+                        node: node.into(),
+                        pod: pod.id(),
+                        why: hold.why(),
+                        waited: timeout,
+                    });
+                }
+                self.may_evict(node, pod, settings)?;
+                reporter.report(Event::HoldExpired {
+                    node: node.into(),
+                    pod: pod.id(),
+                    then: "evicting it".into(),
+                });
+            }
+        }
+        let deadline = Instant::now() + settings.timeout;
+        if self
+            .remove_pod(node, pod, settings, deadline, reporter)
+            .await?
+        {
+            return Ok(());
+        }
+        Err(DrainError::Timeout {
+            node: node.into(),
+            timeout: settings.timeout,
+            remaining: vec![pod.id()],
+        })
+    }
+
+    /// Whether a held pod that is still running may be evicted now that its wait ended:
+    /// kubectl's local-storage and unreplicated rules still apply.
+    fn may_evict(&self, node: &str, pod: &Pod, settings: &DrainSettings) -> Result<(), DrainError> {
+        match eviction_fate(pod, &settings.options) {
+            PodFate::Refuse(reason) => Err(DrainError::Refused {
+                node: node.into(),
+                pods: vec![format!("pod {} {reason}", pod.id())],
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Watches a held pod until it is gone, completes (or, for a do-not-disrupt pod, no longer
+    /// asks), or `timeout` passes.
+    async fn held_until(
+        &self,
+        pod: &Pod,
+        hold: Hold,
+        timeout: Duration,
+    ) -> Result<HoldEnd, ClusterError> {
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let uid = pod.uid.clone();
+        let ended = move |p: Option<&K8sPod>| match p {
+            None => true,
+            Some(p) if p.metadata.uid.as_deref() != Some(uid.as_str()) => true,
+            Some(p) => released(p, hold),
+        };
+        match tokio::time::timeout(timeout, await_condition(api, &pod.name, ended)).await {
+            Err(_) => Ok(HoldEnd::TimedOut),
+            Ok(Err(e)) => Err(ClusterError::Unreachable {
+                server: self.server.clone(),
+                message: format!("watching pod {}: {e}", pod.id()),
+            }),
+            Ok(Ok(Some(p))) if p.metadata.uid.as_deref() == Some(pod.uid.as_str()) => {
+                Ok(if finished(&p) {
+                    HoldEnd::Completed
+                } else {
+                    HoldEnd::Released
+                })
+            }
+            Ok(Ok(_)) => Ok(HoldEnd::Gone),
+        }
+    }
+
+    /// Whether `pod` (as the server has it now) is Ready; a pod already gone is not.
+    async fn pod_ready(&self, pod: &Pod) -> Result<bool, DrainError> {
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let now = api
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| server_error(self, "get", "pods", Some(&pod.namespace), e))?;
+        Ok(now.is_some_and(|p| {
+            p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        }))
+    }
+
+    /// Waits up to `left` for `pod` to be gone; `false` when it is still there.
+    async fn pod_gone(&self, pod: &Pod, left: Duration) -> Result<bool, ClusterError> {
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let gone = kube::runtime::wait::conditions::is_deleted(&pod.uid);
+        match tokio::time::timeout(left, await_condition(api, &pod.name, gone)).await {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) => Err(ClusterError::Unreachable {
+                server: self.server.clone(),
+                message: format!("watching pod {}: {e}", pod.id()),
+            }),
+            Err(_) => Ok(false),
+        }
+    }
+
+    pub(super) async fn delete_pod(
+        &self,
+        pod: &Pod,
+        grace: Option<i64>,
+    ) -> Result<Eviction, ClusterError> {
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: grace.map(|g| g as u32),
+            ..Default::default()
+        };
+        match api.delete(&pod.name, &params).await {
+            Ok(_) => Ok(Eviction::Evicted),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Eviction::Gone),
+            Err(e) => Err(server_error(
+                self,
+                "delete",
+                "pods",
+                Some(&pod.namespace),
+                e,
+            )),
+        }
+    }
+}
+
+/// Whether a held pod may go now: it completed, or (do-not-disrupt) no longer asks.
+fn released(pod: &K8sPod, hold: Hold) -> bool {
+    if finished(pod) {
+        return true;
+    }
+    match hold {
+        Hold::Completion => false,
+        Hold::DoNotDisrupt { annotation } => {
+            let asks = crate::keys::DO_NOT_DISRUPT
+                .iter()
+                .find(|(key, _)| *key == annotation)
+                .map(|(_, value)| *value);
+            let annotations = pod.metadata.annotations.as_ref();
+            annotations
+                .and_then(|a| a.get(annotation))
+                .map(String::as_str)
+                != asks
+        }
+    }
+}
+
+fn finished(pod: &K8sPod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}

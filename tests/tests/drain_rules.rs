@@ -1,0 +1,398 @@
+//! The policy's drain rules on the real test bed: a pod that asks not to be disrupted keeps its
+//! node last and undrained until it goes, Job pods are left to complete, pods leave in the turns
+//! of `drain.order` (critical ones last), and the escalation ladder deletes an unready pod that
+//! holds its own budget at 0. Each test asserts the cluster's state.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::{budgets, create_namespace, replica_set, replica_set_with};
+use rollout_ext_e2e::{events, run_plugin, run_watching};
+use serde_json::{Value, json};
+
+/// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `nodes --yes` of `group` one node at a time, with `drain` lines under the policy's `spec:`
+/// and `extra` flags.
+fn rotate_args(
+    cluster: &TestCluster,
+    dir: &std::path::Path,
+    group: &str,
+    drain: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let policy = cluster.exec_policy(dir, drain);
+    let mut args = cluster.rotate_args(&policy, group);
+    args.extend(
+        ["--max-unavailable", "1"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+    );
+    args
+}
+
+/// The names of the pods of `namespace` labelled `app=app`.
+async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<String> {
+    let selector = format!("app={app}");
+    pods.list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Whether the run reported `event` about `pod`.
+fn reported(out: &[Value], event: &str, pod: &str) -> bool {
+    out.iter().any(|e| e["event"] == event && e["pod"] == pod)
+}
+
+/// A ReplicaSet of one pod on node `node` that asks not to be disrupted.
+async fn undisruptable(client: &kube::Client, namespace: &str, node: &str) -> String {
+    let metadata = json!({"annotations": {"karpenter.sh/do-not-disrupt": "true"}});
+    let spec = json!({"nodeSelector": {"kubernetes.io/hostname": node}});
+    replica_set_with(client, namespace, "keep", 1, metadata, spec).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    format!("{namespace}/{}", pods_of(&pods, "keep").await[0])
+}
+
+#[tokio::test]
+async fn a_pod_that_asks_not_to_be_disrupted_keeps_its_node_last_and_undrained_until_it_goes() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("dnd", 2).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "dnd").await;
+    replica_set(&client, "dnd", "web", 2).await;
+    let held = undisruptable(&client, "dnd", "dnd-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "dnd", "", &[]);
+
+    // The plan drains dnd-1 last, though its name comes first, and says what holds it.
+    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let printed = run_plugin(plan_args).await;
+    assert!(printed.status.success(), "{printed:?}");
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let batches = &plan["groups"][0]["batches"];
+    assert_eq!(batches[0]["instances"], json!(["dnd-2"]), "{plan}");
+    assert_eq!(batches[1]["instances"], json!(["dnd-1"]), "{plan}");
+    assert_eq!(
+        batches[1]["forecast"]["doNotDisrupt"],
+        json!([held]),
+        "{plan}"
+    );
+
+    // The run holds dnd-1's drain on the pod until the test deletes it.
+    let handle = tokio::runtime::Handle::current();
+    let seen = Arc::new(Mutex::new(None));
+    let during = seen.clone();
+    let held_pod = held.clone();
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "dnd");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "dnd");
+    let watched = pods.clone();
+    let (code, stderr) = run_watching(args, move |event| {
+        if event["event"] != "pod-held" || event["pod"] != held_pod.as_str() {
+            return;
+        }
+        // dnd-2 is already replaced; dnd-1 is cordoned, and the pod still runs there.
+        let terminated = cluster.cloud.terminated("dnd");
+        let name = held_pod.split_once('/').unwrap().1;
+        let still = handle.block_on(watched.get(name)).unwrap();
+        *during.lock().unwrap() = Some((terminated, still.metadata.deletion_timestamp.is_none()));
+        handle
+            .block_on(replica_sets.delete("keep", &DeleteParams::background()))
+            .unwrap();
+    })
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (terminated_then, running_then) = seen.lock().unwrap().take().expect("the pod was held");
+    assert_eq!(terminated_then, ["dnd-2"]);
+    assert!(running_then, "the held pod was not evicted");
+    assert_eq!(cluster.cloud.terminated("dnd"), ["dnd-2", "dnd-1"]);
+    assert!(pods_of(&pods, "keep").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_pod_still_there_when_its_wait_ends_stops_the_run_naming_it() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("dndwait", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "dndwait").await;
+    let held = undisruptable(&client, "dndwait", "dndwait-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(
+        cluster,
+        dir.path(),
+        "dndwait",
+        "",
+        &["--do-not-disrupt-timeout", "2s"],
+    );
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "pod {held} asks not to be disrupted (karpenter.sh/do-not-disrupt)"
+        )),
+        "{stderr}"
+    );
+    assert!(cluster.cloud.terminated("dndwait").is_empty());
+    let pods: Api<Pod> = Api::namespaced(client, "dndwait");
+    let name = held.split_once('/').unwrap().1;
+    let pod = pods.get(name).await.unwrap();
+    assert!(pod.metadata.deletion_timestamp.is_none(), "never evicted");
+}
+
+/// A Job of one pod pinned to `node`, once its pod runs; returns the pod's name.
+async fn running_job(client: &kube::Client, namespace: &str, name: &str, node: &str) -> String {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"app": name}}, "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "registry.invalid/batch:1"}]}}}
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let running = |j: Option<&Job>| {
+        j.and_then(|j| j.status.as_ref())
+            .and_then(|s| s.active)
+            .unwrap_or(0)
+            == 1
+    };
+    tokio::time::timeout(WAIT, await_condition(jobs, name, running))
+        .await
+        .expect("the job runs")
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let name = pods_of(&pods, name).await.remove(0);
+    let is_running = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Running")
+    };
+    tokio::time::timeout(WAIT, await_condition(pods, &name, is_running))
+        .await
+        .expect("the job's pod runs")
+        .unwrap();
+    name
+}
+
+#[tokio::test]
+async fn a_running_job_pod_is_left_to_complete_and_a_completed_one_never_holds_the_drain() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("jobs", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "jobs").await;
+    let done = running_job(&client, "jobs", "done", "jobs-1").await;
+    cluster.nodes.complete_pod("jobs", &done).await.unwrap();
+    let running = running_job(&client, "jobs", "report", "jobs-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = rotate_args(cluster, dir.path(), "jobs", "", &[]);
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "jobs");
+    let handle = tokio::runtime::Handle::current();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let during = seen.clone();
+    let (held, watched) = (format!("jobs/{running}"), pods.clone());
+    let name = running.clone();
+    let (code, stderr) = run_watching(args, move |event| {
+        during.lock().unwrap().push(event.clone());
+        if event["event"] != "pod-held" || event["pod"] != held.as_str() {
+            return;
+        }
+        // Held, not evicted: the pod still runs; then it completes.
+        let pod = handle.block_on(watched.get(&name)).unwrap();
+        assert!(pod.metadata.deletion_timestamp.is_none());
+        handle
+            .block_on(cluster.nodes.complete_pod("jobs", &name))
+            .unwrap();
+    })
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(reported(&seen, "pod-held", &format!("jobs/{running}")));
+    // The pod was removed only once it had completed: the Job succeeded, it did not fail.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "jobs");
+    let report = jobs.get("report").await.unwrap();
+    let status = report.status.unwrap();
+    assert_eq!(status.succeeded, Some(1), "{status:?}");
+    assert_eq!(status.failed, None, "{status:?}");
+    // The completed pod never held the drain.
+    assert!(!reported(&seen, "pod-held", &format!("jobs/{done}")));
+    assert!(!reported(
+        &seen,
+        "eviction-blocked",
+        &format!("jobs/{done}")
+    ));
+    assert_eq!(cluster.cloud.terminated("jobs"), ["jobs-1"]);
+}
+
+/// What a watch of pods saw, in order: a pod's deletion starting, and the pod gone.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Deleting(String),
+    Gone(String),
+}
+
+#[tokio::test]
+async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("order", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "order").await;
+    let on_node = json!({"nodeSelector": {"kops.k8s.io/instancegroup": "order"}});
+    let frontend = json!({"labels": {"tier": "frontend"}});
+    replica_set_with(&client, "order", "front", 2, frontend, on_node.clone()).await;
+    replica_set_with(&client, "order", "back", 2, json!({}), on_node.clone()).await;
+    let mut critical = on_node.clone();
+    critical["priorityClassName"] = json!("system-cluster-critical");
+    replica_set_with(&client, "order", "crit", 2, json!({}), critical).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "order");
+    let turns = [
+        pods_of(&pods, "front").await,
+        pods_of(&pods, "back").await,
+        pods_of(&pods, "crit").await,
+    ];
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let watch = tokio::spawn(watcher(pods.clone(), watcher::Config::default()).for_each(
+        move |event| {
+            let mut log = log.lock().unwrap();
+            match event {
+                Ok(watcher::Event::Apply(p)) if p.metadata.deletion_timestamp.is_some() => {
+                    log.push(Seen::Deleting(p.metadata.name.unwrap()))
+                }
+                Ok(watcher::Event::Delete(p)) => log.push(Seen::Gone(p.metadata.name.unwrap())),
+                _ => {}
+            }
+            std::future::ready(())
+        },
+    ));
+    let drain = "  drain:\n    order:\n      - {order: 1, podSelector: \"tier=frontend\"}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_plugin(rotate_args(cluster, dir.path(), "order", drain, &[])).await;
+    assert!(out.status.success(), "{out:?}");
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    // No pod of a turn starts leaving before every pod of the turns before it is gone.
+    for (t, turn) in turns.iter().enumerate() {
+        for pod in turn {
+            let starts = seen
+                .iter()
+                .position(|s| *s == Seen::Deleting(pod.clone()))
+                .unwrap_or_else(|| panic!("{pod} was never deleted: {seen:?}"));
+            for earlier in turns[..t].iter().flatten() {
+                let gone = seen
+                    .iter()
+                    .position(|s| *s == Seen::Gone(earlier.clone()))
+                    .unwrap_or_else(|| panic!("{earlier} never went: {seen:?}"));
+                assert!(
+                    gone < starts,
+                    "{pod} left before {earlier} was gone: {seen:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A budget `web` (minAvailable 2) over two pods: `web-a` on node `node`, `web-b` on `spare`.
+/// `web-a`'s pod is then made not Ready, which holds the budget at 0 for its own eviction.
+async fn held_by_an_unready_pod(cluster: &TestCluster, group: &str) -> String {
+    cluster.outdated_group(group, 1).await.unwrap();
+    let spare = format!("{group}-spare");
+    cluster
+        .nodes
+        .add(NodeSpec::new(&spare, group))
+        .await
+        .unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, group).await;
+    let node = format!("{group}-1");
+    for (name, on) in [("web-a", &node), ("web-b", &spare)] {
+        let labels = json!({"labels": {"budget": "web"}});
+        let spec = json!({"nodeSelector": {"kubernetes.io/hostname": on}});
+        replica_set_with(&client, group, name, 1, labels, spec).await;
+    }
+    let version = cluster.live().await.policy_version().await.unwrap();
+    let pdbs = budgets(&client, group, version);
+    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "unready"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"budget": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, group);
+    let unready = pods_of(&pods, "web-a").await.remove(0);
+    cluster
+        .nodes
+        .set_pod_ready(group, &unready, false)
+        .await
+        .unwrap();
+    let held_at_zero = |p: Option<&kube::api::DynamicObject>| {
+        p.is_some_and(|p| {
+            p.data["status"]["currentHealthy"] == 1 && p.data["status"]["disruptionsAllowed"] == 0
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs, "unready", held_at_zero))
+        .await
+        .expect("the unready pod holds the budget at 0")
+        .unwrap();
+    format!("{group}/{unready}")
+}
+
+#[tokio::test]
+async fn the_escalation_ladder_deletes_an_unready_pod_that_holds_its_budget_at_zero() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+
+    // Without a ladder the drain waits out its timeout, as kubectl's does, and the run stops.
+    let stuck = held_by_an_unready_pod(cluster, "noladder").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = rotate_args(cluster, dir.path(), "noladder", "", &[]);
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "3s".into();
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(reported(&events(&out), "eviction-blocked", &stuck));
+    assert!(cluster.cloud.terminated("noladder").is_empty());
+
+    // With one, after a short retry the unready pod is deleted and the drain completes.
+    let unready = held_by_an_unready_pod(cluster, "ladder").await;
+    let ladder = "  drain:\n    escalation:\n      - {rung: Retry, wait: 2s}\n      - {rung: DeleteUnready, wait: 1m}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_plugin(rotate_args(cluster, dir.path(), "ladder", ladder, &[])).await;
+    assert!(out.status.success(), "{out:?}");
+    let seen = events(&out);
+    let escalated = seen
+        .iter()
+        .find(|e| e["event"] == "drain-escalated" && e["pod"] == unready.as_str())
+        .unwrap_or_else(|| panic!("no escalation: {seen:?}"));
+    assert_eq!(escalated["rung"], "DeleteUnready");
+    assert!(
+        escalated["reason"]
+            .as_str()
+            .unwrap()
+            .contains("PodDisruptionBudget ladder/unready"),
+        "{escalated}"
+    );
+    assert_eq!(cluster.cloud.terminated("ladder"), ["ladder-1"]);
+}
