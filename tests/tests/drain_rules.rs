@@ -379,7 +379,22 @@ async fn the_escalation_ladder_deletes_an_unready_pod_that_holds_its_budget_at_z
     let unready = held_by_an_unready_pod(cluster, "ladder").await;
     let ladder = "  drain:\n    escalation:\n      - {rung: Retry, wait: 2s}\n      - {rung: DeleteUnready, wait: 1m}\n";
     let dir = tempfile::tempdir().unwrap();
-    let out = run_plugin(rotate_args(cluster, dir.path(), "ladder", ladder, &[])).await;
+    let args = rotate_args(cluster, dir.path(), "ladder", ladder, &[]);
+    // The server's dry run names the refusal and the rungs the ladder would take.
+    let mut dry_run: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    dry_run.push("--dry-run=server".into());
+    let checked = run_plugin(dry_run).await;
+    assert_eq!(checked.status.code(), Some(1), "{checked:?}");
+    let refusals: Value = serde_json::from_slice(&checked.stdout).unwrap();
+    let refusal = &refusals[0];
+    assert_eq!(refusal["call"], format!("evict {unready}"), "{refusals}");
+    assert!(
+        refusal["reason"].as_str().unwrap().ends_with(
+            "escalation ladder: retry the eviction (2s), delete the pod if it is not Ready (1m), stop"
+        ),
+        "{refusals}"
+    );
+    let out = run_plugin(args).await;
     assert!(out.status.success(), "{out:?}");
     let seen = events(&out);
     let escalated = seen

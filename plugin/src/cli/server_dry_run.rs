@@ -86,9 +86,7 @@ pub fn run(
                                             cluster.why_blocked(&pod, version, &message).await;
                                         if let Some(ladder) = ladder_in_words(&options.drain.rules)
                                         {
-                                            why.push_str(&format!(
-                                                "; the escalation ladder would then {ladder}"
-                                            ));
+                                            why.push_str(&format!("; escalation ladder: {ladder}"));
                                         }
                                         refusals.push(refuse(format!("evict {id}"), why));
                                     }
