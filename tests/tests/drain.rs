@@ -369,7 +369,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     let events = watcher.events.events();
     assert!(
         events.iter().any(|e| matches!(e, Event::Warning { message }
-            if message == "1 pod(s) came to node drain-late-1 while it drained: drain-late/late; evicting them too")),
+            if message == "1 pod(s) came to node drain-late-1 while it drained: drain-late/late; draining them too")),
         "{events:?}"
     );
     let evicted: Vec<&str> = events
