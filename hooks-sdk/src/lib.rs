@@ -84,7 +84,7 @@ pub mod testing;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",
-        world: "policy",
+        world: "full-policy",
         // Used only by a bare `__export_policy_world!(T)`; `export_policy!` passes
         // `$crate::bindings` instead, so a renamed dependency works too.
         default_bindings_module: "rollout_ext_hooks::bindings",
@@ -94,6 +94,7 @@ pub mod bindings {
     });
 }
 
+pub use bindings::exports::rollout_ext::policy::draining::{DrainOrder, DrainPod};
 pub use bindings::rollout_ext::policy::types::{
     Batch, BatchSize, Budget, Choice, Context, Group, HookPoint, Info, Instance, InstanceKind,
     KeyValue, Pause, Phase, Role, Selection, SizedBatch, Taint, ValidationSummary, Verdict,
@@ -103,7 +104,7 @@ pub use instances::{Candidate, Instances, LocalInstance};
 pub use objects::{ConfigMap, Node, ObjectMeta, Pod, PodDisruptionBudget};
 pub use progress::Progress;
 
-use bindings::exports::rollout_ext::policy::{batching, gates, metadata, selection};
+use bindings::exports::rollout_ext::policy::{batching, draining, gates, metadata, selection};
 use bindings::rollout_ext::policy::types;
 
 /// Version of the WIT package (`rollout-ext:policy`) this SDK implements, read from
@@ -159,6 +160,9 @@ pub trait Policy {
     const NAME: &'static str;
     /// The points this module implements. A policy file may only enable these.
     const POINTS: &'static [HookPoint];
+    /// Whether it orders drains ([`Policy::drain_order`], the `drain-order` point of contract
+    /// 0.3.1; `HookPoint` keeps the points of 0.3.0).
+    const ORDERS_DRAINS: bool = false;
 
     /// Checks the hook's `config` (JSON from the policy file) when the policy is loaded, before
     /// any point is asked: an error stops the run before anything is done. Accepts anything by
@@ -195,6 +199,29 @@ pub trait Policy {
         _summary: &ValidationSummary,
     ) -> Result<Verdict, String> {
         Ok(Verdict::Defer)
+    }
+
+    /// The turns in which the drain of `node` evicts `pods` (those it evicts; not the ones it
+    /// skips or waits for): asked once per drained node when [`Policy::ORDERS_DRAINS`] is set.
+    /// Each turn's pods go together and are gone before the next turn; name each pod
+    /// (`namespace/name`) at most once; the ones left out go after, in the policy's order.
+    fn drain_order(_ctx: &Context, _node: &str, _pods: &[DrainPod]) -> Result<DrainOrder, String> {
+        Ok(DrainOrder::Defer)
+    }
+}
+
+impl DrainPod {
+    /// `namespace/name`, as a [`DrainOrder::Turns`] answer names it.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The value of label `key`, if the pod has it.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|kv| kv.key == key)
+            .map(|kv| kv.value.as_str())
     }
 }
 
@@ -245,6 +272,16 @@ impl<P: Policy> gates::Guest for Exported<P> {
         summary: ValidationSummary,
     ) -> Result<Verdict, String> {
         P::check(&ctx, phase, &batch, &summary)
+    }
+}
+
+impl<P: Policy> draining::Guest for Exported<P> {
+    fn orders_drains() -> bool {
+        P::ORDERS_DRAINS
+    }
+
+    fn order(ctx: Context, node: String, pods: Vec<DrainPod>) -> Result<DrainOrder, String> {
+        P::drain_order(&ctx, &node, &pods)
     }
 }
 

@@ -100,6 +100,9 @@ pub struct Pod {
     /// Annotated `rollout-ext.io/wait-for-completion: "true"`.
     pub wait_for_completion: bool,
     pub priority_class: Option<String>,
+    /// Its annotations, but `kubectl.kubernetes.io/last-applied-configuration` (a copy of the
+    /// whole object, and nothing a decision reads).
+    pub annotations: Labels,
 }
 
 impl Pod {
@@ -399,20 +402,23 @@ impl FromParts for Pod {
                 kind: o.kind,
                 name: o.name,
             });
+        let mut annotations = meta.annotations;
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
         let do_not_disrupt = keys::DO_NOT_DISRUPT
             .iter()
-            .find(|(key, value)| meta.annotations.get(*key).map(String::as_str) == Some(*value))
+            .find(|(key, value)| annotations.get(*key).map(String::as_str) == Some(*value))
             .map(|(key, _)| *key);
-        let wait_for_completion = meta
-            .annotations
+        let wait_for_completion = annotations
             .get(keys::WAIT_FOR_COMPLETION)
             .map(String::as_str)
             == Some("true");
+        let mirror = annotations.contains_key("kubernetes.io/config.mirror");
         Pod {
+            annotations,
             do_not_disrupt,
             wait_for_completion,
             priority_class: spec.priority_class_name.filter(|p| !p.is_empty()),
-            mirror: meta.annotations.contains_key("kubernetes.io/config.mirror"),
+            mirror,
             namespace: meta.namespace,
             name: meta.name,
             uid: meta.uid,

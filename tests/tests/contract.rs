@@ -266,3 +266,37 @@ fn a_selection_may_replace_up_to_date_nodes_only_when_it_says_force() {
         "every node, though up to date: {nodes}"
     );
 }
+
+#[test]
+fn a_module_of_contract_0_3_0_still_decides_under_a_later_0_3_host() {
+    let fixture =
+        rollout_ext_e2e::workspace_root().join("tests/hooks/fixtures/zone_spread_0.3.0.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&fixture, dir.path().join("zone_spread.wasm")).unwrap();
+    let inspected = Command::new(plugin_binary())
+        .args(["hooks", "inspect", "-o", "json"])
+        .arg(dir.path().join("zone_spread.wasm"))
+        .output()
+        .unwrap();
+    assert!(inspected.status.success(), "{inspected:?}");
+    let info: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    assert_eq!(info["witVersion"], "0.3.0", "{info}");
+    assert_eq!(info["callable"], true, "{info}");
+    assert_eq!(
+        info["points"],
+        serde_json::json!(["select", "batch"]),
+        "{info}"
+    );
+
+    let file = policy(
+        dir.path(),
+        &[],
+        "    - name: zones\n      module: zone_spread.wasm\n      config: {maxPerZone: 1}\n",
+    );
+    let plan = plan_json(&file, OUTDATED);
+    let batches = nodes_group(&plan)["batches"].as_array().unwrap().clone();
+    assert!(
+        batches.iter().all(|b| b["decidedBy"] == "hook/zones"),
+        "{batches:?}"
+    );
+}

@@ -248,29 +248,10 @@ enum Seen {
     Gone(String),
 }
 
-#[tokio::test]
-async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
+/// Records, in order, each pod of `pods` starting to leave and being gone.
+fn watch_deletions(pods: &Api<Pod>) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Vec<Seen>>>) {
     use futures::StreamExt;
     use kube::runtime::watcher;
-    let _serial = SERIAL.lock().await;
-    let cluster = TestCluster::shared();
-    cluster.outdated_group("order", 1).await.unwrap();
-    let client = cluster.client().await;
-    create_namespace(&client, "order").await;
-    let on_node = json!({"nodeSelector": {"kops.k8s.io/instancegroup": "order"}});
-    let frontend = json!({"labels": {"tier": "frontend"}});
-    replica_set_with(&client, "order", "front", 2, frontend, on_node.clone()).await;
-    replica_set_with(&client, "order", "back", 2, json!({}), on_node.clone()).await;
-    let mut critical = on_node.clone();
-    critical["priorityClassName"] = json!("system-cluster-critical");
-    replica_set_with(&client, "order", "crit", 2, json!({}), critical).await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "order");
-    let turns = [
-        pods_of(&pods, "front").await,
-        pods_of(&pods, "back").await,
-        pods_of(&pods, "crit").await,
-    ];
-
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let watch = tokio::spawn(watcher(pods.clone(), watcher::Config::default()).for_each(
@@ -286,13 +267,12 @@ async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
             std::future::ready(())
         },
     ));
-    let drain = "  drain:\n    order:\n      - {order: 1, podSelector: \"tier=frontend\"}\n";
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_plugin(rotate_args(cluster, dir.path(), "order", drain, &[])).await;
-    assert!(out.status.success(), "{out:?}");
-    watch.abort();
-    let seen = seen.lock().unwrap().clone();
-    // No pod of a turn starts leaving before every pod of the turns before it is gone.
+    (watch, seen)
+}
+
+/// Asserts that no pod of a turn started leaving before every pod of the turns before it was
+/// gone.
+fn left_in_turns(seen: &[Seen], turns: &[Vec<String>]) {
     for (t, turn) in turns.iter().enumerate() {
         for pod in turn {
             let starts = seen
@@ -311,6 +291,89 @@ async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
             }
         }
     }
+}
+
+/// One outdated node of `group` running two pods of each of `sets` (name, pod labels, extra
+/// pod spec); returns the names of each set's pods.
+async fn tiers_on_one_node(
+    cluster: &TestCluster,
+    group: &str,
+    sets: &[(&str, Value, Value)],
+) -> (Api<Pod>, Vec<Vec<String>>) {
+    cluster.outdated_group(group, 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, group).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), group);
+    let mut names = Vec::new();
+    for (name, metadata, spec) in sets {
+        let mut on_node = json!({"nodeSelector": {"kops.k8s.io/instancegroup": group}});
+        on_node
+            .as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        replica_set_with(&client, group, name, 2, metadata.clone(), on_node).await;
+        names.push(pods_of(&pods, name).await);
+    }
+    (pods, names)
+}
+
+#[tokio::test]
+async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let critical = json!({"priorityClassName": "system-cluster-critical"});
+    let sets = [
+        ("crit", json!({}), critical),
+        ("back", json!({}), json!({})),
+        ("front", json!({"labels": {"tier": "frontend"}}), json!({})),
+    ];
+    let (pods, names) = tiers_on_one_node(cluster, "order", &sets).await;
+    let (watch, seen) = watch_deletions(&pods);
+    let drain = "  drain:\n    order:\n      - {order: 1, podSelector: \"tier=frontend\"}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_plugin(rotate_args(cluster, dir.path(), "order", drain, &[])).await;
+    assert!(out.status.success(), "{out:?}");
+    watch.abort();
+    // front (the rule), then back (no rule), then crit (critical, no rule).
+    let turns = [names[2].clone(), names[1].clone(), names[0].clone()];
+    left_in_turns(&seen.lock().unwrap(), &turns);
+}
+
+#[tokio::test]
+async fn a_drain_order_hook_decides_the_turns_once_per_node() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let tier = |t: &str| json!({"labels": {"tier": t}});
+    let sets = [
+        ("front", tier("frontend"), json!({})),
+        ("back", tier("backend"), json!({})),
+        ("misc", json!({}), json!({})),
+    ];
+    let (pods, names) = tiers_on_one_node(cluster, "tiers", &sets).await;
+    let module = rollout_ext_e2e::wasm_module("drain-tiers");
+    let hooks = format!(
+        "  hooks:\n    - name: tiers\n      module: {}\n      config: {{tiers: [backend, frontend]}}\n",
+        module.display()
+    );
+    let (watch, seen) = watch_deletions(&pods);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_plugin(rotate_args(cluster, dir.path(), "tiers", &hooks, &[])).await;
+    assert!(out.status.success(), "{out:?}");
+    watch.abort();
+    // back (the hook's first turn), then front (its second), then misc (left out).
+    let turns = [names[1].clone(), names[0].clone(), names[2].clone()];
+    left_in_turns(&seen.lock().unwrap(), &turns);
+    let decided: Vec<Value> = events(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "decided" && e["point"] == "drain-order")
+        .collect();
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["decided_by"], "hook/tiers", "{decided:?}");
+    let decision = decided[0]["decision"].as_str().unwrap();
+    assert!(
+        decision.starts_with("node tiers-1: turns tiers/back-"),
+        "{decision}"
+    );
 }
 
 /// A budget `web` (minAvailable 2) over two pods: `web-a` on node `node`, `web-b` on `spare`.

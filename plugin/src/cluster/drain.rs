@@ -278,6 +278,18 @@ impl Cluster {
         settings: &DrainSettings,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
+        self.drain_ordered(node, settings, None, reporter).await
+    }
+
+    /// [`Cluster::drain`], with the pods it finds first evicted in `turns` (`namespace/name`,
+    /// a `drain-order` hook's answer) and the others after, in the policy's order.
+    pub async fn drain_ordered(
+        &self,
+        node: &str,
+        settings: &DrainSettings,
+        mut turns: Option<&[Vec<String>]>,
+        reporter: &dyn Reporter,
+    ) -> Result<(), DrainError> {
         let mut deadline = Instant::now() + settings.timeout;
         let mut first = true;
         loop {
@@ -341,8 +353,9 @@ impl Cluster {
                 held.iter()
                     .map(|(pod, hold)| self.hold_pod(node, pod, *hold, settings, reporter)),
             );
-            let turns = self.evict_in_turns(node, evict, settings, deadline, reporter);
-            let (waited, evicted) = futures::future::join(waits, turns).await;
+            let ordered = ordered_turns(evict, turns.take(), &settings.options.rules.order);
+            let evictions = self.evict_in_turns(node, ordered, settings, deadline, reporter);
+            let (waited, evicted) = futures::future::join(waits, evictions).await;
             evicted?;
             for result in waited {
                 result?;
@@ -361,17 +374,17 @@ impl Cluster {
         Ok(())
     }
 
-    /// Evicts `pods` in the turns of the policy's `drain.order`: a turn's pods in parallel, and
-    /// all of them gone before the next turn starts.
+    /// Evicts pods turn by turn: a turn's pods in parallel, and all of them gone before the next
+    /// turn starts.
     async fn evict_in_turns(
         &self,
         node: &str,
-        pods: Vec<Pod>,
+        turns: Vec<Vec<Pod>>,
         settings: &DrainSettings,
         deadline: Instant,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
-        for turn in in_turns(pods, &settings.options.rules.order) {
+        for turn in turns {
             let results = join_all(
                 turn.iter()
                     .map(|pod| self.remove_pod(node, pod, settings, deadline, reporter)),
@@ -393,4 +406,24 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// `pods` in turns: first those `given` names (in its turns; names of pods not there are
+/// passed over), then the rest in the turns of the policy's `drain.order`.
+fn ordered_turns(
+    mut pods: Vec<Pod>,
+    given: Option<&[Vec<String>]>,
+    rules: &[crate::policy::drain::OrderRule],
+) -> Vec<Vec<Pod>> {
+    let mut turns = Vec::new();
+    for names in given.unwrap_or_default() {
+        let (turn, rest): (Vec<Pod>, Vec<Pod>) =
+            pods.into_iter().partition(|p| names.contains(&p.id()));
+        pods = rest;
+        if !turn.is_empty() {
+            turns.push(turn);
+        }
+    }
+    turns.extend(in_turns(pods, rules));
+    turns
 }

@@ -4,6 +4,7 @@
 //! each string once, into the guest. What a hook reads through the `instances` resource is
 //! built as owned values (`*Result`), since the host returns it.
 
+use super::draining::DrainPod;
 use super::wit;
 use crate::labels::Labels;
 use crate::plan::Role;
@@ -11,7 +12,7 @@ use crate::plan::hook::{
     BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress,
 };
 use crate::policy::HookPoint;
-use crate::snapshot::Taint;
+use crate::snapshot::{Pod, Taint};
 
 fn role(r: Role) -> wit::Role {
     match r {
@@ -37,13 +38,38 @@ pub fn point_from_wit(p: wit::HookPoint) -> HookPoint {
 }
 
 /// Labels or annotations as the owned pairs the `instances` resource returns.
-pub fn pairs(map: &Labels) -> Vec<wit::KeyValue> {
+pub fn pairs(map: &Labels) -> Vec<wit::KeyValueResult> {
     map.iter()
-        .map(|(k, v)| wit::KeyValue {
+        .map(|(k, v)| wit::KeyValueResult {
             key: k.clone(),
             value: v.clone(),
         })
         .collect()
+}
+
+/// Labels or annotations lent to a call.
+pub fn borrowed_pairs(map: &Labels) -> Vec<wit::KeyValueParam<'_>> {
+    map.iter()
+        .map(|(k, v)| wit::KeyValueParam { key: k, value: v })
+        .collect()
+}
+
+/// A pod as the `drain-order` point sees it; its labels and annotations are lent separately.
+pub fn drain_pod<'a>(
+    pod: &'a Pod,
+    labels: &'a [wit::KeyValueParam<'a>],
+    annotations: &'a [wit::KeyValueParam<'a>],
+) -> DrainPod<'a> {
+    DrainPod {
+        namespace: &pod.namespace,
+        name: &pod.name,
+        owner_kind: pod.controller.as_ref().map(|c| c.kind.as_str()),
+        owner_name: pod.controller.as_ref().map(|c| c.name.as_str()),
+        priority_class: pod.priority_class.as_deref(),
+        ready: pod.ready,
+        labels,
+        annotations,
+    }
 }
 
 pub fn taints(list: &[Taint]) -> Vec<wit::Taint> {

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::version::{check_version, compatible, compatible_series};
+use super::{Exports, batching, draining, gates, metadata, selection};
 use super::{
     HookRuntime, LOAD_TIMEOUT, ModuleInfo, ObjectSource, SnapshotObjects, WIT_PACKAGE, WIT_VERSION,
-    WasmHook, bindings, first_line, truncate,
+    WasmHook, first_line, truncate,
 };
 use crate::plan::hook::{Hook, HookFault};
 use crate::policy::{
@@ -189,9 +190,21 @@ impl HookRuntime {
                     path: spec.module.clone(),
                     message: first_line(&format!("{e}")),
                 })?;
-        let pre = bindings::PolicyPre::new(instance_pre).map_err(|_| LoadError::NotAPolicy {
+        let not_a_policy = |_| LoadError::NotAPolicy {
             path: spec.module.clone(),
-        })?;
+        };
+        let draining = format!("{WIT_PACKAGE}/draining@{WIT_VERSION}");
+        let exports = Exports {
+            metadata: metadata::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
+            selection: selection::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
+            batching: batching::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
+            gates: gates::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
+            // Looked up as every export is: any 0.3.x version of it answers.
+            draining: match component.get_export_index(None, &draining) {
+                None => None,
+                Some(_) => Some(draining::GuestIndices::new(&instance_pre).map_err(not_a_policy)?),
+            },
+        };
         let mut hook = WasmHook {
             name: spec.name.clone(),
             points: Vec::new(),
@@ -202,7 +215,8 @@ impl HookRuntime {
             timeout: spec.timeout,
             memory: spec.memory,
             engine: self.engine.clone(),
-            pre,
+            pre: instance_pre,
+            exports,
             objects,
             allowed,
             info: None,

@@ -22,16 +22,19 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime::component::{
+    Component, HasSelf, Instance, InstancePre, Linker, Resource, ResourceTable,
+};
 use wasmtime::{Config, Engine, Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::plan::hook::{
-    BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
-    Instances, Phase, Progress, SelectAnswer,
+    BatchAnswer, BatchInfo, CallContext, DrainOrderAnswer, GateAnswer, GroupInfo, HealthSummary,
+    Hook, HookFault, Instances, Phase, Progress, SelectAnswer,
 };
 use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint};
+use crate::snapshot::Pod;
 
 pub use load::{LoadError, load_all};
 pub use objects::{ObjectSource, SnapshotObjects};
@@ -42,7 +45,8 @@ use sandbox::{CallState, FrozenClock, MemoryLimiter, capture};
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../hooks-sdk/wit",
-        world: "policy",
+        // Every point; a module of world `policy` (0.3.0's points) simply lacks `draining`.
+        world: "full-policy",
         // The host keeps the candidates as the planner made them; a hook reads what it needs
         // of them through the resource.
         with: {
@@ -63,8 +67,19 @@ mod bindings {
     });
 }
 
+use bindings::exports::rollout_ext::policy::{batching, draining, gates, metadata, selection};
 use bindings::rollout_ext::policy::host as wit_host;
 use bindings::rollout_ext::policy::types as wit;
+
+/// Where a module's exported interfaces are, found once at load. `draining` (contract 0.3.1) is
+/// optional: a module without it orders no drains.
+struct Exports {
+    metadata: metadata::GuestIndices,
+    selection: selection::GuestIndices,
+    batching: batching::GuestIndices,
+    gates: gates::GuestIndices,
+    draining: Option<draining::GuestIndices>,
+}
 
 /// The WIT package this host speaks, read from the same file `bindgen!` reads (see build.rs).
 pub const WIT_PACKAGE: &str = env!("ROLLOUT_EXT_WIT_PACKAGE");
@@ -115,7 +130,7 @@ impl HookRuntime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings::Policy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        bindings::FullPolicy::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
 
         // The epoch ticks on its own thread so deadlines hold however busy the host is. It
         // ticks as long as the engine lives: the runtime and every loaded hook hold it, so a hook
@@ -274,7 +289,8 @@ pub struct WasmHook {
     timeout: Duration,
     memory: u64,
     engine: Engine,
-    pre: bindings::PolicyPre<CallState>,
+    pre: InstancePre<CallState>,
+    exports: Exports,
     objects: Arc<dyn ObjectSource>,
     allowed: Arc<Vec<ContextResource>>,
     info: Option<ModuleInfo>,
@@ -295,7 +311,7 @@ impl WasmHook {
         &self,
         now: i64,
         timeout: Duration,
-        f: impl FnOnce(&bindings::Policy, &mut Store<CallState>) -> wasmtime::Result<T>,
+        f: impl FnOnce(&Exports, &Instance, &mut Store<CallState>) -> wasmtime::Result<T>,
     ) -> Result<T, HookFault> {
         let stdout = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
         let stderr = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
@@ -330,7 +346,7 @@ impl WasmHook {
         let result = self
             .pre
             .instantiate(&mut store)
-            .and_then(|instance| f(&instance, &mut store));
+            .and_then(|instance| f(&self.exports, &instance, &mut store));
         let output = capture(&self.name, &stdout, &stderr);
         result.map_err(|err| {
             if store.data().limiter.exceeded {
@@ -351,25 +367,39 @@ impl WasmHook {
 
     /// The module's verdict on the hook's config, asked once at load.
     fn validate_config(&self) -> Result<Result<(), String>, HookFault> {
-        self.call(0, LOAD_TIMEOUT, |p, store| {
-            p.rollout_ext_policy_metadata()
+        self.call(0, LOAD_TIMEOUT, |e, instance, store| {
+            e.metadata
+                .load(&mut *store, instance)?
                 .call_validate_config(store, &self.config)
         })
     }
 
     fn describe(&mut self) -> Result<ModuleInfo, HookFault> {
-        let info = self.call(0, LOAD_TIMEOUT, |p, store| {
-            p.rollout_ext_policy_metadata().call_describe(store)
+        let (info, orders_drains) = self.call(0, LOAD_TIMEOUT, |e, instance, store| {
+            let info = e
+                .metadata
+                .load(&mut *store, instance)?
+                .call_describe(&mut *store)?;
+            let orders_drains = match &e.draining {
+                Some(d) => d.load(&mut *store, instance)?.call_orders_drains(store)?,
+                None => false,
+            };
+            Ok((info, orders_drains))
         })?;
+        let mut points: Vec<HookPoint> = info
+            .points
+            .into_iter()
+            .map(convert::point_from_wit)
+            .collect();
+        // `hook-point` keeps 0.3.0's cases; a 0.3.1 module says it orders drains itself.
+        if orders_drains {
+            points.push(HookPoint::DrainOrder);
+        }
         Ok(ModuleInfo {
             name: info.name,
             sdk_version: info.sdk_version,
             wit_version: info.wit_version,
-            points: info
-                .points
-                .into_iter()
-                .map(convert::point_from_wit)
-                .collect(),
+            points,
         })
     }
 
@@ -439,9 +469,9 @@ impl Hook for WasmHook {
     ) -> Result<SelectAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wgroup = convert::group(group);
-        let answer = self.call(ctx.now, self.timeout, |p, store| {
+        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
             let list = store.data_mut().table.push(candidates.clone())?;
-            p.rollout_ext_policy_selection().call_select(
+            e.selection.load(&mut *store, instance)?.call_select(
                 store,
                 wctx,
                 wgroup,
@@ -473,9 +503,9 @@ impl Hook for WasmHook {
     ) -> Result<BatchAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wprogress = convert::progress(progress);
-        let answer = self.call(ctx.now, self.timeout, |p, store| {
+        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
             let pending = store.data_mut().table.push(progress.pending.clone())?;
-            p.rollout_ext_policy_batching().call_next_batch(
+            e.batching.load(&mut *store, instance)?.call_next_batch(
                 store,
                 wctx,
                 wprogress,
@@ -515,8 +545,9 @@ impl Hook for WasmHook {
         let failures = convert::strs(&summary.failures);
         let wsummary = convert::summary(summary, &budgets, &failures);
         let wphase = convert::phase(phase);
-        let answer = self.call(ctx.now, self.timeout, |p, store| {
-            p.rollout_ext_policy_gates()
+        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+            e.gates
+                .load(&mut *store, instance)?
                 .call_check(store, wctx, wphase, wbatch, wsummary)
         })?;
         Ok(match refused(answer)? {
@@ -532,6 +563,42 @@ impl Hook for WasmHook {
             wit::Verdict::Abort(reason) => {
                 check_size(reason.len())?;
                 GateAnswer::Abort(reason)
+            }
+        })
+    }
+
+    fn drain_order(
+        &mut self,
+        ctx: &CallContext,
+        node: &str,
+        pods: &[Pod],
+    ) -> Result<DrainOrderAnswer, HookFault> {
+        let wctx = self.context(ctx);
+        let labels: Vec<Vec<wit::KeyValueParam>> = pods
+            .iter()
+            .map(|p| convert::borrowed_pairs(&p.labels))
+            .collect();
+        let annotations: Vec<Vec<wit::KeyValueParam>> = pods
+            .iter()
+            .map(|p| convert::borrowed_pairs(&p.annotations))
+            .collect();
+        let wpods: Vec<draining::DrainPod> = pods
+            .iter()
+            .zip(labels.iter().zip(&annotations))
+            .map(|(p, (l, a))| convert::drain_pod(p, l, a))
+            .collect();
+        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+            let Some(d) = &e.draining else {
+                return Ok(Ok(draining::DrainOrder::Defer));
+            };
+            d.load(&mut *store, instance)?
+                .call_order(store, wctx, node, &wpods)
+        })?;
+        Ok(match refused(answer)? {
+            draining::DrainOrder::Defer => DrainOrderAnswer::Defer,
+            draining::DrainOrder::Turns(turns) => {
+                check_size(turns.iter().flatten().map(String::len).sum())?;
+                DrainOrderAnswer::Turns(turns)
             }
         })
     }

@@ -107,7 +107,7 @@ impl wit::HostInstances for CallState {
         &mut self,
         list: Resource<Instances>,
         index: u32,
-    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+    ) -> wasmtime::Result<Vec<wit::KeyValueResult>> {
         Ok(self
             .candidate(&list, index)?
             .map(|c| convert::pairs(&c.labels))
@@ -118,7 +118,7 @@ impl wit::HostInstances for CallState {
         &mut self,
         list: Resource<Instances>,
         index: u32,
-    ) -> wasmtime::Result<Vec<wit::KeyValue>> {
+    ) -> wasmtime::Result<Vec<wit::KeyValueResult>> {
         Ok(self
             .candidate(&list, index)?
             .map(|c| convert::pairs(&c.annotations))

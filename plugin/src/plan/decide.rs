@@ -480,5 +480,8 @@ fn severity(v: &Verdict) -> u64 {
     }
 }
 
+mod drain_order;
+pub use drain_order::{DrainOrdered, drain_order};
+
 #[cfg(test)]
 pub(crate) mod tests;

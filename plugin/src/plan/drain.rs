@@ -253,6 +253,7 @@ mod tests {
             do_not_disrupt: None,
             wait_for_completion: false,
             priority_class: None,
+            annotations: Default::default(),
         }
     }
 

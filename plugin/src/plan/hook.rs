@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::labels::Labels;
 use crate::plan::Role;
 use crate::policy::{FailurePolicy, HookMode, HookPoint};
-use crate::snapshot::Taint;
+use crate::snapshot::{Pod, Taint};
 
 /// What an instance stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +254,25 @@ pub trait Hook {
         batch: &BatchInfo,
         summary: &HealthSummary,
     ) -> Result<GateAnswer, HookFault>;
+
+    /// The turns in which the drain of `node` evicts `pods`. Modules of contract 0.3.0 do not
+    /// serve this point: they defer.
+    fn drain_order(
+        &mut self,
+        _ctx: &CallContext,
+        _node: &str,
+        _pods: &[Pod],
+    ) -> Result<DrainOrderAnswer, HookFault> {
+        Ok(DrainOrderAnswer::Defer)
+    }
+}
+
+/// A hook's answer at the `drain-order` point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOrderAnswer {
+    Defer,
+    /// Turns of pods, `namespace/name`, as the hook gave them (not yet checked).
+    Turns(Vec<Vec<String>>),
 }
 
 /// `hook/<name>`, or `built-in`: who decided something.

@@ -73,11 +73,13 @@ pub struct GroupOverride {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum HookPoint {
     Select,
     Batch,
     Gate,
+    /// The order of a node's evictions (contract 0.3.1).
+    DrainOrder,
 }
 
 impl fmt::Display for HookPoint {
@@ -86,6 +88,7 @@ impl fmt::Display for HookPoint {
             HookPoint::Select => "select",
             HookPoint::Batch => "batch",
             HookPoint::Gate => "gate",
+            HookPoint::DrainOrder => "drain-order",
         })
     }
 }
@@ -307,7 +310,7 @@ impl Located<'_> {
         }
         if let Some(points) = raw.points.as_ref().filter(|p| p.value.is_empty()) {
             let message = format!(
-                "hook {:?} enables no points: list one or more of select, batch, gate, or leave `points` out to enable every point the module implements",
+                "hook {:?} enables no points: list one or more of select, batch, gate, drain-order, or leave `points` out to enable every point the module implements",
                 raw.name
             );
             return Err(self.of(points, message));

@@ -3,17 +3,19 @@
 //! is) and `dryRun = false`. Every decision a hook takes part in is reported, and beside it
 //! what each shadow hook would have decided.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{GroupRun, RotateError, Rotation};
 use crate::events::Event;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
-use crate::plan::group_loop::{GroupLoop, Sizing};
+use crate::plan::drain::classify;
+use crate::plan::group_loop::{BatchStep, GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Instances, Phase};
 use crate::plan::prepare;
 use crate::plan::shadow::{self, ShadowDecision};
 use crate::policy::HookPoint;
+use crate::snapshot::Pod;
 
 /// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -193,5 +195,45 @@ impl Rotation<'_> {
         self.decided(HookPoint::Gate, Some(phase), batch, &decision.by, text);
         self.shadowed(batch, said);
         Ok(decision)
+    }
+
+    /// The `drain-order` hooks' turns for each node of `batch`, asked once per node just before
+    /// its drain, with the pods the drain will evict as they are now. Nodes the hooks leave to
+    /// the policy's order have none.
+    pub(super) async fn drain_orders(
+        &mut self,
+        batch: &BatchStep,
+    ) -> Result<HashMap<String, Vec<Vec<String>>>, RotateError> {
+        let mut orders = HashMap::new();
+        if !self.serves(HookPoint::DrainOrder) {
+            return Ok(orders);
+        }
+        let info = BatchInfo {
+            index: batch.index,
+            instances: batch.instances.clone(),
+            canary: batch.canary,
+            attempt: 0,
+        };
+        for node in &batch.instances {
+            let pods: Vec<Pod> = self
+                .cluster
+                .pods_on(node)
+                .await?
+                .into_iter()
+                .filter(|p| classify(p, &self.settings.drain.options).is_evicted())
+                .collect();
+            let ctx = self.ctx();
+            let mut warnings = Vec::new();
+            let hooks = &mut *self.hooks;
+            let ordered =
+                blocking(|| decide::drain_order(hooks, &ctx, node, &pods, &mut warnings))?;
+            self.report_warnings(warnings);
+            let decision = format!("node {node}: {}", ordered.describe());
+            self.decided(HookPoint::DrainOrder, None, &info, &ordered.by, decision);
+            if let Some(turns) = ordered.turns {
+                orders.insert(node.clone(), turns);
+            }
+        }
+        Ok(orders)
     }
 }

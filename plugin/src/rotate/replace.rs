@@ -15,7 +15,7 @@ use crate::plan::group_loop::BatchStep;
 
 impl Rotation<'_> {
     pub(super) async fn replace(
-        &self,
+        &mut self,
         batch: &BatchStep,
         run: &mut GroupRun,
     ) -> Result<(), RotateError> {
@@ -42,11 +42,12 @@ impl Rotation<'_> {
         });
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
         if move_pods {
+            let orders = self.drain_orders(batch).await?;
             let blocked = BlockedEvictions::new(self.reporter);
             let drains = batch
                 .instances
                 .iter()
-                .map(|node| self.drain_one(node, &blocked));
+                .map(|node| self.drain_one(node, orders.get(node).map(Vec::as_slice), &blocked));
             let drained = futures::future::join_all(drains);
             for result in self.recording_blocks(&blocked, drained).await? {
                 result?;
@@ -107,12 +108,17 @@ impl Rotation<'_> {
         Ok(())
     }
 
-    /// Cordons and drains one node, recording the phase.
-    async fn drain_one(&self, node: &str, reporter: &dyn Reporter) -> Result<(), RotateError> {
+    /// Cordons and drains one node, recording the phase; `turns`: a `drain-order` hook's.
+    async fn drain_one(
+        &self,
+        node: &str,
+        turns: Option<&[Vec<String>]>,
+        reporter: &dyn Reporter,
+    ) -> Result<(), RotateError> {
         self.cluster.cordon(node, false, reporter).await?;
         match self
             .cluster
-            .drain(node, &self.settings.drain, reporter)
+            .drain_ordered(node, &self.settings.drain, turns, reporter)
             .await
         {
             Ok(()) => {}

@@ -1,6 +1,6 @@
 use super::*;
 use crate::plan::Role;
-use crate::plan::hook::{Choice, InstanceKind};
+use crate::plan::hook::{Choice, DrainOrderAnswer, InstanceKind};
 
 type SelectFn = dyn FnMut(&[Candidate]) -> Result<SelectAnswer, HookFault>;
 type BatchFn = dyn FnMut(&Progress) -> Result<BatchAnswer, HookFault>;
@@ -15,6 +15,8 @@ pub struct FakeHook {
     pub select: Box<SelectFn>,
     pub batch: Box<BatchFn>,
     pub gate: Box<GateFn>,
+    /// The answer at `drain-order`; none: defer.
+    pub drain_order: Option<DrainOrderAnswer>,
 }
 
 impl FakeHook {
@@ -27,6 +29,7 @@ impl FakeHook {
             select: Box::new(|_| Ok(SelectAnswer::Defer)),
             batch: Box::new(|_| Ok(BatchAnswer::Defer)),
             gate: Box::new(|_| Ok(GateAnswer::Defer)),
+            drain_order: None,
         }
     }
     pub fn boxed(self) -> Box<dyn Hook> {
@@ -66,6 +69,14 @@ impl Hook for FakeHook {
         _: &HealthSummary,
     ) -> Result<GateAnswer, HookFault> {
         (self.gate)(b)
+    }
+    fn drain_order(
+        &mut self,
+        _: &CallContext,
+        _: &str,
+        _: &[crate::snapshot::Pod],
+    ) -> Result<DrainOrderAnswer, HookFault> {
+        Ok(self.drain_order.clone().unwrap_or(DrainOrderAnswer::Defer))
     }
 }
 
