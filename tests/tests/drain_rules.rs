@@ -154,6 +154,25 @@ async fn a_pod_still_there_when_its_wait_ends_stops_the_run_naming_it() {
     assert!(pod.metadata.deletion_timestamp.is_none(), "never evicted");
 }
 
+#[tokio::test]
+async fn with_after_timeout_evict_a_pod_still_there_is_evicted_and_the_run_goes_on() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("dndevict", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "dndevict").await;
+    let held = undisruptable(&client, "dndevict", "dndevict-1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let drain = "  drain:\n    doNotDisruptTimeout: 2s\n    afterTimeout: Evict\n";
+    let out = run_plugin(rotate_args(cluster, dir.path(), "dndevict", drain, &[])).await;
+    assert!(out.status.success(), "{out:?}");
+    let seen = events(&out);
+    assert!(reported(&seen, "pod-held", &held), "{seen:?}");
+    assert!(reported(&seen, "hold-expired", &held), "{seen:?}");
+    assert!(reported(&seen, "evicted", &held), "{seen:?}");
+    assert_eq!(cluster.cloud.terminated("dndevict"), ["dndevict-1"]);
+}
+
 /// A Job of one pod pinned to `node`, once its pod runs; returns the pod's name.
 async fn running_job(client: &kube::Client, namespace: &str, name: &str, node: &str) -> String {
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
