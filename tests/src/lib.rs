@@ -44,6 +44,11 @@ pub async fn run_watching(
     .unwrap()
 }
 
+/// The plan of the run `args` would make: the same command without `--yes`.
+pub fn plan_of(args: &[String]) -> Vec<String> {
+    args.iter().filter(|a| *a != "--yes").cloned().collect()
+}
+
 /// The events a `-o json` run printed, one per line; a line that is no event fails the test.
 pub fn events(out: &std::process::Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)

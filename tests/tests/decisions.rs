@@ -168,7 +168,7 @@ async fn the_run_performs_the_plan_it_printed() {
     );
     let mut args = cluster.rotate_args(&policy, "mirror");
     args.extend(["--max-surge", "1", "--max-unavailable", "2"].map(String::from));
-    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan_args = rollout_ext_e2e::plan_of(&args);
 
     let printed = run_plugin(plan_args).await;
     succeeded(&printed);
@@ -268,7 +268,7 @@ async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
     );
     let mut args = cluster.rotate_args(&policy, "shadowed");
     args.extend(["--max-unavailable".to_string(), "1".into()]);
-    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan_args = rollout_ext_e2e::plan_of(&args);
 
     let printed = run_plugin(plan_args).await;
     succeeded(&printed);

@@ -20,26 +20,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// `nodes --yes` of `group` one node at a time, with `drain` lines under the policy's `spec:`
-/// and `extra` flags.
-fn rotate_args(
-    cluster: &TestCluster,
-    dir: &std::path::Path,
-    group: &str,
-    drain: &str,
-    extra: &[&str],
-) -> Vec<String> {
-    let policy = cluster.exec_policy(dir, drain);
-    let mut args = cluster.rotate_args(&policy, group);
-    args.extend(
-        ["--max-unavailable", "1"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string()),
-    );
-    args
-}
-
 /// The names of the pods of `namespace` labelled `app=app`.
 async fn pods_of(pods: &Api<Pod>, app: &str) -> Vec<String> {
     let selector = format!("app={app}");
@@ -76,10 +56,10 @@ async fn a_pod_that_asks_not_to_be_disrupted_keeps_its_node_last_and_undrained_u
     replica_set(&client, "dnd", "web", 2).await;
     let held = undisruptable(&client, "dnd", "dnd-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "dnd", "", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "dnd", "", &[]);
 
     // The plan drains dnd-1 last, though its name comes first, and says what holds it.
-    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan_args = rollout_ext_e2e::plan_of(&args);
     let printed = run_plugin(plan_args).await;
     assert!(printed.status.success(), "{printed:?}");
     let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
@@ -131,8 +111,7 @@ async fn a_pod_still_there_when_its_wait_ends_stops_the_run_naming_it() {
     create_namespace(&client, "dndwait").await;
     let held = undisruptable(&client, "dndwait", "dndwait-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(
-        cluster,
+    let args = cluster.rotate_one_at_a_time(
         dir.path(),
         "dndwait",
         "",
@@ -164,7 +143,7 @@ async fn with_after_timeout_evict_a_pod_still_there_is_evicted_and_the_run_goes_
     let held = undisruptable(&client, "dndevict", "dndevict-1").await;
     let dir = tempfile::tempdir().unwrap();
     let drain = "  drain:\n    doNotDisruptTimeout: 2s\n    afterTimeout: Evict\n";
-    let out = run_plugin(rotate_args(cluster, dir.path(), "dndevict", drain, &[])).await;
+    let out = run_plugin(cluster.rotate_one_at_a_time(dir.path(), "dndevict", drain, &[])).await;
     assert!(out.status.success(), "{out:?}");
     let seen = events(&out);
     assert!(reported(&seen, "pod-held", &held), "{seen:?}");
@@ -220,7 +199,7 @@ async fn a_running_job_pod_is_left_to_complete_and_a_completed_one_never_holds_t
     cluster.nodes.complete_pod("jobs", &done).await.unwrap();
     let running = running_job(&client, "jobs", "report", "jobs-1").await;
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "jobs", "", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "jobs", "", &[]);
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "jobs");
     let handle = tokio::runtime::Handle::current();
@@ -350,7 +329,7 @@ async fn pods_leave_in_the_turns_of_drain_order_and_critical_ones_last() {
     let (watch, seen) = watch_deletions(&pods);
     let drain = "  drain:\n    order:\n      - {order: 1, podSelector: \"tier=frontend\"}\n";
     let dir = tempfile::tempdir().unwrap();
-    let out = run_plugin(rotate_args(cluster, dir.path(), "order", drain, &[])).await;
+    let out = run_plugin(cluster.rotate_one_at_a_time(dir.path(), "order", drain, &[])).await;
     assert!(out.status.success(), "{out:?}");
     watch.abort();
     // front (the rule), then back (no rule), then crit (critical, no rule).
@@ -376,7 +355,7 @@ async fn a_drain_order_hook_decides_the_turns_once_per_node() {
     );
     let (watch, seen) = watch_deletions(&pods);
     let dir = tempfile::tempdir().unwrap();
-    let out = run_plugin(rotate_args(cluster, dir.path(), "tiers", &hooks, &[])).await;
+    let out = run_plugin(cluster.rotate_one_at_a_time(dir.path(), "tiers", &hooks, &[])).await;
     assert!(out.status.success(), "{out:?}");
     watch.abort();
     // back (the hook's first turn), then front (its second), then misc (left out).
@@ -449,7 +428,7 @@ async fn the_escalation_ladder_deletes_an_unready_pod_that_holds_its_budget_at_z
     // Without a ladder the drain waits out its timeout, as kubectl's does, and the run stops.
     let stuck = held_by_an_unready_pod(cluster, "noladder").await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = rotate_args(cluster, dir.path(), "noladder", "", &[]);
+    let mut args = cluster.rotate_one_at_a_time(dir.path(), "noladder", "", &[]);
     let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
     args[at + 1] = "3s".into();
     let out = run_plugin(args).await;
@@ -461,9 +440,9 @@ async fn the_escalation_ladder_deletes_an_unready_pod_that_holds_its_budget_at_z
     let unready = held_by_an_unready_pod(cluster, "ladder").await;
     let ladder = "  drain:\n    escalation:\n      - {rung: Retry, wait: 2s}\n      - {rung: DeleteUnready, wait: 1m}\n";
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "ladder", ladder, &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "ladder", ladder, &[]);
     // The server's dry run names the refusal and the rungs the ladder would take.
-    let mut dry_run: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let mut dry_run = rollout_ext_e2e::plan_of(&args);
     dry_run.push("--dry-run=server".into());
     let checked = run_plugin(dry_run).await;
     assert_eq!(checked.status.code(), Some(1), "{checked:?}");

@@ -57,33 +57,15 @@ async fn cordoned(cluster: &TestCluster, group: &str) -> Vec<String> {
         .collect()
 }
 
-/// `nodes --yes` of `group` one node at a time, with `extra` flags.
-fn rotate_args(
-    cluster: &TestCluster,
-    dir: &std::path::Path,
-    group: &str,
-    extra: &[&str],
-) -> Vec<String> {
-    let policy = cluster.exec_policy(dir, "");
-    let mut args = cluster.rotate_args(&policy, group);
-    args.extend(
-        ["--max-unavailable", "1"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string()),
-    );
-    args
-}
-
 #[tokio::test]
 async fn a_soak_holds_between_batches_as_the_plan_said() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     cluster.outdated_group("soaked", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "soaked", &["--soak", "1s"]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "soaked", "", &["--soak", "1s"]);
 
-    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan_args = rollout_ext_e2e::plan_of(&args);
     let printed = run_plugin(plan_args).await;
     assert!(
         printed.status.success(),
@@ -136,7 +118,7 @@ async fn replacements_that_never_join_stop_the_run_before_the_next_batch() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut args = rotate_args(cluster, dir.path(), "nojoin", &[]);
+    let mut args = cluster.rotate_one_at_a_time(dir.path(), "nojoin", "", &[]);
     let at = args
         .iter()
         .position(|a| a == "--replacement-timeout")
@@ -180,7 +162,7 @@ async fn status_says_what_holds_the_run_while_it_waits() {
     let cluster = TestCluster::shared();
     cluster.outdated_group("held", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "held", &["--soak", "8s"]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "held", "", &["--soak", "8s"]);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
     let during = seen.clone();
     let (code, stderr) = run_watching(args, move |event| {
@@ -221,7 +203,7 @@ async fn pause_holds_the_rotation_before_its_next_batch_and_resume_continues() {
     let cluster = TestCluster::shared();
     cluster.outdated_group("paused", 3).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "paused", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "paused", "", &[]);
     let (tx, mut held) = tokio::sync::mpsc::unbounded_channel();
     let handle = tokio::runtime::Handle::current();
     let (code, stderr) = run_watching(args, move |event| {
@@ -289,7 +271,7 @@ async fn a_run_started_while_paused_waits_for_resume_and_changes_nothing_before(
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "waits", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "waits", "", &[]);
     let (tx, mut held) = tokio::sync::mpsc::unbounded_channel();
     let handle = tokio::runtime::Handle::current();
     let (code, stderr) = run_watching(args, move |event| {
@@ -320,7 +302,7 @@ async fn abort_stops_the_run_after_its_step_and_the_same_command_finishes() {
     let cluster = TestCluster::shared();
     let originals = cluster.outdated_group("aborted", 3).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "aborted", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "aborted", "", &[]);
     let (code, stderr) = run_watching(args.clone(), move |event| {
         if event["event"] == "batch-started" && event["index"] == 0 {
             let out = control(cluster, &["abort", "--reason", "error rate up"]);
@@ -368,7 +350,7 @@ async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut args = rotate_args(cluster, dir.path(), "lastwait", &[]);
+    let mut args = cluster.rotate_one_at_a_time(dir.path(), "lastwait", "", &[]);
     let at = args
         .iter()
         .position(|a| a == "--replacement-timeout")
@@ -439,7 +421,7 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
     let pdbs = blocked_group(cluster, "guarded").await;
     let leases: Api<Lease> = Api::namespaced(cluster.client().await, "kube-system");
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "guarded", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "guarded", "", &[]);
     let handle = tokio::runtime::Handle::current();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
     let during = seen.clone();
@@ -488,7 +470,7 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
 /// The forecast of the first batch of the plan the run `args` would follow (the same command
 /// without `--yes`).
 async fn first_forecast(args: &[String]) -> Value {
-    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan_args = rollout_ext_e2e::plan_of(args);
     let printed = run_plugin(plan_args).await;
     assert!(printed.status.success(), "{printed:?}");
     let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
@@ -533,7 +515,7 @@ async fn a_rotation_stalls_where_its_plan_forecast_a_blocked_drain() {
     let cluster = TestCluster::shared();
     blocked_group(cluster, "stall").await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = rotate_args(cluster, dir.path(), "stall", &[]);
+    let mut args = cluster.rotate_one_at_a_time(dir.path(), "stall", "", &[]);
     let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
     args[at + 1] = "3s".into();
 
@@ -568,7 +550,7 @@ async fn a_rotation_waits_on_a_budget_where_its_plan_forecast_the_wait() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "serial", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "serial", "", &[]);
 
     // The plan forecasts that the budget lets the batch's two evictions go one at a time...
     let forecast = first_forecast(&args).await;
@@ -608,7 +590,7 @@ async fn pods_the_plan_forecast_pending_wait_for_the_replacement() {
     create_namespace(&client, "homeless").await;
     replica_set(&client, "homeless", "web", 2).await;
     let dir = tempfile::tempdir().unwrap();
-    let args = rotate_args(cluster, dir.path(), "homeless", &[]);
+    let args = cluster.rotate_one_at_a_time(dir.path(), "homeless", "", &[]);
 
     // The plan forecasts that the pods of the group's only node fit nowhere until its
     // replacement is Ready...

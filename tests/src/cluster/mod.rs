@@ -287,6 +287,26 @@ impl TestCluster {
         .collect()
     }
 
+    /// [`TestCluster::rotate_args`] one node at a time, through an exec policy written into
+    /// `dir` with `spec` lines under its `spec:`, and `flags`.
+    pub fn rotate_one_at_a_time(
+        &self,
+        dir: &Path,
+        group: &str,
+        spec: &str,
+        flags: &[&str],
+    ) -> Vec<String> {
+        let policy = self.exec_policy(dir, spec);
+        let mut args = self.rotate_args(&policy, group);
+        args.extend(
+            ["--max-unavailable", "1"]
+                .iter()
+                .chain(flags)
+                .map(|s| s.to_string()),
+        );
+        args
+    }
+
     /// Waits until the API server answers `/readyz` again (after a restart or a pause).
     pub async fn ready(&self) -> anyhow::Result<()> {
         wait_ready(&self.kubeconfig, &self.processes, self.dir.path())
