@@ -2,8 +2,8 @@
 //!
 //! A drain lists the node's pods, runs each through the filter chain of `plan::drain` (the same
 //! one the plan's warnings come from), refuses before evicting anything if a pod cannot go, then
-//! evicts the rest in parallel (their eviction requests take turns per namespace, see
-//! `eviction`). An eviction refused with 429 (a PodDisruptionBudget) is retried
+//! evicts the rest in parallel (the eviction requests of pods a budget covers take turns per
+//! namespace, see `eviction`). An eviction refused with 429 (a PodDisruptionBudget) is retried
 //! every 5 seconds and every retry is reported with the budget's name. Pods are waited for by
 //! watching until they are gone. Everything stops at the drain timeout with the pods still left.
 
@@ -245,6 +245,28 @@ impl Cluster {
         Ok(snapshot.pdbs)
     }
 
+    /// The ids of those of `pods` a PodDisruptionBudget covers (their namespaces' budgets
+    /// listed once each).
+    async fn guarded(
+        &self,
+        pods: &[Pod],
+        version: &str,
+    ) -> Result<std::collections::HashSet<String>, ClusterError> {
+        let mut guarded = std::collections::HashSet::new();
+        let namespaces: std::collections::BTreeSet<&str> =
+            pods.iter().map(|p| p.namespace.as_str()).collect();
+        for namespace in namespaces {
+            let budgets = self.budgets_in(namespace, version).await?;
+            guarded.extend(
+                pods.iter()
+                    .filter(|p| p.namespace == namespace)
+                    .filter(|p| budgets.iter().any(|b| b.selector.matches(&p.labels)))
+                    .map(Pod::id),
+            );
+        }
+        Ok(guarded)
+    }
+
     /// Names the budgets covering `pod` and what they allow, for a refused eviction.
     pub async fn why_blocked(&self, pod: &Pod, version: &str, server_message: &str) -> String {
         let budgets = match self.budgets_in(&pod.namespace, version).await {
@@ -384,11 +406,13 @@ impl Cluster {
         deadline: Instant,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
+        let all: Vec<Pod> = turns.iter().flatten().cloned().collect();
+        let guarded = self.guarded(&all, settings.policy_version).await?;
         for turn in turns {
-            let results = join_all(
-                turn.iter()
-                    .map(|pod| self.remove_pod(node, pod, settings, deadline, reporter)),
-            )
+            let results = join_all(turn.iter().map(|pod| {
+                let covered = guarded.contains(&pod.id());
+                self.remove_pod(node, pod, covered, settings, deadline, reporter)
+            }))
             .await;
             let mut remaining = Vec::new();
             for (pod, result) in turn.iter().zip(results) {

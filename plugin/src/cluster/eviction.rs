@@ -1,11 +1,12 @@
 //! Evicting a pod through the Eviction subresource, with the policy API version the server serves
 //! (`policy/v1`, or `policy/v1beta1` on servers before 1.22).
 //!
-//! Eviction requests go one at a time per namespace (budgets are namespaced). The API server
-//! checks a PodDisruptionBudget and records the disruption per request, but two requests it
-//! handles at once can both pass a budget that allows one: evicting a node's pods, or a batch's,
-//! all at once would then take down more pods than the budget allows. Only the requests wait
-//! their turn; the pods' terminations still run in parallel.
+//! Evictions of pods a PodDisruptionBudget covers go one request at a time per namespace
+//! (budgets are namespaced). The API server checks a budget and records the disruption per
+//! request, but two requests it handles at once can both pass a budget that allows one:
+//! evicting a node's pods, or a batch's, all at once would then take down more pods than the
+//! budget allows. Only the requests wait their turn; the pods' terminations still run in
+//! parallel, and pods no budget covers are evicted all at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -63,12 +64,7 @@ impl Cluster {
             .header("content-type", "application/json")
             .body(body.to_string().into_bytes())
             .expect("a POST request with a valid path");
-        let turn = self.evictions.of(namespace);
-        let answer = {
-            let _turn = turn.lock().await;
-            self.client.request_text(req).await
-        };
-        match answer {
+        match self.client.request_text(req).await {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(status)) if status.code == 429 => Ok(Eviction::Blocked {
                 message: status.message,
@@ -81,5 +77,20 @@ impl Cluster {
             }
             .error(&self.server, e)),
         }
+    }
+
+    /// [`Cluster::evict`] for a pod a PodDisruptionBudget covers: the request waits its turn
+    /// among the namespace's others.
+    pub async fn evict_guarded(
+        &self,
+        policy_version: &str,
+        namespace: &str,
+        name: &str,
+        grace_period: Option<i64>,
+    ) -> Result<Eviction, ClusterError> {
+        let turn = self.evictions.of(namespace);
+        let _turn = turn.lock().await;
+        self.evict(policy_version, namespace, name, grace_period, false)
+            .await
     }
 }

@@ -30,10 +30,13 @@ impl Cluster {
     /// While a budget refuses the eviction, the policy's escalation ladder says what to do: the
     /// ladder keeps its own time (its last rung stops the drain), and the pod then has the drain
     /// timeout to be gone.
+    /// `guarded`: a budget covers the pod, so its eviction waits its turn (see
+    /// `cluster::eviction`).
     pub(super) async fn remove_pod(
         &self,
         node: &str,
         pod: &Pod,
+        guarded: bool,
         settings: &DrainSettings,
         mut deadline: Instant,
         reporter: &dyn Reporter,
@@ -44,17 +47,13 @@ impl Cluster {
         let mut refused_since: Option<Instant> = None;
         let mut delete = settings.options.disable_eviction;
         loop {
+            let (version, namespace, name) = (settings.policy_version, &pod.namespace, &pod.name);
             let outcome = if delete {
                 self.delete_pod(pod, grace).await?
+            } else if guarded {
+                self.evict_guarded(version, namespace, name, grace).await?
             } else {
-                self.evict(
-                    settings.policy_version,
-                    &pod.namespace,
-                    &pod.name,
-                    grace,
-                    false,
-                )
-                .await?
+                self.evict(version, namespace, name, grace, false).await?
             };
             let message = match outcome {
                 Eviction::Evicted => {
@@ -179,8 +178,13 @@ impl Cluster {
             }
         }
         let deadline = Instant::now() + settings.timeout;
+        let pods = std::slice::from_ref(pod);
+        let guarded = !self
+            .guarded(pods, settings.policy_version)
+            .await?
+            .is_empty();
         if self
-            .remove_pod(node, pod, settings, deadline, reporter)
+            .remove_pod(node, pod, guarded, settings, deadline, reporter)
             .await?
         {
             return Ok(());
