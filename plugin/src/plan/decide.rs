@@ -482,6 +482,7 @@ fn severity(v: &Verdict) -> u64 {
 
 mod drain_order;
 pub use drain_order::{DrainOrdered, drain_order};
+pub(crate) use drain_order::{ask as ask_drain_order, describe as describe_turns};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -222,5 +222,27 @@ fn same_verdict(v: &Verdict, decided: &GateDecision) -> bool {
     }
 }
 
+/// The shadow drain orders for the drain of `node`, beside `decided`.
+pub fn drain_order(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    node: &str,
+    pods: &[crate::snapshot::Pod],
+    decided: &decide::DrainOrdered,
+) -> Vec<ShadowDecision> {
+    shadows(hooks, HookPoint::DrainOrder)
+        .map(|hook| {
+            let answer = decide::ask_drain_order(hook.as_mut(), ctx, node, pods).map(|turns| {
+                let agrees = turns == decided.turns;
+                match turns {
+                    None => ("defer".to_string(), agrees),
+                    Some(turns) => (decide::describe_turns(Some(&turns)), agrees),
+                }
+            });
+            record(hook.as_ref(), HookPoint::DrainOrder, None, answer)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

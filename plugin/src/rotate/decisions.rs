@@ -225,11 +225,15 @@ impl Rotation<'_> {
             let ctx = self.ctx();
             let mut warnings = Vec::new();
             let hooks = &mut *self.hooks;
-            let ordered =
-                blocking(|| decide::drain_order(hooks, &ctx, node, &pods, &mut warnings))?;
+            let (ordered, said) = blocking(|| {
+                let ordered = decide::drain_order(hooks, &ctx, node, &pods, &mut warnings)?;
+                let said = shadow::drain_order(hooks, &ctx, node, &pods, &ordered);
+                Ok::<_, HookFailed>((ordered, said))
+            })?;
             self.report_warnings(warnings);
             let decision = format!("node {node}: {}", ordered.describe());
             self.decided(HookPoint::DrainOrder, None, &info, &ordered.by, decision);
+            self.shadowed(&info, said);
             if let Some(turns) = ordered.turns {
                 orders.insert(node.clone(), turns);
             }

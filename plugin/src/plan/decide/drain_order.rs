@@ -19,12 +19,17 @@ pub struct DrainOrdered {
 impl DrainOrdered {
     /// The decision in words: `turns web-1, web-2 | db-0`, or `policy order`.
     pub fn describe(&self) -> String {
-        match &self.turns {
-            None => "policy order".into(),
-            Some(turns) => {
-                let turns: Vec<String> = turns.iter().map(|t| t.join(", ")).collect();
-                format!("turns {}", turns.join(" | "))
-            }
+        describe(self.turns.as_deref())
+    }
+}
+
+/// Turns in words: `turns web-1, web-2 | db-0`, or `policy order` for none.
+pub fn describe(turns: Option<&[Vec<String>]>) -> String {
+    match turns {
+        None => "policy order".into(),
+        Some(turns) => {
+            let turns: Vec<String> = turns.iter().map(|t| t.join(", ")).collect();
+            format!("turns {}", turns.join(" | "))
         }
     }
 }
@@ -42,10 +47,7 @@ pub fn drain_order(
         if !decides(hook.as_ref(), HookPoint::DrainOrder) {
             continue;
         }
-        let answer = hook
-            .drain_order(ctx, node, pods)
-            .and_then(|a| checked(a, pods));
-        match answer {
+        match ask(hook.as_mut(), ctx, node, pods) {
             Ok(None) => {}
             Ok(Some(turns)) => {
                 return Ok(DrainOrdered {
@@ -60,6 +62,17 @@ pub fn drain_order(
         turns: None,
         by: DecidedBy::BuiltIn,
     })
+}
+
+/// One hook's turns for the drain of `node`, checked: `None` when it defers.
+pub fn ask(
+    hook: &mut dyn Hook,
+    ctx: &CallContext,
+    node: &str,
+    pods: &[Pod],
+) -> Result<Option<Vec<Vec<String>>>, HookFault> {
+    hook.drain_order(ctx, node, pods)
+        .and_then(|answer| checked(answer, pods))
 }
 
 /// A hook's turns, if valid: every name one of `pods`, each at most once; empty turns dropped.

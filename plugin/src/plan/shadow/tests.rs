@@ -133,3 +133,37 @@ fn a_shadow_gate_that_would_abort_differs_from_going_on() {
     assert!(!in_shadow(hooks[0].as_ref(), HookPoint::Select));
     assert!(decide::serves_any(&hooks, HookPoint::Gate));
 }
+
+#[test]
+fn a_shadow_drain_order_is_reported_beside_the_order_taken() {
+    use crate::plan::hook::DrainOrderAnswer;
+    let json = r#"{"kind": "List", "items": [
+        {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}},
+        {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "b", "namespace": "ns"}, "spec": {"nodeName": "n1"}}]}"#;
+    let pods = crate::snapshot::Snapshot::from_json(json.as_bytes())
+        .unwrap()
+        .pods;
+    let mut tried = FakeHook::new("tried", &[HookPoint::DrainOrder]);
+    tried.drain_order = Some(DrainOrderAnswer::Turns(vec![
+        vec!["ns/b".into()],
+        vec!["ns/a".into()],
+    ]));
+    let mut wrong = FakeHook::new("wrong", &[HookPoint::DrainOrder]);
+    wrong.drain_order = Some(DrainOrderAnswer::Turns(vec![vec!["ns/zz".into()]]));
+    let mut hooks = vec![shadow(tried), shadow(wrong)];
+    let mut warnings = Vec::new();
+    let decided = decide::drain_order(&mut hooks, &ctx(), "n1", &pods, &mut warnings).unwrap();
+    assert_eq!(decided.turns, None, "a shadow hook never decides");
+    let said = drain_order(&mut hooks, &ctx(), "n1", &pods, &decided);
+    assert_eq!(said.len(), 2);
+    assert_eq!(said[0].decision, "turns ns/b | ns/a");
+    assert!(!said[0].agrees);
+    assert!(
+        said[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("not one of the pods"),
+        "{said:?}"
+    );
+}
