@@ -246,3 +246,118 @@ fn a_failing_point_does_not_hide_the_decisions_of_the_others() {
         .collect();
     assert!(!decided.is_empty(), "{plan}");
 }
+
+#[test]
+fn a_drain_order_hook_is_asked_about_every_node_the_plan_replaces() {
+    let module = "drain-tiers";
+    let snapshot = demo_file("snapshot.json");
+    let config = r#"{"label": "app", "tiers": ["db", "web"]}"#;
+    let args = [
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+        "--config",
+        config,
+        "--kubelet-version",
+        "v1.20.2",
+        "--now",
+        "2026-11-27T12:00:00Z",
+    ];
+    let out = hooks_test(module, &[&args[..], &["-o", "json"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tested: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let orders = tested["drainOrders"].as_array().expect("drain orders");
+
+    // The same turns, from the snapshot: per node, its db pods, then its web pods.
+    let items: Value = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+    let turn = |node: &str, app: &str| -> Vec<String> {
+        items["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"] == "Pod" && i["spec"]["nodeName"] == node)
+            .filter(|i| i["metadata"]["labels"]["app"] == app)
+            .map(|i| {
+                format!(
+                    "{}/{}",
+                    i["metadata"]["namespace"].as_str().unwrap(),
+                    i["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let replaced: Vec<&str> = tested["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["disabled"] == false)
+        .flat_map(|g| g["batches"].as_array().unwrap())
+        .flat_map(|b| b["instances"].as_array().unwrap())
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let asked: Vec<&str> = orders.iter().map(|o| o["node"].as_str().unwrap()).collect();
+    assert_eq!(asked, replaced, "one answer per replaced node, in order");
+    let mut ordered = 0;
+    for order in orders {
+        let node = order["node"].as_str().unwrap();
+        let turns: Vec<String> = [turn(node, "db"), turn(node, "web")]
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| t.join(", "))
+            .collect();
+        let want = match turns.is_empty() {
+            true => "no turns (policy order)".to_string(),
+            false => format!("turns {}", turns.join(" | ")),
+        };
+        assert_eq!(order["decision"], want, "{order}");
+        ordered += usize::from(!turns.is_empty());
+    }
+    assert!(ordered > 0, "some node runs web or db pods: {orders:?}");
+
+    // A fixture checks them like every other decision.
+    let first = orders
+        .iter()
+        .find(|o| o["decision"].as_str().unwrap().starts_with("turns "))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = |decision: &str| {
+        let file = dir.path().join("expect.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "snapshot: {}\nnow: \"2026-11-27T12:00:00Z\"\nkubeletVersion: v1.20.2\ngroups:\n  {}:\n    drainOrder:\n      {}: \"{decision}\"\n",
+                snapshot.display(),
+                first["group"].as_str().unwrap(),
+                first["node"].as_str().unwrap()
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let met = hooks_test(
+        module,
+        &[
+            "--config",
+            config,
+            "--expect",
+            fixture(first["decision"].as_str().unwrap())
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert!(met.status.success(), "{}", text(&met.stderr));
+    let missed = hooks_test(
+        module,
+        &[
+            "--config",
+            config,
+            "--expect",
+            fixture("policy order").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(missed.status.code(), Some(1));
+    assert!(
+        text(&missed.stderr).contains("drainOrder: expected"),
+        "{}",
+        text(&missed.stderr)
+    );
+}

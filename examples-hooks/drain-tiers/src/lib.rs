@@ -1,14 +1,20 @@
 //! drain-tiers: the `drain-order` point (contract 0.3.1). A node's pods leave tier by tier, as
-//! the config lists the values of their `tier` label: `{"tiers": ["frontend", "backend"]}`
-//! evicts the frontend pods first, and the backend pods only once those are gone; pods of other
-//! tiers, or none, go after, in the policy's order.
+//! the config lists the values of a label (`tier` unless `label` names another):
+//! `{"tiers": ["frontend", "backend"]}` evicts the frontend pods first, and the backend pods
+//! only once those are gone; pods of other tiers, or none, go after, in the policy's order.
 
 use rollout_ext_hooks::*;
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
+    #[serde(default = "tier")]
+    label: String,
     tiers: Vec<String>,
+}
+
+fn tier() -> String {
+    "tier".into()
 }
 
 pub struct DrainTiers;
@@ -27,7 +33,7 @@ impl Policy for DrainTiers {
         let turns = cfg.tiers.iter().map(|tier| {
             let of_tier = pods
                 .iter()
-                .filter(|p| p.label("tier") == Some(tier.as_str()));
+                .filter(|p| p.label(&cfg.label) == Some(tier.as_str()));
             of_tier.map(DrainPod::id).collect()
         });
         Ok(DrainOrder::Turns(turns.collect()))

@@ -28,6 +28,7 @@ pub enum PointArg {
     Select,
     Batch,
     Gate,
+    DrainOrder,
 }
 
 impl From<PointArg> for HookPoint {
@@ -36,6 +37,7 @@ impl From<PointArg> for HookPoint {
             PointArg::Select => HookPoint::Select,
             PointArg::Batch => HookPoint::Batch,
             PointArg::Gate => HookPoint::Gate,
+            PointArg::DrainOrder => HookPoint::DrainOrder,
         }
     }
 }

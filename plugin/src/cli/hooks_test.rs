@@ -1,5 +1,7 @@
 //! `hooks test`: plans a snapshot with one module as the only hook and prints every decision it
-//! took, or checks them against a fixture (`--expect`), the way `opa test` checks a policy.
+//! took, or checks them against a fixture (`--expect`), the way `opa test` checks a policy. A
+//! hook serving `drain-order` (asked only by live runs) is asked about every node the plan
+//! replaces, with the snapshot's pods on it.
 //!
 //! The hook runs with `failurePolicy: Ignore` here, so that a point that fails does not hide the
 //! decisions of the others: the failure is shown with the plan and the command exits 1.
@@ -17,7 +19,7 @@ use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
     Instances, Phase, Progress, SelectAnswer,
 };
-use crate::plan::{Plan, PlanOptions};
+use crate::plan::{Plan, PlanOptions, decide};
 use crate::policy::{
     DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookMode, HookPoint, HookSpec,
     IntOrPercent, Policy, RollingUpdate,
@@ -100,6 +102,28 @@ struct Expected {
     gates: Option<Vec<String>>,
     /// The same for the after-batch gate (asked with `phases: [after-batch]`).
     after_gates: Option<Vec<String>>,
+    /// For the nodes named, the drain order in words: `turns ns/a, ns/b | ns/c`, or
+    /// `policy order`.
+    drain_order: Option<BTreeMap<String, String>>,
+}
+
+/// What a `drain-order` hook answered about one node the plan replaces.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DrainOrderStep {
+    group: String,
+    node: String,
+    decision: String,
+}
+
+/// The plan, with the drain orders beside it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Tested<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drain_orders: Vec<DrainOrderStep>,
 }
 
 /// A gate phase, as `--phase` and a fixture's `phases` name it.
@@ -209,7 +233,10 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         attempt: run.attempt,
         phases,
     })];
-    let plan = crate::plan::plan_nodes(&snapshot, &policy, &options, &mut hooks)?;
+    let mut plan = crate::plan::plan_nodes(&snapshot, &policy, &options, &mut hooks)?;
+    let mut warnings = Vec::new();
+    let drain_orders = drain_orders(&mut hooks, &plan, &snapshot, now, &mut warnings);
+    plan.warnings.append(&mut warnings);
     let failed: Vec<&String> = plan
         .warnings
         .iter()
@@ -217,9 +244,9 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         .collect();
 
     let mismatches = match &fixture {
-        Some(fixture) => compare(&plan, &fixture.groups),
+        Some(fixture) => compare(&plan, &drain_orders, &fixture.groups),
         None => {
-            output::print_plan(&plan, run.output)?;
+            print_tested(&plan, drain_orders, run.output)?;
             Vec::new()
         }
     };
@@ -360,8 +387,84 @@ fn only<'a>(mut items: impl Iterator<Item = &'a HookSpec>) -> Option<&'a HookSpe
     items.next().is_none().then_some(first)
 }
 
+/// Asks a hook serving `drain-order` about each node the plan replaces, in order, with the
+/// snapshot's pods a drain would evict from it. A failure is a warning, as in a plan.
+fn drain_orders(
+    hooks: &mut [Box<dyn Hook>],
+    plan: &Plan,
+    snapshot: &Snapshot,
+    now: i64,
+    warnings: &mut Vec<String>,
+) -> Vec<DrainOrderStep> {
+    if !hooks
+        .iter()
+        .any(|h| h.points().contains(&HookPoint::DrainOrder))
+    {
+        return Vec::new();
+    }
+    let ctx = CallContext {
+        now,
+        run_id: "hooks-test".into(),
+        dry_run: true,
+    };
+    let drain = crate::plan::drain::DrainOptions::default();
+    let mut steps = Vec::new();
+    for g in &plan.groups {
+        for node in g
+            .batches
+            .iter()
+            .filter(|b| !b.surge)
+            .flat_map(|b| &b.instances)
+        {
+            let pods: Vec<crate::snapshot::Pod> = snapshot
+                .pods
+                .iter()
+                .filter(|p| p.node_name.as_deref() == Some(node.as_str()))
+                .filter(|p| crate::plan::drain::classify(p, &drain).is_evicted())
+                .cloned()
+                .collect();
+            // The hook runs with failurePolicy Ignore: a fault is a warning, never an error.
+            let Ok(ordered) = decide::drain_order(hooks, &ctx, node, &pods, warnings) else {
+                continue;
+            };
+            steps.push(DrainOrderStep {
+                group: g.group.name.clone(),
+                node: node.clone(),
+                decision: ordered.describe(),
+            });
+        }
+    }
+    steps
+}
+
+fn print_tested(
+    plan: &Plan,
+    drain_orders: Vec<DrainOrderStep>,
+    format: OutputFormat,
+) -> Result<(), Failure> {
+    if matches!(format, OutputFormat::Json | OutputFormat::Yaml) {
+        let tested = Tested { plan, drain_orders };
+        return super::print_structured(&tested, format);
+    }
+    output::print_plan(plan, format)?;
+    if !drain_orders.is_empty() {
+        println!();
+        for step in &drain_orders {
+            println!(
+                "drain order of node {} ({}): {}",
+                step.node, step.group, step.decision
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.
-fn compare(plan: &Plan, groups: &BTreeMap<String, Expected>) -> Vec<String> {
+fn compare(
+    plan: &Plan,
+    drain_orders: &[DrainOrderStep],
+    groups: &BTreeMap<String, Expected>,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (name, expected) in groups {
         let Some(g) = plan.groups.iter().find(|g| &g.group.name == name) else {
@@ -394,6 +497,20 @@ fn compare(plan: &Plan, groups: &BTreeMap<String, Expected>) -> Vec<String> {
             &expected.after_gates,
             &after_gates,
         ));
+        // Only the nodes the fixture names are compared.
+        let orders: BTreeMap<String, String> = expected
+            .drain_order
+            .iter()
+            .flat_map(|nodes| nodes.keys())
+            .map(|node| {
+                let asked = drain_orders
+                    .iter()
+                    .find(|s| &s.group == name && &s.node == node);
+                let decision = asked.map_or("not asked", |s| s.decision.as_str());
+                (node.clone(), decision.to_string())
+            })
+            .collect();
+        out.extend(mismatch(name, "drainOrder", &expected.drain_order, &orders));
     }
     out
 }
@@ -464,5 +581,13 @@ impl Hook for AsTested {
             ..batch.clone()
         };
         self.inner.gate(ctx, phase, &batch, summary)
+    }
+    fn drain_order(
+        &mut self,
+        ctx: &CallContext,
+        node: &str,
+        pods: &[crate::snapshot::Pod],
+    ) -> Result<crate::plan::hook::DrainOrderAnswer, HookFault> {
+        self.inner.drain_order(ctx, node, pods)
     }
 }

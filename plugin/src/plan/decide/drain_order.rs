@@ -27,6 +27,7 @@ impl DrainOrdered {
 pub fn describe(turns: Option<&[Vec<String>]>) -> String {
     match turns {
         None => "policy order".into(),
+        Some([]) => "no turns (policy order)".into(),
         Some(turns) => {
             let turns: Vec<String> = turns.iter().map(|t| t.join(", ")).collect();
             format!("turns {}", turns.join(" | "))
