@@ -406,8 +406,14 @@ impl Cluster {
         deadline: Instant,
         reporter: &dyn Reporter,
     ) -> Result<(), DrainError> {
-        let all: Vec<Pod> = turns.iter().flatten().cloned().collect();
-        let guarded = self.guarded(&all, settings.policy_version).await?;
+        // Deleting pods (`--disable-eviction`) consults no budget.
+        let guarded = match settings.options.disable_eviction {
+            true => Default::default(),
+            false => {
+                let all: Vec<Pod> = turns.iter().flatten().cloned().collect();
+                self.guarded(&all, settings.policy_version).await?
+            }
+        };
         for turn in turns {
             let results = join_all(turn.iter().map(|pod| {
                 let covered = guarded.contains(&pod.id());
