@@ -80,7 +80,10 @@ async fn a_pod_that_asks_not_to_be_disrupted_keeps_its_node_last_and_undrained_u
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "dnd");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "dnd");
     let watched = pods.clone();
+    let all = Arc::new(Mutex::new(Vec::new()));
+    let log = all.clone();
     let (code, stderr) = run_watching(args, move |event| {
+        log.lock().unwrap().push(event.clone());
         if event["event"] != "pod-held" || event["pod"] != held_pod.as_str() {
             return;
         }
@@ -98,6 +101,12 @@ async fn a_pod_that_asks_not_to_be_disrupted_keeps_its_node_last_and_undrained_u
     let (terminated_then, running_then) = seen.lock().unwrap().take().expect("the pod was held");
     assert_eq!(terminated_then, ["dnd-2"]);
     assert!(running_then, "the held pod was not evicted");
+    // It went because the test deleted it: the run never evicted it, nor gave up waiting.
+    let all = all.lock().unwrap().clone();
+    assert!(reported(&all, "pod-gone", &held), "{all:?}");
+    for event in ["evicted", "hold-expired", "drain-escalated"] {
+        assert!(!reported(&all, event, &held), "{event}: {all:?}");
+    }
     assert_eq!(cluster.cloud.terminated("dnd"), ["dnd-2", "dnd-1"]);
     assert!(pods_of(&pods, "keep").await.is_empty());
 }
@@ -150,6 +159,39 @@ async fn with_after_timeout_evict_a_pod_still_there_is_evicted_and_the_run_goes_
     assert!(reported(&seen, "hold-expired", &held), "{seen:?}");
     assert!(reported(&seen, "evicted", &held), "{seen:?}");
     assert_eq!(cluster.cloud.terminated("dndevict"), ["dndevict-1"]);
+}
+
+#[tokio::test]
+async fn fail_on_drain_error_false_never_terminates_a_node_with_a_pod_that_asks_not_to_go() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("dndforce", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "dndforce").await;
+    let held = undisruptable(&client, "dndforce", "dndforce-1").await;
+    // Beside it, pods a budget holds: the drain times out on them while it waits for the first.
+    replica_set(&client, "dndforce", "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    rollout_ext_e2e::workloads::blocking_budget(&client, "dndforce", version, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = cluster.rotate_one_at_a_time(
+        dir.path(),
+        "dndforce",
+        "",
+        &["--fail-on-drain-error", "false"],
+    );
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "3s".into();
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = format!(
+        "pod {held} on node dndforce-1 asks not to be disrupted: --fail-on-drain-error=false does not apply"
+    );
+    let warned = events(&out)
+        .iter()
+        .any(|e| e["event"] == "warning" && e["message"] == said.as_str());
+    assert!(warned, "{out:?}");
+    assert!(cluster.cloud.terminated("dndforce").is_empty());
 }
 
 /// A Job of one pod pinned to `node`, once its pod runs; returns the pod's name.

@@ -32,7 +32,9 @@ pub struct DrainSettings {
     pub options: DrainOptions,
     /// Overrides each pod's terminationGracePeriodSeconds; negative keeps the pod's own.
     pub grace_period: i64,
-    /// The whole drain, evictions and waits, must finish within this.
+    /// The evictions and the waits for evicted pods to go must finish within this (a turn of
+    /// `drain.order` after a ladder, and the pods that come after held ones, get their own);
+    /// held pods have their own timeouts, and the escalation ladder its own time.
     pub timeout: Duration,
     /// `policy/v1` or `policy/v1beta1`, as the server serves it.
     pub policy_version: &'static str,
@@ -371,17 +373,14 @@ impl Cluster {
                     ),
                 });
             }
-            let waits = join_all(
+            // The first failure ends the drain: the other waits and evictions are dropped.
+            let waits = futures::future::try_join_all(
                 held.iter()
                     .map(|(pod, hold)| self.hold_pod(node, pod, *hold, settings, reporter)),
             );
             let ordered = ordered_turns(evict, turns.take(), &settings.options.rules.order);
             let evictions = self.evict_in_turns(node, ordered, settings, deadline, reporter);
-            let (waited, evicted) = futures::future::join(waits, evictions).await;
-            evicted?;
-            for result in waited {
-                result?;
-            }
+            futures::future::try_join(waits, evictions).await?;
             if !held.is_empty() {
                 // Held pods may have taken far longer than the drain timeout; whoever came
                 // meanwhile gets a drain timeout of its own.
@@ -414,7 +413,20 @@ impl Cluster {
                 self.guarded(&all, settings.policy_version).await?
             }
         };
-        for turn in turns {
+        let ladder = !settings.options.rules.escalation.is_empty();
+        let mut deadline = deadline;
+        for (i, turn) in turns.iter().enumerate() {
+            if i > 0 && ladder {
+                // A ladder may have kept the turn before past the drain timeout: each turn
+                // then gets a drain timeout of its own.
+                deadline = deadline.max(Instant::now() + settings.timeout);
+            } else if i > 0 && Instant::now() >= deadline {
+                return Err(DrainError::Timeout {
+                    node: node.into(),
+                    timeout: settings.timeout,
+                    remaining: turns[i..].iter().flatten().map(Pod::id).collect(),
+                });
+            }
             let results = join_all(turn.iter().map(|pod| {
                 let covered = guarded.contains(&pod.id());
                 self.remove_pod(node, pod, covered, settings, deadline, reporter)

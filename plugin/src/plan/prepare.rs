@@ -224,8 +224,6 @@ pub fn candidate(
     }
 }
 
-/// `candidates` as they are in `snapshot` now, keeping the reasons they were chosen for; an
-/// instance that is gone keeps its last known state.
 /// Whether a drain of `node` would wait for a pod that asks not to be disrupted.
 fn holds_do_not_disrupt(index: &Index, node: &str, drain_options: &drain::DrainOptions) -> bool {
     index.pods_on(node).iter().any(|p| {
@@ -236,6 +234,8 @@ fn holds_do_not_disrupt(index: &Index, node: &str, drain_options: &drain::DrainO
     })
 }
 
+/// `candidates` as they are in `snapshot` now, keeping the reasons they were chosen for; an
+/// instance that is gone keeps its last known state.
 pub fn refresh(
     index: &Index,
     drain_options: &drain::DrainOptions,

@@ -168,6 +168,12 @@ impl Located<'_> {
                 priority_class_names: rule.priority_class_names,
             });
         }
+        if let [only] = raw.escalation.as_slice()
+            && only.value.rung == RungAction::Stop
+        {
+            let message = "drain.escalation: a ladder of Stop alone is kubectl's behaviour (retry until the drain timeout, then stop): leave escalation out, or list rungs before Stop".into();
+            return Err(self.of(only, message));
+        }
         let rungs = raw.escalation.len();
         for (i, rung) in raw.escalation.into_iter().enumerate() {
             let action = rung.value.rung;

@@ -284,6 +284,7 @@ fn drain_mistakes_name_their_line() {
             6,
             "Drop",
         ),
+        ("    escalation:\n      - {rung: Stop}\n", 6, "Stop alone"),
         ("    drainTimeout: 1m\n", 5, "drainTimeout"),
     ];
     for (lines, line, says) in cases {

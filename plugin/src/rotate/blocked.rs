@@ -1,6 +1,7 @@
-//! Evictions a PodDisruptionBudget blocks, recorded on the Lease as what holds the run while a
-//! batch drains, so that `status` from any machine names the pod and the budget: the most
-//! common reason a rotation stands still.
+//! Evictions a PodDisruptionBudget blocks, and pods a drain waits for (they ask not to be
+//! disrupted, or run to completion), recorded on the Lease as what holds the run while a batch
+//! drains, so that `status` from any machine names the pod and the budget or the reason: the
+//! most common reasons a rotation stands still.
 
 use std::sync::Mutex;
 
@@ -28,7 +29,7 @@ impl<'a> BlockedEvictions<'a> {
 
 impl Reporter for BlockedEvictions<'_> {
     fn report(&self, event: Event) {
-        if let Event::EvictionBlocked { node, .. } = &event {
+        if let Event::EvictionBlocked { node, .. } | Event::PodHeld { node, .. } = &event {
             let what = format!("draining node {node}: {}", event.describe());
             *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
             self.changed.notify_one();

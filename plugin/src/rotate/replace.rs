@@ -11,6 +11,7 @@ use crate::cluster::drain::DrainError;
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
+use crate::plan::drain::{Hold, PodFate, classify};
 use crate::plan::group_loop::BatchStep;
 
 impl Rotation<'_> {
@@ -128,6 +129,14 @@ impl Rotation<'_> {
                 return Err(e.into());
             }
             Err(e) if !self.settings.fail_on_drain_error => {
+                // Never past a pod that still asks not to be disrupted, however the drain
+                // failed.
+                if let Some(pod) = self.asking_not_to_be_disrupted(node).await? {
+                    self.warn(format!(
+                        "pod {pod} on node {node} asks not to be disrupted: --fail-on-drain-error=false does not apply"
+                    ));
+                    return Err(e.into());
+                }
                 self.warn(format!("{e}; continuing (--fail-on-drain-error=false)"));
             }
             Err(e) => return Err(e.into()),
@@ -136,6 +145,22 @@ impl Rotation<'_> {
             .set_phase(node, "drained", false, false)
             .await?;
         Ok(())
+    }
+}
+
+impl Rotation<'_> {
+    /// A pod on `node` that asks not to be disrupted, as the node is now.
+    async fn asking_not_to_be_disrupted(&self, node: &str) -> Result<Option<String>, RotateError> {
+        let pods = self.cluster.pods_on(node).await?;
+        Ok(pods
+            .iter()
+            .find(|p| {
+                matches!(
+                    classify(p, &self.settings.drain.options),
+                    PodFate::Hold(Hold::DoNotDisrupt { .. })
+                )
+            })
+            .map(|p| p.id()))
     }
 }
 

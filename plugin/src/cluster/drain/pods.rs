@@ -15,6 +15,9 @@ use crate::plan::drain::{Hold, PodFate, eviction_fate, ladder_in_words, ladder_l
 use crate::policy::drain::{AfterTimeout, RungAction};
 use crate::snapshot::Pod;
 
+/// How long a failed watch of a held pod rests before it is started again.
+const WATCH_AGAIN: Duration = Duration::from_secs(5);
+
 /// How a held pod's wait ended.
 enum HoldEnd {
     Gone,
@@ -81,6 +84,9 @@ impl Cluster {
                 .why_blocked(pod, settings.policy_version, &message)
                 .await;
             match rung_at(rules, since.elapsed()) {
+                // A refusal of a pod no budget covers is the API server's load shedding, not a
+                // budget: it is retried, never escalated.
+                RungAction::Retry | RungAction::DeleteUnready | RungAction::Delete if !guarded => {}
                 RungAction::Retry => {}
                 RungAction::DeleteUnready if self.pod_ready(pod).await? => {}
                 rung @ (RungAction::DeleteUnready | RungAction::Delete) => {
@@ -148,7 +154,7 @@ impl Cluster {
             reason: hold.describe(),
             timeout_seconds: timeout.as_secs(),
         });
-        match self.held_until(pod, hold, timeout).await? {
+        match self.held_until(node, pod, hold, timeout, reporter).await? {
             HoldEnd::Gone => {
                 reporter.report(Event::PodGone {
                     node: node.into(),
@@ -179,10 +185,11 @@ impl Cluster {
         }
         let deadline = Instant::now() + settings.timeout;
         let pods = std::slice::from_ref(pod);
-        let guarded = !self
-            .guarded(pods, settings.policy_version)
-            .await?
-            .is_empty();
+        let guarded = !settings.options.disable_eviction
+            && !self
+                .guarded(pods, settings.policy_version)
+                .await?
+                .is_empty();
         if self
             .remove_pod(node, pod, guarded, settings, deadline, reporter)
             .await?
@@ -209,12 +216,15 @@ impl Cluster {
     }
 
     /// Watches a held pod until it is gone, completes (or, for a do-not-disrupt pod, no longer
-    /// asks), or `timeout` passes.
+    /// asks), or `timeout` passes. A watch that fails (the server restarted, the watch expired)
+    /// is said and started again for the time left: a hold lasts hours.
     async fn held_until(
         &self,
+        node: &str,
         pod: &Pod,
         hold: Hold,
         timeout: Duration,
+        reporter: &dyn Reporter,
     ) -> Result<HoldEnd, ClusterError> {
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let uid = pod.uid.clone();
@@ -223,20 +233,35 @@ impl Cluster {
             Some(p) if p.metadata.uid.as_deref() != Some(uid.as_str()) => true,
             Some(p) => released(p, hold),
         };
-        match tokio::time::timeout(timeout, await_condition(api, &pod.name, ended)).await {
-            Err(_) => Ok(HoldEnd::TimedOut),
-            Ok(Err(e)) => Err(ClusterError::Unreachable {
-                server: self.server.clone(),
-                message: format!("watching pod {}: {e}", pod.id()),
-            }),
-            Ok(Ok(Some(p))) if p.metadata.uid.as_deref() == Some(pod.uid.as_str()) => {
-                Ok(if finished(&p) {
-                    HoldEnd::Completed
-                } else {
-                    HoldEnd::Released
-                })
-            }
-            Ok(Ok(_)) => Ok(HoldEnd::Gone),
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let watch = await_condition(api.clone(), &pod.name, ended.clone());
+            let seen = match tokio::time::timeout(left, watch).await {
+                Err(_) => return Ok(HoldEnd::TimedOut),
+                Ok(Ok(seen)) => seen,
+                Ok(Err(e)) => {
+                    reporter.report(Event::Warning {
+                        message: format!(
+                            "draining node {node}: watching held pod {} failed ({e}); watching it again in {}s",
+                            pod.id(),
+                            WATCH_AGAIN.as_secs()
+                        ),
+                    });
+                    tokio::time::sleep(WATCH_AGAIN.min(left)).await;
+                    continue;
+                }
+            };
+            return Ok(match seen {
+                Some(p) if p.metadata.uid.as_deref() == Some(pod.uid.as_str()) => {
+                    if finished(&p) {
+                        HoldEnd::Completed
+                    } else {
+                        HoldEnd::Released
+                    }
+                }
+                _ => HoldEnd::Gone,
+            });
         }
     }
 
@@ -301,16 +326,12 @@ fn released(pod: &K8sPod, hold: Hold) -> bool {
     }
     match hold {
         Hold::Completion => false,
-        Hold::DoNotDisrupt { annotation } => {
-            let asks = crate::keys::DO_NOT_DISRUPT
-                .iter()
-                .find(|(key, _)| *key == annotation)
-                .map(|(_, value)| *value);
+        // Released once no annotation asks any more (a pod may carry several).
+        Hold::DoNotDisrupt { .. } => {
             let annotations = pod.metadata.annotations.as_ref();
-            annotations
-                .and_then(|a| a.get(annotation))
-                .map(String::as_str)
-                != asks
+            !crate::keys::DO_NOT_DISRUPT.iter().any(|(key, value)| {
+                annotations.and_then(|a| a.get(*key)).map(String::as_str) == Some(*value)
+            })
         }
     }
 }
