@@ -127,3 +127,17 @@ pub fn budgets(client: &Client, namespace: &str, version: &str) -> Api<DynamicOb
     );
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
+
+/// One outdated node of `group`, running two pods `web` (in namespace `group`) under a budget
+/// that lets none of them go; returns the budgets' API, to relax it.
+pub async fn blocked_group(
+    cluster: &crate::cluster::TestCluster,
+    group: &str,
+) -> Api<DynamicObject> {
+    cluster.outdated_group(group, 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, group).await;
+    replica_set(&client, group, "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    blocking_budget(&client, group, version, 2).await
+}

@@ -1,0 +1,220 @@
+//! A plan's drain forecast against the run on the same cluster: a rotation stalls where its
+//! plan said it would (a budget that blocks, one that serializes the evictions) and the pods
+//! forecast pending are the ones the scheduler cannot place until the replacement comes.
+
+use kube::api::Api;
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::workloads::{blocked_group, budget, create_namespace, replica_set};
+use rollout_ext_e2e::{events, run_plugin};
+use serde_json::Value;
+
+/// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The forecast of the first batch of the plan the run `args` would follow (the same command
+/// without `--yes`).
+async fn first_forecast(args: &[String]) -> Value {
+    let plan_args = rollout_ext_e2e::plan_of(args);
+    let printed = run_plugin(plan_args).await;
+    assert!(printed.status.success(), "{printed:?}");
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    plan["groups"][0]["batches"][0]["forecast"].clone()
+}
+
+/// The `ns/pod` names of a forecast entry, sorted.
+fn pods_of(entry: &Value) -> Vec<String> {
+    let mut pods: Vec<String> = entry["pods"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of pods: {entry}"))
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    pods.sort();
+    pods
+}
+
+/// The pods whose evictions the run refused, each once, sorted; every refusal names `pdb`.
+fn refused_by(out: &std::process::Output, pdb: &str) -> Vec<String> {
+    let mut refused: Vec<String> = Vec::new();
+    for event in events(out) {
+        if event["event"] == "eviction-blocked" {
+            let reason = event["reason"].as_str().unwrap();
+            assert!(
+                reason.contains(&format!("PodDisruptionBudget {pdb}")),
+                "{reason}"
+            );
+            let pod = event["pod"].as_str().unwrap().to_string();
+            if !refused.contains(&pod) {
+                refused.push(pod);
+            }
+        }
+    }
+    refused.sort();
+    refused
+}
+
+#[tokio::test]
+async fn a_rotation_stalls_where_its_plan_forecast_a_blocked_drain() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    blocked_group(cluster, "stall").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = cluster.rotate_one_at_a_time(dir.path(), "stall", "", &[]);
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "3s".into();
+
+    // The plan of the live cluster forecasts the block...
+    let forecast = first_forecast(&args).await;
+    assert_eq!(forecast["blocks"][0]["pdb"], "stall/web", "{forecast}");
+    let forecast_pods = pods_of(&forecast["blocks"][0]);
+
+    // ...and the run stalls there: the same budget refuses the same pods, and it stops in
+    // that batch's drain.
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(refused_by(&out, "stall/web"), forecast_pods);
+    assert!(cluster.cloud.terminated("stall").is_empty());
+}
+
+#[tokio::test]
+async fn a_rotation_waits_on_a_budget_where_its_plan_forecast_the_wait() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("serial", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "serial").await;
+    replica_set(&client, "serial", "web", 2).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    budget(&client, "serial", version, 2, 1).await;
+    // Both pods run on the outdated node; an up-to-date node of the group, added after them,
+    // has room for what the drain evicts.
+    cluster
+        .nodes
+        .add(NodeSpec::new("serial-spare", "serial"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = cluster.rotate_one_at_a_time(dir.path(), "serial", "", &[]);
+
+    // The plan forecasts that the budget lets the batch's two evictions go one at a time...
+    let forecast = first_forecast(&args).await;
+    assert_eq!(forecast["waits"][0]["pdb"], "serial/web", "{forecast}");
+    assert!(forecast.get("blocks").is_none(), "{forecast}");
+    assert!(forecast.get("pending").is_none(), "{forecast}");
+    let forecast_pods = pods_of(&forecast["waits"][0]);
+    assert_eq!(forecast_pods.len(), 2, "{forecast}");
+
+    // ...and the run does so: the budget refuses the eviction beyond the one it allows, and lets
+    // it go once the first pod runs again elsewhere.
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let refused = refused_by(&out, "serial/web");
+    assert_eq!(
+        refused.len(),
+        1,
+        "{refused:?} {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        forecast_pods.contains(&refused[0]),
+        "{refused:?} {forecast_pods:?}"
+    );
+    assert_eq!(cluster.cloud.terminated("serial"), ["serial-1"]);
+}
+
+#[tokio::test]
+async fn pods_the_plan_forecast_pending_wait_for_the_replacement() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    cluster.outdated_group("homeless", 1).await.unwrap();
+    let client = cluster.client().await;
+    create_namespace(&client, "homeless").await;
+    replica_set(&client, "homeless", "web", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = cluster.rotate_one_at_a_time(dir.path(), "homeless", "", &[]);
+
+    // The plan forecasts that the pods of the group's only node fit nowhere until its
+    // replacement is Ready...
+    let forecast = first_forecast(&args).await;
+    assert!(forecast.get("blocks").is_none(), "{forecast}");
+    assert!(forecast.get("waits").is_none(), "{forecast}");
+    let pending = forecast["pending"].as_array().expect("pods pending");
+    let forecast_count: usize = pending.iter().map(|p| pods_of(p).len()).sum();
+    assert_eq!(forecast_count, 2, "{forecast}");
+
+    // ...and in the run, as many pods are found unschedulable by the scheduler, until they run
+    // on the replacement.
+    let pods: Api<Pod> = Api::namespaced(client, "homeless");
+    let (seen, mut state) = tokio::sync::watch::channel(PodsSeen::default());
+    let watch = tokio::spawn(
+        watcher(pods, watcher::Config::default())
+            .applied_objects()
+            .for_each(move |pod| {
+                seen.send_modify(|s| s.saw(&pod.unwrap()));
+                std::future::ready(())
+            }),
+    );
+    let out = run_plugin(args).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let replacement = cluster.nodes.nodes_of("homeless");
+    assert!(
+        !replacement.contains(&"homeless-1".to_string()),
+        "{replacement:?}"
+    );
+    let settled = state.wait_for(|s| {
+        s.ready_on
+            .values()
+            .filter(|node| replacement.contains(node))
+            .count()
+            == 2
+    });
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(60), settled)
+        .await
+        .expect("the evicted pods run on the replacement")
+        .unwrap()
+        .clone();
+    watch.abort();
+    assert_eq!(seen.unschedulable.len(), forecast_count, "{seen:?}");
+}
+
+/// What a watch of pods saw: those the scheduler found no room for, and where pods run Ready.
+#[derive(Debug, Clone, Default)]
+struct PodsSeen {
+    unschedulable: std::collections::BTreeSet<String>,
+    ready_on: std::collections::BTreeMap<String, String>,
+}
+
+impl PodsSeen {
+    fn saw(&mut self, pod: &k8s_openapi::api::core::v1::Pod) {
+        let name = pod.metadata.name.clone().unwrap();
+        let conditions = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let has = |kind: &str, status: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == kind && c.status == status)
+        };
+        if has("PodScheduled", "False")
+            .is_some_and(|c| c.reason.as_deref() == Some("Unschedulable"))
+        {
+            self.unschedulable.insert(name.clone());
+        }
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        match node {
+            Some(node)
+                if has("Ready", "True").is_some() && pod.metadata.deletion_timestamp.is_none() =>
+            {
+                self.ready_on.insert(name, node);
+            }
+            _ => {
+                self.ready_on.remove(&name);
+            }
+        }
+    }
+}
