@@ -408,6 +408,7 @@ fn drain_orders(
         dry_run: true,
     };
     let drain = crate::plan::drain::DrainOptions::default();
+    let index = crate::plan::health::Index::new(snapshot);
     let mut steps = Vec::new();
     for g in &plan.groups {
         for node in g
@@ -416,12 +417,11 @@ fn drain_orders(
             .filter(|b| !b.surge)
             .flat_map(|b| &b.instances)
         {
-            let pods: Vec<crate::snapshot::Pod> = snapshot
-                .pods
+            let pods: Vec<crate::snapshot::Pod> = index
+                .pods_on(node)
                 .iter()
-                .filter(|p| p.node_name.as_deref() == Some(node.as_str()))
                 .filter(|p| crate::plan::drain::classify(p, &drain).is_evicted())
-                .cloned()
+                .map(|p| (*p).clone())
                 .collect();
             // The hook runs with failurePolicy Ignore: a fault is a warning, never an error.
             let Ok(ordered) = decide::drain_order(hooks, &ctx, node, &pods, warnings) else {

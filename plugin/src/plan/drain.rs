@@ -115,6 +115,20 @@ pub fn classify(pod: &Pod, options: &DrainOptions) -> PodFate {
     eviction_fate(pod, options)
 }
 
+/// The first of `pods` a drain would wait for because it asks not to be disrupted: what
+/// orders a node last in its group, and what `--fail-on-drain-error=false` never passes.
+pub fn asking_not_to_be_disrupted<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    options: &DrainOptions,
+) -> Option<&'a Pod> {
+    pods.into_iter().find(|p| {
+        matches!(
+            classify(p, options),
+            PodFate::Hold(Hold::DoNotDisrupt { .. })
+        )
+    })
+}
+
 /// The end of kubectl's chain (local storage, unreplicated), for a pod that is to go: also what
 /// becomes of a held pod whose wait ran out.
 pub fn eviction_fate(pod: &Pod, options: &DrainOptions) -> PodFate {

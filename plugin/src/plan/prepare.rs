@@ -226,12 +226,7 @@ pub fn candidate(
 
 /// Whether a drain of `node` would wait for a pod that asks not to be disrupted.
 fn holds_do_not_disrupt(index: &Index, node: &str, drain_options: &drain::DrainOptions) -> bool {
-    index.pods_on(node).iter().any(|p| {
-        matches!(
-            drain::classify(p, drain_options),
-            drain::PodFate::Hold(drain::Hold::DoNotDisrupt { .. })
-        )
-    })
+    drain::asking_not_to_be_disrupted(index.pods_on(node).iter().copied(), drain_options).is_some()
 }
 
 /// `candidates` as they are in `snapshot` now, keeping the reasons they were chosen for; an

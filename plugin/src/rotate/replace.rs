@@ -11,7 +11,7 @@ use crate::cluster::drain::DrainError;
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
-use crate::plan::drain::{Hold, PodFate, classify};
+use crate::plan::drain::asking_not_to_be_disrupted;
 use crate::plan::group_loop::BatchStep;
 
 impl Rotation<'_> {
@@ -152,15 +152,8 @@ impl Rotation<'_> {
     /// A pod on `node` that asks not to be disrupted, as the node is now.
     async fn asking_not_to_be_disrupted(&self, node: &str) -> Result<Option<String>, RotateError> {
         let pods = self.cluster.pods_on(node).await?;
-        Ok(pods
-            .iter()
-            .find(|p| {
-                matches!(
-                    classify(p, &self.settings.drain.options),
-                    PodFate::Hold(Hold::DoNotDisrupt { .. })
-                )
-            })
-            .map(|p| p.id()))
+        let options = &self.settings.drain.options;
+        Ok(asking_not_to_be_disrupted(&pods, options).map(|p| p.id()))
     }
 }
 
