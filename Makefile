@@ -5,10 +5,10 @@ WASM_TARGET := wasm32-wasip2
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 WASM_DIR := $(TARGET_DIR)/$(WASM_TARGET)/wasm
 EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
-WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p hostile-hook -p wrong-version-hook
+WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane lint release python-hook js-hook bench
+.PHONY: demo test wasm wasm-target control-plane prometheus lint release python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -20,7 +20,7 @@ demo: wasm
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
 ## test: every test, against real compiled hooks and a real control plane.
-test: wasm python-hook js-hook control-plane
+test: wasm python-hook js-hook control-plane prometheus
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
 
@@ -54,6 +54,10 @@ $(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sd
 js-hook: $(WASM_DIR)/fewest_pods_js.wasm
 $(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js examples-hooks/fewest-pods-js/build.sh hooks-sdk/wit/policy.wit
 	bash examples-hooks/fewest-pods-js/build.sh $@
+
+## prometheus: install (once) and cache the Prometheus server the metrics-gate tests scrape with.
+prometheus:
+	bash tests/cluster/install-prometheus.sh
 
 ## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
 control-plane:

@@ -1,13 +1,17 @@
-//! What the host offers a hook: logging and read-only, allow-listed cluster objects.
+//! What the host offers a hook: logging, read-only, allow-listed cluster objects, and PromQL
+//! queries of the metrics sources the policy grants the hook.
 //!
-//! Compiled natively (in a policy's unit tests) logging goes to stderr and the object listings
-//! answer from the thread's [`FakeCluster`](crate::testing::FakeCluster) when a test installed
-//! one, an error otherwise, so tests never depend on a cluster.
+//! Compiled natively (in a policy's unit tests) logging goes to stderr, the object listings
+//! answer from the thread's [`FakeCluster`](crate::testing::FakeCluster) and the queries from
+//! its [`FakeMetrics`](crate::testing::FakeMetrics) when a test installed one, an error
+//! otherwise, so tests never depend on a cluster or a Prometheus.
 
 #[cfg(target_arch = "wasm32")]
 use crate::bindings::rollout_ext::policy::host as imports;
 
-pub use crate::bindings::rollout_ext::policy::host::Level;
+pub use crate::bindings::rollout_ext::policy::host::{
+    Level, MetricsError, Point, Sample, Series, TimeRange,
+};
 
 use serde::de::DeserializeOwned;
 
@@ -101,6 +105,56 @@ pub fn config_maps(
 /// namespace to give: the host would answer nothing (or deny the call) for one.
 pub fn nodes(selector: Option<&str>) -> Result<Vec<Node>, String> {
     list(Node::API_VERSION, Node::KIND, None, selector)
+}
+
+/// An instant PromQL query of `source` (a name of the policy's `metricsSources` that the hook's
+/// `metrics` grants it) at `time` (seconds since the Unix epoch; none: the source's now).
+///
+/// Asking a source the policy does not grant fails the whole call, whatever the hook answers;
+/// the query's time counts against the hook's deadline.
+pub fn query_metrics(
+    source: &str,
+    promql: &str,
+    time: Option<i64>,
+) -> Result<Vec<Sample>, MetricsError> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::query_metrics(source, promql, time)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::testing::fake_query(source, promql, time)
+    }
+}
+
+/// A range PromQL query of `source` over `range`, granted and timed as [`query_metrics`].
+pub fn query_metrics_range(
+    source: &str,
+    promql: &str,
+    range: TimeRange,
+) -> Result<Vec<Series>, MetricsError> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::query_metrics_range(source, promql, range)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::testing::fake_query_range(source, promql, range)
+    }
+}
+
+impl MetricsError {
+    /// The host's words, which name the source.
+    pub fn message(&self) -> &str {
+        match self {
+            MetricsError::NotAllowed(m)
+            | MetricsError::Unreachable(m)
+            | MetricsError::Timeout(m)
+            | MetricsError::BadQuery(m)
+            | MetricsError::TooLarge(m)
+            | MetricsError::Failed(m) => m,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -285,6 +285,10 @@ pub fn with_objects<R>(
         .run(f)
 }
 
+mod metrics;
+pub use metrics::{FakeMetrics, FakeMetricsGuard};
+pub(crate) use metrics::{fake_query, fake_query_range};
+
 /// The installed fake's answer to `list-objects`; none when no fake is installed.
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub(crate) fn fake_list(

@@ -8,6 +8,7 @@ pub mod events;
 pub mod hooks;
 pub mod keys;
 pub mod labels;
+pub mod metrics;
 pub mod plan;
 pub mod policy;
 pub mod progress;

@@ -130,6 +130,7 @@ pub fn demo_file(name: &str) -> PathBuf {
 pub mod cluster;
 pub mod fingerprint;
 pub mod invariants;
+pub mod metrics;
 pub mod synthetic;
 pub mod workloads;
 

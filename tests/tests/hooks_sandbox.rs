@@ -41,6 +41,7 @@ fn spec(module: PathBuf, points: &[HookPoint], config: serde_json::Value) -> Hoo
         memory: 32 << 20,
         failure_policy: FailurePolicy::Fail,
         mode: HookMode::Enforce,
+        metrics: Vec::new(),
         line: 7,
     }
 }

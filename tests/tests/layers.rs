@@ -1,5 +1,5 @@
 //! The plugin's layers point one way: cli → executors (rotate, workload) → cluster, provider,
-//! hooks, progress → events → plan → model. These rules are read from the sources: a module that imports
+//! hooks, metrics, progress → events → plan → model. These rules are read from the sources: a module that imports
 //! a layer above it fails here, with the file and the line.
 
 use std::path::{Path, PathBuf};
@@ -66,6 +66,13 @@ fn layers_point_one_way() {
             ],
         ),
         ("cluster", &["cli", "rotate", "workload", "progress"]),
+        (
+            "metrics",
+            &[
+                "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress", "events",
+                "plan",
+            ],
+        ),
         ("provider", &["cli", "rotate", "workload", "progress"]),
         (
             "events",

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::hooks_cmd::PointArg;
 use super::{Failure, OutputFormat, output};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
+use crate::metrics::{Metrics, Prometheus, Recorded};
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
     Instances, Phase, Progress, SelectAnswer,
@@ -63,8 +64,9 @@ pub struct TestRun {
     /// after-batch judges the snapshot as the cluster after each batch.
     #[arg(long = "phase", value_enum, value_delimiter = ',')]
     phases: Vec<PhaseArg>,
-    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, and per group the
-    /// expected order, batches and gates): exit 1 with the differences when a decision differs.
+    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, recorded metrics, and
+    /// per group the expected order, batches and gates): exit 1 with the differences when a
+    /// decision differs.
     #[arg(long, value_name = "FILE")]
     expect: Option<PathBuf>,
     /// Output format.
@@ -87,6 +89,9 @@ struct Fixture {
     /// The gate phases asked, as `--phase` takes them.
     #[serde(default)]
     phases: Vec<PhaseArg>,
+    /// Answers to the hook's metrics queries, by source and query: no Prometheus is asked.
+    /// Without a policy the hook is granted every source recorded here.
+    metrics: Option<Recorded>,
     /// Expectations per group; only the fields given are compared.
     groups: BTreeMap<String, Expected>,
 }
@@ -194,7 +199,17 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
 
     let runtime = HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
-    let (mut policy, spec) = policy_and_spec(runtime, &run)?;
+    let (mut policy, mut spec) = policy_and_spec(runtime, &run)?;
+    let recorded = fixture.as_ref().and_then(|f| f.metrics.clone());
+    let metrics: Arc<dyn Metrics> = match recorded {
+        Some(recorded) => {
+            if run.policy.is_none() {
+                spec.metrics = recorded.sources();
+            }
+            Arc::new(recorded)
+        }
+        None => Arc::new(Prometheus::new(&policy)?),
+    };
     let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
     let allowed = Arc::new(policy.context_resources.clone());
     let hook = runtime
@@ -202,7 +217,8 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         .map_err(|e| match &run.policy {
             Some(_) => Failure::from(e.at(&policy.source, &spec)),
             None => Failure::usage(e.to_string()),
-        })?;
+        })?
+        .with_metrics(metrics);
     policy.hooks = vec![spec.clone()];
     let mut rolling_update = policy.rolling_update;
     if let Some(n) = run.max_batch {
@@ -323,6 +339,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
             memory: DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Ignore,
             mode: HookMode::Enforce,
+            metrics: Vec::new(),
             line: 0,
         };
         return Ok((policy, spec));

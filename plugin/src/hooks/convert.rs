@@ -5,8 +5,9 @@
 //! built as owned values (`*Result`), since the host returns it.
 
 use super::draining::DrainPod;
-use super::wit;
+use super::{wit, wit_host};
 use crate::labels::Labels;
+use crate::metrics;
 use crate::plan::Role;
 use crate::plan::hook::{
     BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress,
@@ -45,6 +46,47 @@ pub fn pairs(map: &Labels) -> Vec<wit::KeyValueResult> {
             value: v.clone(),
         })
         .collect()
+}
+
+fn owned_pairs(pairs: Vec<(String, String)>) -> Vec<wit::KeyValueResult> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| wit::KeyValueResult { key, value })
+        .collect()
+}
+
+pub fn sample(s: metrics::Sample) -> wit_host::Sample {
+    wit_host::Sample {
+        labels: owned_pairs(s.labels),
+        value: s.value,
+        time: s.time,
+    }
+}
+
+pub fn series(s: metrics::Series) -> wit_host::Series {
+    wit_host::Series {
+        labels: owned_pairs(s.labels),
+        points: s
+            .points
+            .into_iter()
+            .map(|p| wit_host::Point {
+                time: p.time,
+                value: p.value,
+            })
+            .collect(),
+    }
+}
+
+pub fn metrics_error(e: metrics::MetricsError) -> wit_host::MetricsError {
+    use metrics::MetricsError as E;
+    match e {
+        E::NotAllowed(m) => wit_host::MetricsError::NotAllowed(m),
+        E::Unreachable(m) => wit_host::MetricsError::Unreachable(m),
+        E::Timeout(m) => wit_host::MetricsError::Timeout(m),
+        E::BadQuery(m) => wit_host::MetricsError::BadQuery(m),
+        E::TooLarge(m) => wit_host::MetricsError::TooLarge(m),
+        E::Failed(m) => wit_host::MetricsError::Failed(m),
+    }
 }
 
 /// Labels or annotations lent to a call.

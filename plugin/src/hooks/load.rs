@@ -11,6 +11,7 @@ use super::{
     HookRuntime, LOAD_TIMEOUT, ModuleInfo, ObjectSource, SnapshotObjects, WIT_PACKAGE, WIT_VERSION,
     WasmHook, first_line, truncate,
 };
+use crate::metrics::{Metrics, NoMetrics, Prometheus};
 use crate::plan::hook::{Hook, HookFault};
 use crate::policy::{
     ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, PolicyError, positions,
@@ -146,6 +147,7 @@ impl HookRuntime {
             memory: crate::policy::DEFAULT_HOOK_MEMORY,
             failure_policy: FailurePolicy::Fail,
             mode: HookMode::Enforce,
+            metrics: Vec::new(),
             line: 0,
         };
         let empty: Arc<dyn ObjectSource> =
@@ -219,6 +221,8 @@ impl HookRuntime {
             exports,
             objects,
             allowed,
+            metrics: Arc::new(NoMetrics),
+            granted: Arc::new(spec.metrics.clone()),
             info: None,
             digest,
         };
@@ -237,11 +241,23 @@ impl HookRuntime {
     }
 }
 
-/// Loads every hook of a policy, in order. The error names the hook and its line.
+/// Loads every hook of a policy, in order, their metrics queries going to the policy's
+/// `metricsSources`. The error names the hook (or the source) and its line.
 pub fn load_all(
     runtime: &HookRuntime,
     policy: &crate::policy::Policy,
     objects: Arc<dyn ObjectSource>,
+) -> Result<Vec<Box<dyn Hook>>, PolicyError> {
+    let metrics = Prometheus::new(policy)?;
+    load_all_with(runtime, policy, objects, Arc::new(metrics))
+}
+
+/// [`load_all`], with metrics queries answered by `metrics`.
+pub fn load_all_with(
+    runtime: &HookRuntime,
+    policy: &crate::policy::Policy,
+    objects: Arc<dyn ObjectSource>,
+    metrics: Arc<dyn Metrics>,
 ) -> Result<Vec<Box<dyn Hook>>, PolicyError> {
     let allowed = Arc::new(policy.context_resources.clone());
     policy
@@ -250,7 +266,7 @@ pub fn load_all(
         .map(|spec| {
             runtime
                 .load(spec, objects.clone(), allowed.clone())
-                .map(|h| Box::new(h) as Box<dyn Hook>)
+                .map(|h| Box::new(h.with_metrics(metrics.clone())) as Box<dyn Hook>)
                 .map_err(|e| e.at(&policy.source, spec))
         })
         .collect()

@@ -20,7 +20,7 @@ mod version;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker, ResourceTable};
@@ -28,14 +28,15 @@ use wasmtime::{Config, Engine, Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+use crate::metrics::Metrics;
 use crate::plan::hook::{CallContext, HookFault};
 use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint};
 
-pub use load::{LoadError, load_all};
+pub use load::{LoadError, load_all, load_all_with};
 pub use objects::{ObjectSource, SnapshotObjects};
 pub use version::{compatible, compatible_series};
 
-use sandbox::{CallState, FrozenClock, MemoryLimiter, capture};
+use sandbox::{CallState, FrozenClock, MemoryLimiter, MetricsAccess, capture};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -288,6 +289,9 @@ pub struct WasmHook {
     exports: Exports,
     objects: Arc<dyn ObjectSource>,
     allowed: Arc<Vec<ContextResource>>,
+    /// Where its metrics queries go, and the sources the policy grants it.
+    metrics: Arc<dyn Metrics>,
+    granted: Arc<Vec<String>>,
     info: Option<ModuleInfo>,
     digest: String,
 }
@@ -299,6 +303,13 @@ impl WasmHook {
 
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// The hook, with its metrics queries answered by `metrics` (of the sources its policy
+    /// entry grants it).
+    pub fn with_metrics(mut self, metrics: Arc<dyn Metrics>) -> WasmHook {
+        self.metrics = metrics;
+        self
     }
 
     /// Runs `f` against a fresh instance with the hook's limits, mapping every failure to a fault.
@@ -331,6 +342,13 @@ impl WasmHook {
             log_lines: 0,
             objects: self.objects.clone(),
             allowed: self.allowed.clone(),
+            metrics: MetricsAccess {
+                sources: self.metrics.clone(),
+                granted: self.granted.clone(),
+                deadline: Instant::now() + timeout,
+                denied: None,
+                cut_off: None,
+            },
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -343,8 +361,18 @@ impl WasmHook {
             .instantiate(&mut store)
             .and_then(|instance| f(&self.exports, &instance, &mut store));
         let output = capture(&self.name, &stdout, &stderr);
+        let state = store.data();
+        if let Some(source) = &state.metrics.denied {
+            return Err(HookFault::MetricsNotGranted(source.clone()));
+        }
+        if let Some(source) = &state.metrics.cut_off {
+            return Err(HookFault::MetricsTimeout {
+                after: timeout,
+                name: source.clone(),
+            });
+        }
         result.map_err(|err| {
-            if store.data().limiter.exceeded {
+            if state.limiter.exceeded {
                 return HookFault::OutOfMemory(self.memory);
             }
             match err.downcast_ref::<Trap>() {

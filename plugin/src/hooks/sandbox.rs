@@ -1,9 +1,9 @@
 //! What one call's store holds: the WASI context that grants nothing, the memory limit, the
 //! frozen clock, and the host functions a hook may call (the `instances` resource, `log`,
-//! `list-objects`).
+//! `list-objects`, the metrics queries).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::{Resource, ResourceTable};
@@ -11,6 +11,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
+use crate::metrics::{Metrics, MetricsError, TimeRange};
 use crate::plan::hook::Instances;
 use crate::policy::ContextResource;
 use crate::report;
@@ -24,6 +25,46 @@ pub(super) struct CallState {
     pub(super) log_lines: usize,
     pub(super) objects: Arc<dyn ObjectSource>,
     pub(super) allowed: Arc<Vec<ContextResource>>,
+    pub(super) metrics: MetricsAccess,
+}
+
+/// What a call may query, and what its queries ran into.
+pub(super) struct MetricsAccess {
+    pub(super) sources: Arc<dyn Metrics>,
+    /// The sources the policy grants the hook.
+    pub(super) granted: Arc<Vec<String>>,
+    /// When the call's time is up: a query may take what is left.
+    pub(super) deadline: Instant,
+    /// Sources asked that the policy does not grant: the call fails, whatever it answers.
+    pub(super) denied: Option<String>,
+    /// The source whose query ran into the call's deadline: the call times out, naming it.
+    pub(super) cut_off: Option<String>,
+}
+
+impl MetricsAccess {
+    /// Runs `query` against `source` if the hook may ask it, within the call's time left.
+    fn ask<T>(
+        &mut self,
+        hook: &str,
+        source: &str,
+        query: impl FnOnce(&dyn Metrics, Duration) -> Result<T, MetricsError>,
+    ) -> Result<T, MetricsError> {
+        if !self.granted.iter().any(|g| g == source) {
+            self.denied.get_or_insert_with(|| source.to_string());
+            return Err(MetricsError::NotAllowed(format!(
+                "hook {hook} may not query metrics source {source:?}: the policy does not grant it (the hook's `metrics`)"
+            )));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let answer = query(self.sources.as_ref(), left);
+        // A query that used up the call's time: the call has timed out, whatever it answers.
+        let out_of_time =
+            self.deadline.saturating_duration_since(Instant::now()) < Duration::from_millis(50);
+        if matches!(answer, Err(MetricsError::Timeout(_))) && out_of_time {
+            self.cut_off = Some(source.to_string());
+        }
+        answer
+    }
 }
 
 impl WasiView for CallState {
@@ -184,6 +225,39 @@ impl wit_host::Host for CallState {
             namespace.as_deref(),
             selector.as_deref(),
         )
+    }
+
+    fn query_metrics(
+        &mut self,
+        source: String,
+        promql: String,
+        time: Option<i64>,
+    ) -> Result<Vec<wit_host::Sample>, wit_host::MetricsError> {
+        self.metrics
+            .ask(&self.hook, &source, |m, wait| {
+                m.instant(&source, &promql, time, wait)
+            })
+            .map(|samples| samples.into_iter().map(convert::sample).collect())
+            .map_err(convert::metrics_error)
+    }
+
+    fn query_metrics_range(
+        &mut self,
+        source: String,
+        promql: String,
+        range: wit_host::TimeRange,
+    ) -> Result<Vec<wit_host::Series>, wit_host::MetricsError> {
+        let range = TimeRange {
+            start: range.start,
+            end: range.end,
+            step: range.step,
+        };
+        self.metrics
+            .ask(&self.hook, &source, |m, wait| {
+                m.range(&source, &promql, range, wait)
+            })
+            .map(|series| series.into_iter().map(convert::series).collect())
+            .map_err(convert::metrics_error)
     }
 }
 

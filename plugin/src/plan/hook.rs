@@ -216,6 +216,14 @@ pub enum HookFault {
     AnswerTooLarge { size: usize, limit: usize },
     #[error("does not implement the {0} point")]
     NotImplemented(HookPoint),
+    /// It asked a metrics source the policy does not grant it: a fault whatever it answered,
+    /// so that the plan and the run name the hook.
+    #[error(
+        "asked metrics source {0:?}, which the policy does not grant it (add it to the hook's `metrics`)"
+    )]
+    MetricsNotGranted(String),
+    #[error("timed out after {after:?} waiting on metrics source {name}")]
+    MetricsTimeout { after: Duration, name: String },
 }
 
 /// One policy hook.

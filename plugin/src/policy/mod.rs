@@ -15,11 +15,13 @@ use crate::quantity::parse_memory;
 
 pub mod drain;
 mod int_or_percent;
+pub mod metrics;
 pub mod positions;
 pub mod provider;
 
 use drain::{DrainPolicy, RawDrain};
 pub use int_or_percent::IntOrPercent;
+pub use metrics::MetricsSource;
 use provider::ProviderSpec;
 
 pub const API_VERSION: &str = "rollout-ext/v1alpha1";
@@ -145,6 +147,8 @@ pub struct HookSpec {
     pub memory: u64,
     pub failure_policy: FailurePolicy,
     pub mode: HookMode,
+    /// The metrics sources it may query (`metrics`), by name; none by default.
+    pub metrics: Vec<String>,
     /// Line of the hook's entry, for errors found when loading it.
     pub line: u32,
 }
@@ -168,6 +172,8 @@ pub struct Policy {
     pub groups: Vec<GroupOverride>,
     pub hooks: Vec<HookSpec>,
     pub context_resources: Vec<ContextResource>,
+    /// The Prometheus servers gates may query, each only by the hooks granted it.
+    pub metrics_sources: Vec<MetricsSource>,
     /// How instances are terminated and surged.
     pub provider: Option<ProviderSpec>,
     /// How long to hold after each batch before the next, validating again at the end.
@@ -208,6 +214,8 @@ struct Spec {
     #[serde(default)]
     context_resources: Vec<ContextResource>,
     #[serde(default)]
+    metrics_sources: Vec<Spanned<metrics::RawSource>>,
+    #[serde(default)]
     provider: Option<Spanned<ProviderSpec>>,
     soak_time: Option<Spanned<String>>,
     drain: Option<RawDrain>,
@@ -244,6 +252,7 @@ struct RawHook {
     failure_policy: FailurePolicy,
     #[serde(default)]
     mode: HookMode,
+    metrics: Option<Spanned<Vec<String>>>,
 }
 
 /// Makes errors that name the policy file, the line and the column.
@@ -298,7 +307,12 @@ impl Located<'_> {
     }
 
     /// One hook entry, checked field by field; its module is resolved against `base`.
-    fn hook(&self, h: Spanned<RawHook>, base: &Path) -> Result<HookSpec, PolicyError> {
+    fn hook(
+        &self,
+        h: Spanned<RawHook>,
+        base: &Path,
+        sources: &[MetricsSource],
+    ) -> Result<HookSpec, PolicyError> {
         let line = h.referenced.line() as u32;
         let raw = h.value;
         if !valid_hook_name(&raw.name) {
@@ -315,6 +329,7 @@ impl Located<'_> {
             );
             return Err(self.of(points, message));
         }
+        let metrics = self.grants(&raw.name, raw.metrics, sources)?;
         let sha256 = raw.sha256.map(|s| self.sha256(&s)).transpose()?;
         let timeout = match raw.timeout {
             Some(t) => self.timeout(&t)?,
@@ -351,6 +366,7 @@ impl Located<'_> {
             memory,
             failure_policy: raw.failure_policy,
             mode: raw.mode,
+            metrics,
             line,
         })
     }
@@ -430,13 +446,14 @@ impl Policy {
         let _ = doc.metadata;
         let spec = doc.spec.unwrap_or_default();
         let groups = at.groups(spec.groups)?;
+        let metrics_sources = at.metrics_sources(spec.metrics_sources, base)?;
         let mut hooks: Vec<HookSpec> = Vec::new();
         for h in spec.hooks {
             if hooks.iter().any(|o| o.name == h.value.name) {
                 let message = format!("hook {:?} is listed twice", h.value.name);
                 return Err(at.of(&h, message));
             }
-            hooks.push(at.hook(h, base)?);
+            hooks.push(at.hook(h, base, &metrics_sources)?);
         }
         let provider = match spec.provider {
             Some(p) => {
@@ -457,6 +474,7 @@ impl Policy {
             groups,
             hooks,
             context_resources: spec.context_resources,
+            metrics_sources,
         })
     }
 

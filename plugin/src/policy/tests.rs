@@ -296,3 +296,90 @@ fn drain_mistakes_name_their_line() {
         assert!(e.to_string().contains(says), "{lines}: {e}");
     }
 }
+
+const METRICS: &str = "\
+apiVersion: rollout-ext/v1alpha1
+kind: RolloutPolicy
+spec:
+  metricsSources:
+    - name: prom
+      url: http://prometheus.monitoring:9090/
+      timeout: 3s
+      bearerTokenFile: token
+    - name: thanos
+      url: https://thanos.example
+  hooks:
+    - name: slo
+      module: slo.wasm
+      metrics: [prom]
+    - name: other
+      module: other.wasm
+";
+
+#[test]
+fn metrics_sources_are_granted_per_hook() {
+    let p = parse(METRICS).unwrap();
+    let prom = &p.metrics_sources[0];
+    assert_eq!(prom.url, "http://prometheus.monitoring:9090");
+    assert_eq!(prom.timeout, Duration::from_secs(3));
+    assert_eq!(
+        prom.bearer_token_file.as_deref(),
+        Some(Path::new("/p/token"))
+    );
+    assert_eq!(prom.line, 5);
+    assert_eq!(p.metrics_sources[1].timeout, metrics::DEFAULT_TIMEOUT);
+    assert_eq!(p.hooks[0].metrics, ["prom"]);
+    assert!(
+        p.hooks[1].metrics.is_empty(),
+        "nothing is granted by default"
+    );
+}
+
+#[test]
+fn metrics_mistakes_name_their_line() {
+    let cases = [
+        (
+            "      url: http://prometheus.monitoring:9090/",
+            "      url: file:///etc/passwd",
+            6,
+            "the scheme \"file\" is not allowed",
+        ),
+        (
+            "      url: https://thanos.example",
+            "      url: thanos:9090",
+            10,
+            "expected an http:// or https:// URL",
+        ),
+        (
+            "      timeout: 3s",
+            "      timeout: 0s",
+            7,
+            "expected more than 0",
+        ),
+        ("    - name: thanos", "    - name: prom", 9, "listed twice"),
+        (
+            "      metrics: [prom]",
+            "      metrics: [prometheus]",
+            14,
+            "does not define (defined: prom, thanos)",
+        ),
+        (
+            "      metrics: [prom]",
+            "      metrics: [prom, prom]",
+            14,
+            "twice",
+        ),
+        (
+            "      bearerTokenFile: token",
+            "      bearerToken: abc",
+            8,
+            "bearerToken",
+        ),
+    ];
+    for (from, to, line, says) in cases {
+        assert!(METRICS.contains(from), "{from}");
+        let err = parse(&METRICS.replacen(from, to, 1)).unwrap_err();
+        assert_eq!(err.line, line, "{to}: {err}");
+        assert!(err.message.contains(says), "{to}: {err}");
+    }
+}

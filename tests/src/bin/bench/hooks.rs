@@ -97,6 +97,7 @@ fn spec() -> HookSpec {
         memory: 256 << 20,
         failure_policy: FailurePolicy::Fail,
         mode: HookMode::Enforce,
+        metrics: Vec::new(),
         line: 1,
     }
 }
