@@ -361,3 +361,81 @@ fn a_drain_order_hook_is_asked_about_every_node_the_plan_replaces() {
         text(&missed.stderr)
     );
 }
+
+fn slo_gate_file(name: &str) -> std::path::PathBuf {
+    rollout_ext_e2e::workspace_root()
+        .join("examples-hooks/slo-gate")
+        .join(name)
+}
+
+#[test]
+fn the_slo_gate_is_tested_on_recorded_metrics_without_a_prometheus() {
+    let policy = slo_gate_file("policy.yaml");
+    for fixture in ["healthy.yaml", "burning.yaml"] {
+        let fixture = slo_gate_file("fixtures").join(fixture);
+        let out = hooks_test(
+            "slo-gate",
+            &[
+                "--policy",
+                policy.to_str().unwrap(),
+                "--expect",
+                fixture.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            fixture.display(),
+            text(&out.stderr)
+        );
+    }
+
+    // A source that cannot be reached is named in the hook's failure.
+    let down = slo_gate_file("fixtures/prometheus-down.yaml");
+    let out = hooks_test(
+        "slo-gate",
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--expect",
+            down.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("hook slo failed at the gate point: returned an error: metrics source prom (recorded): connection refused"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("expectation(s) not met"), "{stderr}");
+
+    // Without a policy the hook is granted the sources the fixture records; a query the fixture
+    // does not record fails, named.
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(slo_gate_file("fixtures/healthy.yaml")).unwrap();
+    let fixture = dir.path().join("other-query.yaml");
+    std::fs::write(
+        &fixture,
+        original
+            .replace(
+                "../../demo/snapshot.json",
+                demo_file("snapshot.json").to_str().unwrap(),
+            )
+            .replace(
+                "gates: [proceed, proceed, proceed, proceed, proceed]",
+                r#"gates: ["-", "-", "-", "-", "-"]"#,
+            ),
+    )
+    .unwrap();
+    let config = r#"{"source": "prom", "query": "up", "threshold": 0.5}"#;
+    let out = hooks_test(
+        "slo-gate",
+        &["--config", config, "--expect", fixture.to_str().unwrap()],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(r#"metrics source prom (recorded): the fixture records no answer to "up""#),
+        "{stderr}"
+    );
+}

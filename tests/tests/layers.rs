@@ -1,6 +1,6 @@
 //! The plugin's layers point one way: cli → executors (rotate, workload) → cluster, provider,
-//! hooks, metrics, progress → events → plan → model. These rules are read from the sources: a module that imports
-//! a layer above it fails here, with the file and the line.
+//! hooks, metrics, progress → events → plan → model. These rules are read from the sources: a
+//! module that imports a layer above it fails here, with the file and the line.
 
 use std::path::{Path, PathBuf};
 

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::metrics::{AppMetrics, ERROR_RATIO, Prometheus, huge_source, slow_source};
 use rollout_ext_e2e::workloads::{create_namespace, replica_set};
@@ -53,19 +52,6 @@ fn slo_policy(url: &str, max_checks: u32, extra_hook_lines: &str, granted: bool)
     )
 }
 
-/// The names of the nodes of `group` that are cordoned.
-async fn cordoned(nodes: &Api<Node>, group: &str) -> Vec<String> {
-    nodes
-        .list(&ListParams::default().labels(&format!("kops.k8s.io/instancegroup={group}")))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-        .filter_map(|n| n.metadata.name)
-        .collect()
-}
-
 fn gate_waits(events: &[Value]) -> usize {
     events
         .iter()
@@ -80,8 +66,6 @@ async fn a_rotation_holds_while_errors_rise_and_goes_on_when_they_fall() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let originals = cluster.outdated_group("gated", 2).await.unwrap();
-    let client = cluster.client().await;
-    let nodes: Api<Node> = Api::all(client);
     let dir = tempfile::tempdir().unwrap();
     let spec = slo_policy(&prometheus.url(), 600, "", true);
     let args = cluster.rotate_one_at_a_time(dir.path(), "gated", &spec, &[]);
@@ -113,7 +97,7 @@ async fn a_rotation_holds_while_errors_rise_and_goes_on_when_they_fall() {
             at_waits
                 .lock()
                 .unwrap()
-                .push(handle.block_on(cordoned(&nodes, "gated")));
+                .push(handle.block_on(cluster.cordoned("gated")));
             if gate_waits(&log) == 3 {
                 errors.store(0, Ordering::SeqCst);
             }
@@ -143,7 +127,6 @@ async fn a_gate_whose_errors_never_fall_aborts_with_its_reason_and_cordons_nothi
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     cluster.outdated_group("neverfalls", 1).await.unwrap();
-    let nodes: Api<Node> = Api::all(cluster.client().await);
     let dir = tempfile::tempdir().unwrap();
     let spec = slo_policy(&prometheus.url(), 3, "", true);
     let args = cluster.rotate_one_at_a_time(dir.path(), "neverfalls", &spec, &[]);
@@ -156,7 +139,7 @@ async fn a_gate_whose_errors_never_fall_aborts_with_its_reason_and_cordons_nothi
         "{stderr}"
     );
     assert_eq!(gate_waits(&rollout_ext_e2e::events(&out)), 2);
-    assert!(cordoned(&nodes, "neverfalls").await.is_empty());
+    assert!(cluster.cordoned("neverfalls").await.is_empty());
     assert!(cluster.cloud.terminated("neverfalls").is_empty());
 }
 
@@ -205,6 +188,23 @@ async fn a_rolling_update_holds_after_a_step_while_errors_rise() {
     ]
     .map(String::from)
     .to_vec();
+
+    // The plan asks the gate after its first step, for real.
+    let mut plan_args = args.clone();
+    plan_args.push("--dry-run=client".into());
+    let printed = run_plugin(plan_args).await;
+    assert!(printed.status.success(), "{printed:?}");
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let gate = &plan["steps"][0]["gate"];
+    assert_eq!(gate["verdict"], "wait", "{plan}");
+    assert!(
+        gate["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is 0.5 (above 0.1)"),
+        "{plan}"
+    );
+    assert!(replica_sets.get_opt("web-v2").await.unwrap().is_none());
 
     // At every wait the next controller holds at its first step's size.
     let handle = tokio::runtime::Handle::current();
@@ -308,7 +308,6 @@ async fn hostile_and_broken_sources_are_named_errors_and_change_nothing() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     cluster.outdated_group("hostilesrc", 1).await.unwrap();
-    let nodes: Api<Node> = Api::all(cluster.client().await);
     let huge = format!("http://{}", huge_source(100 << 20).unwrap());
     let slow = format!("http://{}", slow_source(Duration::from_secs(30)).unwrap());
     let cases = [
@@ -340,7 +339,7 @@ async fn hostile_and_broken_sources_are_named_errors_and_change_nothing() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(exit), "{says}: {stderr}");
         assert!(stderr.contains(says), "{says}: {stderr}");
-        assert!(cordoned(&nodes, "hostilesrc").await.is_empty(), "{says}");
+        assert!(cluster.cordoned("hostilesrc").await.is_empty(), "{says}");
         assert!(cluster.cloud.terminated("hostilesrc").is_empty(), "{says}");
     }
     // A policy error says where: the source's url line.

@@ -42,21 +42,6 @@ fn control(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// The nodes of `group` that are cordoned now.
-async fn cordoned(cluster: &TestCluster, group: &str) -> Vec<String> {
-    let nodes: Api<Node> = Api::all(cluster.client().await);
-    let selector = format!("kops.k8s.io/instancegroup={group}");
-    nodes
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-        .filter_map(|n| n.metadata.name)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_soak_holds_between_batches_as_the_plan_said() {
     let _serial = SERIAL.lock().await;
@@ -220,7 +205,7 @@ async fn pause_holds_the_rotation_before_its_next_batch_and_resume_continues() {
         if event["event"] == "paused" {
             // The run holds: what the cluster looks like now is what it stays until resume.
             let terminated = cluster.cloud.terminated("paused").len();
-            let cordons = handle.block_on(cordoned(cluster, "paused"));
+            let cordons = handle.block_on(cluster.cordoned("paused"));
             let during = status(cluster);
             let out = control(cluster, &["resume"]);
             tx.send((event.clone(), terminated, cordons, during, out))
@@ -277,7 +262,7 @@ async fn a_run_started_while_paused_waits_for_resume_and_changes_nothing_before(
     let (code, stderr) = run_watching(args, move |event| {
         if event["event"] == "paused" {
             let touched = cluster.cloud.terminated("waits").len();
-            let cordons = handle.block_on(cordoned(cluster, "waits"));
+            let cordons = handle.block_on(cluster.cordoned("waits"));
             let out = control(cluster, &["resume"]);
             tx.send((event.clone(), touched, cordons, out)).unwrap();
         }
@@ -319,7 +304,7 @@ async fn abort_stops_the_run_after_its_step_and_the_same_command_finishes() {
     );
     // The batch in flight was carried out; no other node was touched.
     assert_eq!(cluster.cloud.terminated("aborted").len(), 1);
-    assert!(cordoned(cluster, "aborted").await.is_empty());
+    assert!(cluster.cordoned("aborted").await.is_empty());
     let stopped = status(cluster);
     assert!(stopped["controls"]["abort"].is_null(), "{stopped}");
     let what = stopped["holding"]["what"].as_str().unwrap();

@@ -6,7 +6,6 @@
 //! The hook runs with `failurePolicy: Ignore` here, so that a point that fails does not hide the
 //! decisions of the others: the failure is shown with the plan and the command exits 1.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use serde::Deserialize;
 use super::hooks_cmd::PointArg;
 use super::{Failure, OutputFormat, output};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
-use crate::metrics::{Metrics, Prometheus, Recorded};
+use crate::metrics::{Metrics, Prometheus};
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
     Instances, Phase, Progress, SelectAnswer,
@@ -26,6 +25,10 @@ use crate::policy::{
     IntOrPercent, Policy, RollingUpdate,
 };
 use crate::snapshot::Snapshot;
+
+mod fixture;
+
+use fixture::{compare, read_fixture};
 
 /// What `hooks test` is asked; a fixture fills what the flags leave out.
 #[derive(Debug, clap::Args)]
@@ -72,44 +75,6 @@ pub struct TestRun {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Wide)]
     output: OutputFormat,
-}
-
-/// A fixture: the input of one test and the decisions expected of the hook.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Fixture {
-    /// The snapshot, relative to the fixture.
-    snapshot: PathBuf,
-    now: Option<String>,
-    /// Nodes whose kubelet is not this version are outdated.
-    kubelet_version: Option<String>,
-    max_batch: Option<u32>,
-    #[serde(default)]
-    attempt: u32,
-    /// The gate phases asked, as `--phase` takes them.
-    #[serde(default)]
-    phases: Vec<PhaseArg>,
-    /// Answers to the hook's metrics queries, by source and query: no Prometheus is asked.
-    /// Without a policy the hook is granted every source recorded here.
-    metrics: Option<Recorded>,
-    /// Expectations per group; only the fields given are compared.
-    groups: BTreeMap<String, Expected>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Expected {
-    /// The instances updated, in update order.
-    order: Option<Vec<String>>,
-    /// The replacement batches (surges left out), each its instances.
-    batches: Option<Vec<Vec<String>>>,
-    /// Per replacement batch, the gate's verdict (`proceed`, `wait`, `abort`) or `-` for none.
-    gates: Option<Vec<String>>,
-    /// The same for the after-batch gate (asked with `phases: [after-batch]`).
-    after_gates: Option<Vec<String>>,
-    /// For the nodes named, the drain order in words: `turns ns/a, ns/b | ns/c`, or
-    /// `policy order`.
-    drain_order: Option<BTreeMap<String, String>>,
 }
 
 /// What a `drain-order` hook answered about one node the plan replaces.
@@ -297,18 +262,6 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
     Ok(())
 }
 
-fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-    serde_saphyr::from_str(&text).map_err(|e| {
-        Failure::usage(format!(
-            "{}: {}",
-            file.display(),
-            e.to_string().lines().next().unwrap_or_default()
-        ))
-    })
-}
-
 /// The policy the plan runs with, and the one hook's entry: from `--policy` (its settings, its
 /// `contextResources`, and the entry `--hook` names or the one whose module is this file), or
 /// the built-in policy with the flags' config and points. The hook is named as the module
@@ -474,77 +427,6 @@ fn print_tested(
         }
     }
     Ok(())
-}
-
-/// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.
-fn compare(
-    plan: &Plan,
-    drain_orders: &[DrainOrderStep],
-    groups: &BTreeMap<String, Expected>,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for (name, expected) in groups {
-        let Some(g) = plan.groups.iter().find(|g| &g.group.name == name) else {
-            out.push(format!("group {name}: not in the plan"));
-            continue;
-        };
-        let replaced: Vec<&crate::plan::BatchPlan> =
-            g.batches.iter().filter(|b| !b.surge).collect();
-        let order: Vec<String> = g
-            .instances
-            .iter()
-            .filter(|i| i.update)
-            .map(|i| i.name.clone())
-            .collect();
-        let batches: Vec<Vec<String>> = replaced.iter().map(|b| b.instances.clone()).collect();
-        let verdicts = |gate: fn(&crate::plan::BatchPlan) -> Option<&crate::plan::GateStep>| {
-            replaced
-                .iter()
-                .map(|b| gate(b).map_or("-".into(), |s| s.verdict.to_string()))
-                .collect::<Vec<String>>()
-        };
-        let gates = verdicts(|b| b.gate.as_ref());
-        let after_gates = verdicts(|b| b.after_gate.as_ref());
-        out.extend(mismatch(name, "order", &expected.order, &order));
-        out.extend(mismatch(name, "batches", &expected.batches, &batches));
-        out.extend(mismatch(name, "gates", &expected.gates, &gates));
-        out.extend(mismatch(
-            name,
-            "afterGates",
-            &expected.after_gates,
-            &after_gates,
-        ));
-        // Only the nodes the fixture names are compared.
-        let orders: BTreeMap<String, String> = expected
-            .drain_order
-            .iter()
-            .flat_map(|nodes| nodes.keys())
-            .map(|node| {
-                let asked = drain_orders
-                    .iter()
-                    .find(|s| &s.group == name && &s.node == node);
-                let decision = asked.map_or("not asked", |s| s.decision.as_str());
-                (node.clone(), decision.to_string())
-            })
-            .collect();
-        out.extend(mismatch(name, "drainOrder", &expected.drain_order, &orders));
-    }
-    out
-}
-
-/// `group G: FIELD: expected X, got Y` when an expectation is given and not met.
-fn mismatch<T: PartialEq + serde::Serialize>(
-    group: &str,
-    field: &str,
-    want: &Option<T>,
-    got: &T,
-) -> Option<String> {
-    let want = want.as_ref().filter(|w| *w != got)?;
-    Some(format!(
-        "group {group}: {field}: expected {}, got {}",
-        serde_json::to_string(want).unwrap_or_default(),
-        serde_json::to_string(got).unwrap_or_default()
-    ))
 }
 
 /// The hook as the test asks it: its gate only at the phases asked, about a batch it has

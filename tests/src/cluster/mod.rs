@@ -327,6 +327,23 @@ impl TestCluster {
             .block_on(future)
     }
 
+    /// The nodes of `group` that are cordoned now.
+    pub async fn cordoned(&self, group: &str) -> Vec<String> {
+        use k8s_openapi::api::core::v1::Node;
+        use kube::api::{Api, ListParams};
+        let nodes: Api<Node> = Api::all(self.client().await);
+        let selector = format!("kops.k8s.io/instancegroup={group}");
+        nodes
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+            .filter_map(|n| n.metadata.name)
+            .collect()
+    }
+
     /// Adds `n` nodes `<group>-1…n` (zones a and b alternating) running an old kubelet
     /// (v1.19.7); the simulated cloud boots their replacements with v1.20.2.
     pub async fn outdated_group(&self, group: &str, n: usize) -> anyhow::Result<Vec<String>> {

@@ -1,0 +1,133 @@
+//! `hooks test --expect`: the fixture a policy repository keeps beside its policy, and the
+//! differences between what it expects and what the plan decided.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{DrainOrderStep, PhaseArg};
+use crate::cli::Failure;
+use crate::metrics::Recorded;
+use crate::plan::Plan;
+
+/// A fixture: the input of one test and the decisions expected of the hook.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Fixture {
+    /// The snapshot, relative to the fixture.
+    pub(super) snapshot: PathBuf,
+    pub(super) now: Option<String>,
+    /// Nodes whose kubelet is not this version are outdated.
+    pub(super) kubelet_version: Option<String>,
+    pub(super) max_batch: Option<u32>,
+    #[serde(default)]
+    pub(super) attempt: u32,
+    /// The gate phases asked, as `--phase` takes them.
+    #[serde(default)]
+    pub(super) phases: Vec<PhaseArg>,
+    /// Answers to the hook's metrics queries, by source and query: no Prometheus is asked.
+    /// Without a policy the hook is granted every source recorded here.
+    pub(super) metrics: Option<Recorded>,
+    /// Expectations per group; only the fields given are compared.
+    pub(super) groups: BTreeMap<String, Expected>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct Expected {
+    /// The instances updated, in update order.
+    pub(super) order: Option<Vec<String>>,
+    /// The replacement batches (surges left out), each its instances.
+    pub(super) batches: Option<Vec<Vec<String>>>,
+    /// Per replacement batch, the gate's verdict (`proceed`, `wait`, `abort`) or `-` for none.
+    pub(super) gates: Option<Vec<String>>,
+    /// The same for the after-batch gate (asked with `phases: [after-batch]`).
+    pub(super) after_gates: Option<Vec<String>>,
+    /// For the nodes named, the drain order in words: `turns ns/a, ns/b | ns/c`, or
+    /// `policy order`.
+    pub(super) drain_order: Option<BTreeMap<String, String>>,
+}
+
+pub(super) fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    serde_saphyr::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "{}: {}",
+            file.display(),
+            e.to_string().lines().next().unwrap_or_default()
+        ))
+    })
+}
+
+/// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.
+pub(super) fn compare(
+    plan: &Plan,
+    drain_orders: &[DrainOrderStep],
+    groups: &BTreeMap<String, Expected>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, expected) in groups {
+        let Some(g) = plan.groups.iter().find(|g| &g.group.name == name) else {
+            out.push(format!("group {name}: not in the plan"));
+            continue;
+        };
+        let replaced: Vec<&crate::plan::BatchPlan> =
+            g.batches.iter().filter(|b| !b.surge).collect();
+        let order: Vec<String> = g
+            .instances
+            .iter()
+            .filter(|i| i.update)
+            .map(|i| i.name.clone())
+            .collect();
+        let batches: Vec<Vec<String>> = replaced.iter().map(|b| b.instances.clone()).collect();
+        let verdicts = |gate: fn(&crate::plan::BatchPlan) -> Option<&crate::plan::GateStep>| {
+            replaced
+                .iter()
+                .map(|b| gate(b).map_or("-".into(), |s| s.verdict.to_string()))
+                .collect::<Vec<String>>()
+        };
+        let gates = verdicts(|b| b.gate.as_ref());
+        let after_gates = verdicts(|b| b.after_gate.as_ref());
+        out.extend(mismatch(name, "order", &expected.order, &order));
+        out.extend(mismatch(name, "batches", &expected.batches, &batches));
+        out.extend(mismatch(name, "gates", &expected.gates, &gates));
+        out.extend(mismatch(
+            name,
+            "afterGates",
+            &expected.after_gates,
+            &after_gates,
+        ));
+        // Only the nodes the fixture names are compared.
+        let orders: BTreeMap<String, String> = expected
+            .drain_order
+            .iter()
+            .flat_map(|nodes| nodes.keys())
+            .map(|node| {
+                let asked = drain_orders
+                    .iter()
+                    .find(|s| &s.group == name && &s.node == node);
+                let decision = asked.map_or("not asked", |s| s.decision.as_str());
+                (node.clone(), decision.to_string())
+            })
+            .collect();
+        out.extend(mismatch(name, "drainOrder", &expected.drain_order, &orders));
+    }
+    out
+}
+
+/// `group G: FIELD: expected X, got Y` when an expectation is given and not met.
+fn mismatch<T: PartialEq + serde::Serialize>(
+    group: &str,
+    field: &str,
+    want: &Option<T>,
+    got: &T,
+) -> Option<String> {
+    let want = want.as_ref().filter(|w| *w != got)?;
+    Some(format!(
+        "group {group}: {field}: expected {}, got {}",
+        serde_json::to_string(want).unwrap_or_default(),
+        serde_json::to_string(got).unwrap_or_default()
+    ))
+}
