@@ -310,6 +310,8 @@ async fn hostile_and_broken_sources_are_named_errors_and_change_nothing() {
     cluster.outdated_group("hostilesrc", 1).await.unwrap();
     let huge = format!("http://{}", huge_source(100 << 20).unwrap());
     let slow = format!("http://{}", slow_source(Duration::from_secs(30)).unwrap());
+    // A name no resolver answers quickly here: the lookup must not outlive the hook's second.
+    let unresolvable = "http://prometheus.monitoring.svc.invalid:9090";
     let cases = [
         (
             slo_policy(&huge, 3, "", false),
@@ -327,6 +329,11 @@ async fn hostile_and_broken_sources_are_named_errors_and_change_nothing() {
             "timed out after 1s waiting on metrics source prom",
         ),
         (
+            slo_policy(unresolvable, 3, "      timeout: 1s\n", true),
+            1,
+            "metrics source prom",
+        ),
+        (
             slo_policy("file:///etc/passwd", 3, "", true),
             2,
             "the scheme \"file\" is not allowed",
@@ -335,9 +342,14 @@ async fn hostile_and_broken_sources_are_named_errors_and_change_nothing() {
     for (spec, exit, says) in cases {
         let dir = tempfile::tempdir().unwrap();
         let args = cluster.rotate_one_at_a_time(dir.path(), "hostilesrc", &spec, &[]);
+        let started = std::time::Instant::now();
         let out = run_plugin(args).await;
+        let took = started.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(exit), "{says}: {stderr}");
+        // Each fails at the first gate, within the hook's second: never the source's 10s
+        // timeout, nor the slow source's 30s.
+        assert!(took < Duration::from_secs(5), "{says}: took {took:?}");
         assert!(stderr.contains(says), "{says}: {stderr}");
         assert!(cluster.cordoned("hostilesrc").await.is_empty(), "{says}");
         assert!(cluster.cloud.terminated("hostilesrc").is_empty(), "{says}");

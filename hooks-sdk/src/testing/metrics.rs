@@ -157,18 +157,20 @@ pub(crate) fn fake_query_range(
     range: TimeRange,
 ) -> Result<Vec<Series>, MetricsError> {
     installed(source, |m| {
-        let step = i64::from(range.step.max(1));
-        let instants = ((range.end - range.start).max(0) / step + 1) as usize;
+        let count = instants(&range)
+            .map_err(|m| MetricsError::BadQuery(format!("metrics source {source} (fake): {m}")))?;
         let values = match m.values_of(source, promql)? {
-            Values::Constant(v) => vec![*v; instants],
-            Values::History(vs) => vs[vs.len().saturating_sub(instants)..].to_vec(),
+            Values::Constant(v) => vec![*v; count as usize],
+            Values::History(vs) => vs[vs.len().saturating_sub(count as usize)..].to_vec(),
         };
-        let first = range.end - step * (values.len() as i64 - 1);
+        // Instants from the start, every step, up to the end, as Prometheus evaluates them;
+        // the last value at the last instant.
+        let first = count - values.len() as i64;
         let points: Vec<Point> = values
             .into_iter()
             .enumerate()
             .map(|(i, value)| Point {
-                time: (first + step * i as i64) as f64,
+                time: (range.start + (first + i as i64) * i64::from(range.step)) as f64,
                 value,
             })
             .collect();
@@ -181,4 +183,24 @@ pub(crate) fn fake_query_range(
             }]
         })
     })
+}
+
+/// How many instants `range` holds, or why Prometheus would refuse it (the same rules: a step of
+/// at least 1s, an end at or after the start, at most 11,000 points).
+fn instants(range: &TimeRange) -> Result<i64, String> {
+    if range.step == 0 {
+        return Err("a range needs a step of at least 1s".into());
+    }
+    let span = range
+        .end
+        .checked_sub(range.start)
+        .filter(|span| *span >= 0)
+        .ok_or("a range needs an end at or after its start")?;
+    let count = (span / i64::from(range.step)).saturating_add(1);
+    if count > 11_000 {
+        return Err(format!(
+            "a range of {count} points exceeds the maximum of 11000 per series"
+        ));
+    }
+    Ok(count)
 }

@@ -50,10 +50,13 @@ impl MetricsAccess {
         query: impl FnOnce(&dyn Metrics, Duration) -> Result<T, MetricsError>,
     ) -> Result<T, MetricsError> {
         if !self.granted.iter().any(|g| g == source) {
-            self.denied.get_or_insert_with(|| source.to_string());
-            return Err(MetricsError::NotAllowed(format!(
-                "hook {hook} may not query metrics source {source:?}: the policy does not grant it (the hook's `metrics`)"
-            )));
+            // The name is the guest's: keep what is shown of it short.
+            let shown = super::truncate(source, 100);
+            let message = format!(
+                "hook {hook} may not query metrics source {shown:?}: the policy does not grant it (the hook's `metrics`)"
+            );
+            self.denied.get_or_insert(shown);
+            return Err(MetricsError::NotAllowed(message));
         }
         let left = self.deadline.saturating_duration_since(Instant::now());
         let answer = query(self.sources.as_ref(), left);

@@ -45,6 +45,36 @@ pub struct TimeRange {
     pub step: u32,
 }
 
+/// The most points a range query may ask per series: Prometheus' own limit.
+pub const MAX_POINTS: i64 = 11_000;
+
+impl TimeRange {
+    /// How many instants the range holds (`start`, `start + step`, … up to `end`), or why it
+    /// holds none Prometheus would evaluate.
+    pub fn instants(&self) -> Result<i64, String> {
+        if self.step == 0 {
+            return Err("a range needs a step of at least 1s".into());
+        }
+        let span = self
+            .end
+            .checked_sub(self.start)
+            .filter(|span| *span >= 0)
+            .ok_or("a range needs an end at or after its start")?;
+        let count = (span / i64::from(self.step)).saturating_add(1);
+        if count > MAX_POINTS {
+            return Err(format!(
+                "a range of {count} points exceeds the maximum of {MAX_POINTS} per series: widen the step"
+            ));
+        }
+        Ok(count)
+    }
+
+    /// The `k`th instant from the start.
+    pub fn at(&self, k: i64) -> i64 {
+        self.start + k * i64::from(self.step)
+    }
+}
+
 /// Why a query has no answer. Each message names the source.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetricsError {
@@ -87,7 +117,9 @@ pub struct NoMetrics;
 
 impl NoMetrics {
     fn refuse(source: &str) -> MetricsError {
-        MetricsError::NotAllowed(format!("metrics source {source:?} is not defined"))
+        MetricsError::Failed(format!(
+            "metrics source {source:?}: no query is answered here (only at the hook's points)"
+        ))
     }
 }
 

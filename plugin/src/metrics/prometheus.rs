@@ -92,12 +92,9 @@ impl Metrics for Prometheus {
         wait: Duration,
     ) -> Result<Vec<Series>, MetricsError> {
         let server = self.server(source)?;
-        if range.end < range.start || range.step == 0 {
-            return Err(server.error(
-                MetricsError::BadQuery,
-                "a range needs end >= start and a step of at least 1s",
-            ));
-        }
+        range
+            .instants()
+            .map_err(|m| server.error(MetricsError::BadQuery, &m))?;
         let mut form = form_urlencoded::Serializer::new(String::new());
         form.append_pair("query", promql)
             .append_pair("start", &range.start.to_string())
@@ -105,6 +102,9 @@ impl Metrics for Prometheus {
             .append_pair("step", &range.step.to_string());
         let data = server.ask("query_range", form.finish(), wait)?;
         match data {
+            Data::Matrix(series) if series.iter().any(|s| s.histograms.is_some()) => {
+                Err(server.error(MetricsError::Failed, HISTOGRAMS))
+            }
             Data::Matrix(series) => Ok(series.into_iter().map(RawSeries::into_series).collect()),
             other => Err(server.unexpected(&other)),
         }
@@ -129,14 +129,19 @@ impl Server {
 
     fn instant_answer(&self, data: Data) -> Result<Vec<Sample>, MetricsError> {
         match data {
-            Data::Vector(samples) => Ok(samples
+            Data::Vector(samples) => samples
                 .into_iter()
-                .map(|s| Sample {
-                    labels: s.metric.into_iter().collect(),
-                    time: s.value.0,
-                    value: number(&s.value.1),
+                .map(|s| {
+                    let ValuePair(time, value) = s
+                        .value
+                        .ok_or_else(|| self.error(MetricsError::Failed, HISTOGRAMS))?;
+                    Ok(Sample {
+                        labels: s.metric.into_iter().collect(),
+                        time,
+                        value: number(&value),
+                    })
                 })
-                .collect()),
+                .collect(),
             Data::Scalar(ValuePair(time, value)) => Ok(vec![Sample {
                 labels: Vec::new(),
                 value: number(&value),
@@ -172,34 +177,43 @@ impl Server {
             None => None,
         };
         let url = format!("{}/api/v1/{endpoint}", self.spec.url);
-        let answer = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| {
-                            self.error(
-                                MetricsError::Failed,
-                                &format!("cannot start a runtime: {e}"),
-                            )
-                        })?;
-                    runtime.block_on(async {
-                        tokio::time::timeout(limit, self.post(&url, form, token))
-                            .await
-                            .unwrap_or_else(|_| {
-                                let whose = if by_hook {
-                                    "the hook's deadline"
-                                } else {
-                                    "its timeout"
-                                };
-                                Err(self.error(
-                                    MetricsError::Timeout,
-                                    &format!("no answer within {} ({whose})", seconds(limit)),
-                                ))
-                            })
+        let query = || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| {
+                    self.error(
+                        MetricsError::Failed,
+                        &format!("cannot start a runtime: {e}"),
+                    )
+                })?;
+            let answer = runtime.block_on(async {
+                tokio::time::timeout(limit, self.post(&url, form, token))
+                    .await
+                    .unwrap_or_else(|_| {
+                        let whose = if by_hook {
+                            "the hook's deadline"
+                        } else {
+                            "its timeout"
+                        };
+                        Err(self.error(
+                            MetricsError::Timeout,
+                            &format!("no answer within {} ({whose})", seconds(limit)),
+                        ))
                     })
-                })
+            });
+            // Dropping the runtime would wait for its blocking work, such as a name lookup
+            // still retrying: leave that behind rather than hold the hook past its deadline.
+            runtime.shutdown_background();
+            answer
+        };
+        let answer = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("metrics-query".into())
+                .spawn_scoped(scope, query)
+                .map_err(|e| {
+                    self.error(MetricsError::Failed, &format!("cannot start a thread: {e}"))
+                })?
                 .join()
                 .unwrap_or_else(|_| Err(self.error(MetricsError::Failed, "the query panicked")))
         })?;
@@ -288,7 +302,7 @@ impl Server {
             }
         };
         match (envelope.status.as_str(), envelope.data) {
-            ("success", Some(data)) => Ok(data),
+            ("success", Some(data)) if status.is_success() => Ok(data),
             _ => {
                 let message = envelope.error.unwrap_or_else(|| format!("HTTP {status}"));
                 let kind: fn(String) -> MetricsError = match envelope.error_type.as_deref() {
@@ -399,19 +413,26 @@ impl Data {
 #[derive(Deserialize)]
 struct ValuePair(f64, String);
 
+/// A sample of a native histogram has `histogram` instead of `value`: not read.
 #[derive(Deserialize)]
 struct RawSample {
     #[serde(default)]
     metric: BTreeMap<String, String>,
-    value: ValuePair,
+    value: Option<ValuePair>,
 }
 
 #[derive(Deserialize)]
 struct RawSeries {
     #[serde(default)]
     metric: BTreeMap<String, String>,
+    #[serde(default)]
     values: Vec<ValuePair>,
+    /// Native histogram points, which have no single value: not read.
+    #[serde(default)]
+    histograms: Option<serde::de::IgnoredAny>,
 }
+
+const HISTOGRAMS: &str = "native histogram samples have no single value: aggregate them in the query (histogram_quantile, histogram_count, ...)";
 
 impl RawSeries {
     fn into_series(self) -> Series {

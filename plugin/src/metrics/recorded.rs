@@ -6,8 +6,8 @@
 //!   prom:                                   # a source name
 //!     'sum(rate(errors[5m]))': 0.02           # one value, at every instant asked
 //!     'error_ratio': [0.5, 0.04, 0.01]        # values, oldest first, the last at the query's time
-//!     'up{job="x"}': {error: unreachable}     # a failure: not-allowed, unreachable, timeout,
-//!                                             # bad-query, too-large or failed
+//!     'up{job="x"}': {error: unreachable}     # a failure: unreachable, timeout, bad-query,
+//!                                             # too-large or failed
 //! ```
 
 use std::collections::BTreeMap;
@@ -22,6 +22,9 @@ use super::{Metrics, MetricsError, Point, Sample, Series, TimeRange};
 #[serde(transparent)]
 pub struct Recorded {
     sources: BTreeMap<String, BTreeMap<String, Answer>>,
+    /// The instant an instant query without a time is answered at: the test's `now`.
+    #[serde(skip)]
+    now: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -43,7 +46,6 @@ struct Failure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum Kind {
-    NotAllowed,
     Unreachable,
     Timeout,
     BadQuery,
@@ -52,6 +54,12 @@ enum Kind {
 }
 
 impl Recorded {
+    /// Answers instant queries without a time at `now`, as a server would at its own now.
+    pub fn at(mut self, now: i64) -> Recorded {
+        self.now = now;
+        self
+    }
+
     /// The sources the fixture records answers of.
     pub fn sources(&self) -> Vec<String> {
         self.sources.keys().cloned().collect()
@@ -59,7 +67,9 @@ impl Recorded {
 
     fn answer(&self, source: &str, promql: &str) -> Result<&Answer, MetricsError> {
         let queries = self.sources.get(source).ok_or_else(|| {
-            MetricsError::NotAllowed(format!("metrics source {source:?} is not in the fixture"))
+            MetricsError::Failed(format!(
+                "metrics source {source} (recorded): the fixture records no answer of it"
+            ))
         })?;
         let answer = queries.get(promql).ok_or_else(|| {
             MetricsError::Failed(format!(
@@ -72,7 +82,6 @@ impl Recorded {
                 f.message.as_deref().unwrap_or("recorded failure")
             );
             return Err(match f.error {
-                Kind::NotAllowed => MetricsError::NotAllowed(message),
                 Kind::Unreachable => MetricsError::Unreachable(message),
                 Kind::Timeout => MetricsError::Timeout(message),
                 Kind::BadQuery => MetricsError::BadQuery(message),
@@ -101,7 +110,7 @@ impl Metrics for Recorded {
             .map(|value| Sample {
                 labels: Vec::new(),
                 value,
-                time: time.unwrap_or(0) as f64,
+                time: time.unwrap_or(self.now) as f64,
             })
             .into_iter()
             .collect())
@@ -114,19 +123,21 @@ impl Metrics for Recorded {
         range: TimeRange,
         _: Duration,
     ) -> Result<Vec<Series>, MetricsError> {
-        let step = i64::from(range.step.max(1));
-        let instants = ((range.end - range.start).max(0) / step + 1) as usize;
+        let count = range.instants().map_err(|m| {
+            MetricsError::BadQuery(format!("metrics source {source} (recorded): {m}"))
+        })?;
         let values: Vec<f64> = match self.answer(source, promql)? {
-            Answer::Value(v) => vec![*v; instants],
-            Answer::Values(vs) => vs[vs.len().saturating_sub(instants)..].to_vec(),
+            Answer::Value(v) => vec![*v; count as usize],
+            // The last value at the last instant, as far back as the range reaches.
+            Answer::Values(vs) => vs[vs.len().saturating_sub(count as usize)..].to_vec(),
             Answer::Error(_) => Vec::new(),
         };
-        let first = range.end - step * (values.len() as i64 - 1);
+        let first = count - values.len() as i64;
         let points: Vec<Point> = values
             .into_iter()
             .enumerate()
             .map(|(i, value)| Point {
-                time: (first + step * i as i64) as f64,
+                time: range.at(first + i as i64) as f64,
                 value,
             })
             .collect();
@@ -178,10 +189,14 @@ mod tests {
         assert!(
             matches!(r.instant("prom", "other", None, WAIT), Err(MetricsError::Failed(m)) if m.contains("no answer to \"other\""))
         );
-        assert!(matches!(
-            r.instant("thanos", "ratio", None, WAIT),
-            Err(MetricsError::NotAllowed(_))
-        ));
+        assert!(
+            matches!(r.instant("thanos", "ratio", None, WAIT), Err(MetricsError::Failed(m)) if m.contains("records no answer of it"))
+        );
+        let at = r.clone().at(42);
+        assert_eq!(
+            at.instant("prom", "ratio", None, WAIT).unwrap()[0].time,
+            42.0
+        );
     }
 
     #[test]
@@ -212,5 +227,34 @@ mod tests {
                 .len(),
             3
         );
+        // As Prometheus does: instants from the start, every step, up to the end.
+        let unaligned = TimeRange {
+            start: 100,
+            end: 140,
+            step: 15,
+        };
+        let series = r.range("prom", "history", unaligned, WAIT).unwrap();
+        let times: Vec<f64> = series[0].points.iter().map(|p| p.time).collect();
+        assert_eq!(times, [100.0, 115.0, 130.0]);
+    }
+
+    #[test]
+    fn ranges_prometheus_would_refuse_are_refused() {
+        let r = recorded();
+        let cases = [
+            (10, 0, 1),
+            (0, 10, 0),
+            (0, i64::MAX, 1),
+            (i64::MIN, 1, 1),
+            (0, 1_800_000_000, 1),
+        ];
+        for (start, end, step) in cases {
+            let range = TimeRange { start, end, step };
+            let answer = r.range("prom", "ratio", range, WAIT);
+            assert!(
+                matches!(answer, Err(MetricsError::BadQuery(_))),
+                "{range:?}"
+            );
+        }
     }
 }

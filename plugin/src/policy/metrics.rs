@@ -140,8 +140,8 @@ fn check_url(text: &str) -> Result<String, String> {
     if authority.as_str().contains('@') {
         return Err("credentials in the URL are not allowed: use bearerTokenFile".into());
     }
-    if uri.query().is_some() {
-        return Err("expected no query string".into());
+    if uri.query().is_some() || text.contains('#') {
+        return Err("expected no query string or fragment".into());
     }
     Ok(text.trim_end_matches('/').to_string())
 }
@@ -167,6 +167,7 @@ mod tests {
             ("/api/v1/query", "http:// or https://"),
             ("http://user:pw@h:9090", "credentials"),
             ("http://h:9090/?x=1", "query string"),
+            ("http://h/prom#x", "fragment"),
         ] {
             let err = check_url(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");
