@@ -126,3 +126,41 @@ async fn delete_node_removes_the_node_object_and_cannot_surge() {
         Err(ProviderError::CannotSurge("deleteNode"))
     ));
 }
+
+#[tokio::test]
+async fn a_template_for_another_cloud_stops_the_run_before_the_group_is_touched() {
+    let cluster = TestCluster::shared();
+    let originals = cluster.outdated_group("wrongcloud", 2).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [aws, ec2, terminate-instances, --instance-ids, \"{aws.instanceID}\"]\n",
+    )
+    .unwrap();
+    let out = rollout_ext_e2e::run_plugin(cluster.rotate_args(&policy, "wrongcloud")).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the provider command uses {{aws.instanceID}}, but node {} has providerID \"sim:///wrongcloud/{}\", not of the shape aws:///ZONE/INSTANCE-ID",
+            originals[0], originals[0]
+        )),
+        "{stderr}"
+    );
+    // Before the group's first change: no taint, no cordon, nothing terminated.
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    for name in &originals {
+        let node = nodes.get(name).await.unwrap();
+        let spec = node.spec.unwrap_or_default();
+        // The run's taint (PreferNoSchedule) is its first change; the node lifecycle
+        // controller's own taints do not count.
+        let taints = spec.taints.unwrap_or_default();
+        assert!(
+            taints.iter().all(|t| t.effect != "PreferNoSchedule"),
+            "{name}: {taints:?}"
+        );
+        assert_ne!(spec.unschedulable, Some(true), "{name}");
+    }
+    assert!(cluster.cloud.terminated("wrongcloud").is_empty());
+}

@@ -3,8 +3,26 @@
 
 use serde::Deserialize;
 
-/// What a provider command may contain besides literal text.
-pub const PLACEHOLDERS: &[&str] = &["{node}", "{providerID}", "{group}"];
+/// What a provider command may contain besides literal text: the node, its providerID and
+/// group, and the fields of a providerID of AWS, GCE or Azure (`crate::provider`'s
+/// `provider_id::FIELDS`, which checks this list in its tests).
+pub const PLACEHOLDERS: &[&str] = &[
+    "{node}",
+    "{providerID}",
+    "{group}",
+    "{aws.instanceID}",
+    "{aws.zone}",
+    "{aws.region}",
+    "{gce.project}",
+    "{gce.zone}",
+    "{gce.region}",
+    "{gce.instance}",
+    "{gce.instanceGroup}",
+    "{azure.subscription}",
+    "{azure.resourceGroup}",
+    "{azure.scaleSet}",
+    "{azure.instanceID}",
+];
 
 /// The `provider` section of a policy.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -335,6 +335,16 @@ impl Rotation<'_> {
     /// The group starts: its expected size is recorded (or resumed), its instances are
     /// announced and tainted so that evicted pods prefer other nodes.
     async fn begin(&mut self, instances: &[String], run: &mut GroupRun) -> Result<(), RotateError> {
+        // The provider's commands must fit every node before any is touched.
+        for node in instances {
+            let target = records::target(&run.latest, &run.name, node);
+            self.provider
+                .check(&target)
+                .map_err(|source| RotateError::Provider {
+                    node: node.clone(),
+                    source,
+                })?;
+        }
         run.expected = self.expected_size(run).await?;
         run.begun = true;
         self.reporter.report(Event::GroupStarted {

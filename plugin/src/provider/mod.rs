@@ -1,10 +1,13 @@
 //! How an instance is terminated or surged.
 //!
-//! - `exec`: the site's own commands, given as argument lists with `{node}`, `{providerID}` and
-//!   `{group}` substituted per argument (never through a shell, so a name cannot inject anything);
-//!   exit code and output are checked.
+//! - `exec`: the site's own commands, given as argument lists with `{node}`, `{providerID}`,
+//!   `{group}` and the providerID's fields (`{aws.instanceID}`, `{gce.zone}`, … see
+//!   [`provider_id`]) substituted per argument (never through a shell, so a name cannot inject
+//!   anything); exit code and output are checked.
 //! - `deleteNode`: deletes the Node object, for clusters whose autoscaler or machine controller
 //!   replaces what disappears. It cannot surge.
+
+mod provider_id;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -35,12 +38,26 @@ pub enum ProviderError {
     },
     #[error("`{command}` did not finish within {timeout:?}; it was killed")]
     Timeout { command: String, timeout: Duration },
+    #[error(transparent)]
+    ProviderId(Box<UnfitProviderId>),
     #[error(
         "the {0} provider cannot surge: set maxSurge to 0, or use an exec provider with a detach command"
     )]
     CannotSurge(&'static str),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+}
+
+/// A template names a field the node's providerID does not have.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the provider command uses {placeholder}, but node {node} has providerID {provider_id:?}, not of the shape {shape}: use a template for this cloud, or {{node}}, {{providerID}} and {{group}}"
+)]
+pub struct UnfitProviderId {
+    node: String,
+    provider_id: String,
+    placeholder: String,
+    shape: String,
 }
 
 /// A provider ready to act.
@@ -87,6 +104,22 @@ impl Provider {
         )
     }
 
+    /// Whether the provider's commands can be written for `target`: every placeholder filled
+    /// from its providerID. Asked before a group's first change, so a template that does not
+    /// fit the cluster's nodes stops the run before anything happened to them.
+    pub fn check(&self, target: &Target) -> Result<(), ProviderError> {
+        if let Provider::Exec {
+            terminate, detach, ..
+        } = self
+        {
+            render(terminate, target)?;
+            if let Some(detach) = detach {
+                render(detach, target)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Terminates the instance. Returns what the command printed, if anything.
     pub async fn terminate(
         &self,
@@ -117,14 +150,32 @@ impl Provider {
     }
 }
 
-/// Substitutes the target into each argument.
-pub fn render(template: &[String], target: &Target) -> Vec<String> {
+/// Substitutes the target into each argument: its node, providerID and group, and the fields
+/// of its providerID the template names.
+pub fn render(template: &[String], target: &Target) -> Result<Vec<String>, ProviderError> {
     template
         .iter()
         .map(|arg| {
-            arg.replace("{node}", &target.node)
+            let mut arg = arg
+                .replace("{node}", &target.node)
                 .replace("{providerID}", &target.provider_id)
-                .replace("{group}", &target.group)
+                .replace("{group}", &target.group);
+            for (placeholder, _) in provider_id::FIELDS {
+                if !arg.contains(placeholder) {
+                    continue;
+                }
+                let value =
+                    provider_id::field(&target.provider_id, placeholder).map_err(|shape| {
+                        ProviderError::ProviderId(Box::new(UnfitProviderId {
+                            node: target.node.clone(),
+                            provider_id: target.provider_id.clone(),
+                            placeholder: placeholder.to_string(),
+                            shape: shape.to_string(),
+                        }))
+                    })?;
+                arg = arg.replace(placeholder, &value);
+            }
+            Ok(arg)
         })
         .collect()
 }
@@ -147,7 +198,7 @@ async fn run(
     target: &Target,
     timeout: Duration,
 ) -> Result<String, ProviderError> {
-    let argv = render(template, target);
+    let argv = render(template, target)?;
     let command = argv.join(" ");
     let mut child = tokio::process::Command::new(&argv[0]);
     child
@@ -217,8 +268,54 @@ mod tests {
                 "{node}".into(),
             ],
             &target(),
-        );
+        )
+        .unwrap();
         assert_eq!(argv, ["cloud", "kill", "--id=aws:///a/i-1", "n1; rm -rf /"]);
+    }
+
+    #[test]
+    fn cloud_fields_come_from_the_provider_id_or_stop_before_anything_runs() {
+        let aws = Target {
+            provider_id: "aws:///us-east-1c/i-0abc".into(),
+            ..target()
+        };
+        let template: Vec<String> = [
+            "aws",
+            "--region",
+            "{aws.region}",
+            "--instance-ids",
+            "{aws.instanceID}",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            render(&template, &aws).unwrap(),
+            ["aws", "--region", "us-east-1", "--instance-ids", "i-0abc"]
+        );
+        let gce = Target {
+            provider_id: "gce://p/us-central1-b/n1".into(),
+            ..target()
+        };
+        let provider = Provider::from_spec(&exec(&["aws", "{aws.instanceID}"])).unwrap();
+        let err = provider.check(&gce).unwrap_err().to_string();
+        assert!(
+            err.contains("uses {aws.instanceID}, but node n1; rm -rf / has providerID \"gce://p/us-central1-b/n1\", not of the shape aws:///ZONE/INSTANCE-ID"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_provider_id_field_is_a_placeholder_the_policy_allows() {
+        for (placeholder, _) in provider_id::FIELDS {
+            assert!(
+                crate::policy::provider::PLACEHOLDERS.contains(placeholder),
+                "{placeholder}"
+            );
+        }
+        assert_eq!(
+            crate::policy::provider::PLACEHOLDERS.len(),
+            provider_id::FIELDS.len() + 3
+        );
     }
 
     #[test]
