@@ -1,8 +1,10 @@
 //! The rotation lock on the real test bed: one holder at a time, the holder and age named,
-//! `--force-unlock` takes over and the old holder notices, release gives it back.
+//! `--force-unlock` takes over and the old holder notices, release gives it back and keeps the
+//! state it did not write.
 
 use std::time::Duration;
 
+use rollout_ext::cluster::controls::{Control, ControlRequest};
 use rollout_ext::cluster::lock::LockError;
 use rollout_ext_e2e::cluster::TestCluster;
 
@@ -55,4 +57,39 @@ async fn one_rotation_at_a_time() {
         .await
         .expect("free again after release");
     third.release().await.unwrap();
+
+    // A finished run lets go of what it did not write: another group's records, kept by a run
+    // that stopped, and a pause an operator asked for the next run. The Lease stays, with no
+    // holder, and the next run takes it without --force-unlock and finds both.
+    let other = "rollout-ext.io/expected.other";
+    let stopped = live.lock("dave@host/4", false).await.unwrap();
+    stopped.set_state(other, Some("3")).await.unwrap();
+    stopped.abandon().await.unwrap();
+    let finished = live
+        .lock("erin@host/5", false)
+        .await
+        .expect("an abandoned lock is free");
+    let mine = "rollout-ext.io/expected.mine";
+    finished.set_state(mine, Some("2")).await.unwrap();
+    finished.set_state(mine, None).await.unwrap();
+    let pause = ControlRequest::now("oncall", "late pause");
+    live.set_control(Control::Pause, Some(&pause))
+        .await
+        .unwrap();
+    finished.release().await.unwrap();
+    let left = live.controls().await.unwrap().expect("the Lease stays");
+    assert_eq!(left.holder, "");
+    assert_eq!(
+        left.controls.pause.map(|p| p.reason).as_deref(),
+        Some("late pause")
+    );
+    let next = live.lock("frank@host/6", false).await.expect("free");
+    assert_eq!(next.state(other).await.unwrap().as_deref(), Some("3"));
+    assert_eq!(next.state(mine).await.unwrap(), None);
+
+    // With nothing left on it, the Lease goes.
+    next.set_state(other, None).await.unwrap();
+    live.set_control(Control::Pause, None).await.unwrap();
+    next.release().await.unwrap();
+    assert!(live.controls().await.unwrap().is_none(), "no trace is left");
 }

@@ -184,7 +184,8 @@ impl Cluster {
         if held || has_run_state(&lease) {
             return Ok(());
         }
-        delete_unchanged(self, lease).await
+        // Changed meanwhile (a new pause, a run taking it): it is no longer idle.
+        delete_unchanged(self, lease).await.map(drop)
     }
 
     /// Yields whenever the watch of the Lease delivers something (a change, or a re-list): a

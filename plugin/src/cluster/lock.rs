@@ -150,7 +150,10 @@ impl Cluster {
 }
 
 /// Deletes the Lease as it was read: gone, or changed since (someone else's now), it is left.
-pub(super) async fn delete_unchanged(cluster: &Cluster, lease: Lease) -> Result<(), ClusterError> {
+pub(super) async fn delete_unchanged(
+    cluster: &Cluster,
+    lease: Lease,
+) -> Result<Unchanged, ClusterError> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             resource_version: lease.metadata.resource_version,
@@ -159,11 +162,23 @@ pub(super) async fn delete_unchanged(cluster: &Cluster, lease: Lease) -> Result<
         ..Default::default()
     };
     match api(cluster).delete(LOCK_NAME, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Ok(_) => Ok(Unchanged::Yes),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Unchanged::Yes),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Unchanged::No),
         Err(e) => Err(lease_request("delete").error(&cluster.server, e)),
     }
 }
+
+/// Whether the Lease was as read when it was deleted (or already gone); when it was not,
+/// nothing was deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unchanged {
+    Yes,
+    No,
+}
+
+/// How often letting go of the lock reads the Lease again after someone else changed it.
+const RELEASE_ATTEMPTS: usize = 5;
 
 /// Whether a run left state on the Lease (or an operator a request for the next run).
 pub(super) fn has_run_state(lease: &Lease) -> bool {
@@ -256,51 +271,59 @@ impl LockGuard {
     /// Lets go of the lock but keeps the run's state, for a run that stopped before the end:
     /// the next run takes the lock without `--force-unlock` and resumes from the state.
     pub async fn abandon(self) -> Result<(), ClusterError> {
-        self.renewer.abort();
-        let leases = api(&self.cluster);
-        let Some(mut current) = leases
-            .get_opt(LOCK_NAME)
-            .await
-            .map_err(|e| self.request_error("get", e))?
-        else {
-            return Ok(());
-        };
-        if !has_run_state(&current) {
-            // Nothing to resume: no trace is left.
-            return self.release().await;
-        }
-        let spec = current.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return Ok(());
-        }
-        spec.holder_identity = None;
-        match leases
-            .replace(LOCK_NAME, &PostParams::default(), &current)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(self.request_error("update", e)),
-        }
+        self.release().await
     }
 
-    /// Gives the lock back, if it is still ours, with the run's state: the run is over.
+    /// Gives the lock back, if it is still ours. A Lease that still holds state (another
+    /// group's records from an earlier stopped run, a request an operator made for the next
+    /// run) is kept, with no holder; one that holds none is deleted, leaving no trace. A change
+    /// made between reading the Lease and writing it (an operator's late pause) is read again.
     pub async fn release(self) -> Result<(), ClusterError> {
         self.renewer.abort();
         let leases = api(&self.cluster);
-        let current = match leases.get_opt(LOCK_NAME).await {
-            Ok(Some(l)) => l,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(lease_request("get").error(&self.cluster.server, e)),
-        };
-        let holder = current
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref());
-        if holder != Some(self.identity.as_str()) {
-            return Ok(());
+        for _ in 0..RELEASE_ATTEMPTS {
+            let Some(mut current) = leases
+                .get_opt(LOCK_NAME)
+                .await
+                .map_err(|e| self.request_error("get", e))?
+            else {
+                return Ok(());
+            };
+            let holder = current
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref());
+            if holder != Some(self.identity.as_str()) {
+                return Ok(());
+            }
+            if !has_run_state(&current) {
+                match delete_unchanged(&self.cluster, current).await? {
+                    Unchanged::Yes => return Ok(()),
+                    Unchanged::No => continue,
+                }
+            }
+            current
+                .spec
+                .get_or_insert_with(Default::default)
+                .holder_identity = None;
+            match leases
+                .replace(LOCK_NAME, &PostParams::default(), &current)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(self.request_error("update", e)),
+            }
         }
-        delete_unchanged(&self.cluster, current).await
+        Err(ClusterError::Api {
+            verb: "update".into(),
+            resource: format!("lease {LOCK_NAMESPACE}/{LOCK_NAME}"),
+            code: 409,
+            message: format!(
+                "it changed {RELEASE_ATTEMPTS} times while this run let it go; `kubectl rollout-ext status` shows who holds it"
+            ),
+        })
     }
 }
 
