@@ -33,6 +33,26 @@ fn status(cluster: &TestCluster) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Asserts that the finished run of `group` let go of the lock: no Lease, or one with no holder,
+/// nothing it waits on, and no state of `group` (other tests' stopped runs keep theirs).
+fn let_go(cluster: &TestCluster, group: &str) {
+    let status = status(cluster);
+    let lock = &status["lock"];
+    if lock.is_null() {
+        return;
+    }
+    assert_eq!(lock["holder"], "", "{status}");
+    assert!(status["holding"].is_null(), "{status}");
+    let state = lock["state"].as_object().cloned().unwrap_or_default();
+    let suffix = format!(".{group}");
+    assert!(
+        state
+            .keys()
+            .all(|k| !k.ends_with(&suffix) && k != "rollout-ext.io/holding"),
+        "{status}"
+    );
+}
+
 /// Runs a control command (`pause`, `resume`, `abort`) against `cluster`.
 fn control(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
     Command::new(plugin_binary())
@@ -229,9 +249,9 @@ async fn pause_holds_the_rotation_before_its_next_batch_and_resume_continues() {
         "{what}"
     );
     assert!(resumed.status.success(), "{resumed:?}");
-    // Every node was replaced once resumed, and the Lease is gone with the run.
+    // Every node was replaced once resumed, and the run let go of the Lease.
     assert_eq!(cluster.cloud.terminated("paused").len(), 3);
-    assert!(status(cluster)["lock"].is_null());
+    let_go(cluster, "paused");
 }
 
 #[tokio::test]
@@ -383,7 +403,7 @@ async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_
         .into_iter()
         .any(|e| e["event"] == "replaced" && e["group"] == "lastwait" && e["ready"] == 1);
     assert!(replaced, "{}", String::from_utf8_lossy(&second.stdout));
-    assert!(status(cluster)["lock"].is_null());
+    let_go(cluster, "lastwait");
 }
 
 #[tokio::test]
@@ -438,5 +458,5 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
             && what.contains("guarded/web"),
         "{during}"
     );
-    assert!(status(cluster)["lock"].is_null());
+    let_go(cluster, "guarded");
 }

@@ -182,11 +182,15 @@ const RELEASE_ATTEMPTS: usize = 5;
 
 /// Whether a run left state on the Lease (or an operator a request for the next run).
 pub(super) fn has_run_state(lease: &Lease) -> bool {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.keys().any(|k| k.starts_with("rollout-ext.io/")))
+    has_run_state_but(lease, |_| true)
+}
+
+/// [`has_run_state`], counting only the keys `counts` accepts.
+fn has_run_state_but(lease: &Lease, counts: impl Fn(&str) -> bool) -> bool {
+    lease.metadata.annotations.as_ref().is_some_and(|a| {
+        a.keys()
+            .any(|k| k.starts_with("rollout-ext.io/") && counts(k))
+    })
 }
 
 /// Renews the lease until it is lost or the task is stopped.
@@ -271,14 +275,21 @@ impl LockGuard {
     /// Lets go of the lock but keeps the run's state, for a run that stopped before the end:
     /// the next run takes the lock without `--force-unlock` and resumes from the state.
     pub async fn abandon(self) -> Result<(), ClusterError> {
-        self.release().await
+        self.let_go(false).await
     }
 
-    /// Gives the lock back, if it is still ours. A Lease that still holds state (another
-    /// group's records from an earlier stopped run, a request an operator made for the next
-    /// run) is kept, with no holder; one that holds none is deleted, leaving no trace. A change
-    /// made between reading the Lease and writing it (an operator's late pause) is read again.
+    /// Gives the lock back at the end of a run, if it is still ours. A Lease that still holds
+    /// state (another group's records from an earlier stopped run, a request an operator made
+    /// for the next run) is kept, with no holder; one that holds none but what the run was
+    /// waiting on is deleted, leaving no trace.
     pub async fn release(self) -> Result<(), ClusterError> {
+        self.let_go(true).await
+    }
+
+    /// Lets go of the lock, keeping the Lease while state is left on it; `finished`: the run's
+    /// own record of what it waits on is not state any more. A change made between reading the
+    /// Lease and writing it (an operator's late pause) is read again.
+    async fn let_go(self, finished: bool) -> Result<(), ClusterError> {
         self.renewer.abort();
         let leases = api(&self.cluster);
         for _ in 0..RELEASE_ATTEMPTS {
@@ -296,7 +307,8 @@ impl LockGuard {
             if holder != Some(self.identity.as_str()) {
                 return Ok(());
             }
-            if !has_run_state(&current) {
+            let left = |key: &str| !(finished && key == crate::keys::HOLDING);
+            if !has_run_state_but(&current, left) {
                 match delete_unchanged(&self.cluster, current).await? {
                     Unchanged::Yes => return Ok(()),
                     Unchanged::No => continue,
@@ -306,6 +318,10 @@ impl LockGuard {
                 .spec
                 .get_or_insert_with(Default::default)
                 .holder_identity = None;
+            // What a finished run waited on is over.
+            if finished && let Some(annotations) = current.metadata.annotations.as_mut() {
+                annotations.remove(crate::keys::HOLDING);
+            }
             match leases
                 .replace(LOCK_NAME, &PostParams::default(), &current)
                 .await
