@@ -341,6 +341,46 @@ async fn abort_stops_the_run_after_its_step_and_the_same_command_finishes() {
 }
 
 #[tokio::test]
+async fn an_abort_stops_a_drain_a_budget_blocks_and_the_same_command_finishes() {
+    use kube::api::{Patch, PatchParams};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pdbs = blocked_group(cluster, "abortdrain").await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = cluster.rotate_one_at_a_time(dir.path(), "abortdrain", "", &[]);
+    let mut asked = false;
+    let (code, stderr) = run_watching(args.clone(), move |event| {
+        if event["event"] == "eviction-blocked" && !asked {
+            asked = true;
+            let out = control(cluster, &["abort", "--reason", "budget stuck"]);
+            assert!(out.status.success(), "{out:?}");
+        }
+    })
+    .await;
+    // Stopped where the budget held it, long before the drain's own timeout.
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains(": budget stuck; stopped while draining node abortdrain-1: eviction of pod abortdrain/web-"),
+        "{stderr}"
+    );
+    assert!(cluster.cloud.terminated("abortdrain").is_empty());
+
+    // The budget relaxed, the same command finishes the drain and the rotation.
+    let relax = Patch::Merge(serde_json::json!({"spec": {"maxUnavailable": 2}}));
+    pdbs.patch("web", &PatchParams::default(), &relax)
+        .await
+        .unwrap();
+    let out = run_plugin(args).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cluster.cloud.terminated("abortdrain"), ["abortdrain-1"]);
+    let_go(cluster, "abortdrain");
+}
+
+#[tokio::test]
 async fn a_run_stopped_in_its_last_wait_is_finished_by_the_next_which_waits_for_the_replacement() {
     use k8s_openapi::api::coordination::v1::Lease;
     let _serial = SERIAL.lock().await;

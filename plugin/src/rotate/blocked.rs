@@ -40,27 +40,35 @@ impl Reporter for BlockedEvictions<'_> {
 
 impl Rotation<'_> {
     /// Runs `drains`, recording each blocked eviction on the lock as what holds the run; the
-    /// record goes when they end.
+    /// record goes when they end. While something holds them, an abort request stops them
+    /// where they are (between two requests: as safe as a stopped run, which the next run
+    /// resumes); a drain that moves is left to finish its step.
     pub(super) async fn recording_blocks<T>(
         &self,
         blocked: &BlockedEvictions<'_>,
         drains: impl std::future::Future<Output = T>,
     ) -> Result<T, RotateError> {
         tokio::pin!(drains);
-        let mut recorded = false;
+        let abort = self.abort_requested();
+        tokio::pin!(abort);
+        let mut recorded: Option<String> = None;
         loop {
             tokio::select! {
                 value = &mut drains => {
-                    if recorded {
+                    if recorded.is_some() {
                         self.lock.set_state(keys::HOLDING, None).await?;
                     }
                     return Ok(value);
+                }
+                request = &mut abort, if recorded.is_some() => {
+                    let what = recorded.take().unwrap_or_default();
+                    return Err(self.honour_abort(request?, &format!("while {what}")).await);
                 }
                 () = blocked.changed.notified() => {
                     let latest = blocked.latest.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(what) = latest {
                         self.lock.set_state(keys::HOLDING, Some(&holding_record(&what))).await?;
-                        recorded = true;
+                        recorded = Some(what);
                     }
                 }
             }

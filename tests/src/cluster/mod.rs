@@ -52,8 +52,17 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `N` distinct free ports: each is held until all are chosen, so that two of them are never
+/// the same port handed out twice.
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// Working directories are named `rollout-ext-cluster-<pid>-…` after the test process.
@@ -134,7 +143,7 @@ impl TestCluster {
         let root = dir.path();
         let processes = Processes::new();
 
-        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let [etcd_port, peer_port, api_port] = free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         processes.spawn(
