@@ -1,8 +1,10 @@
 //! The controller rolling update without I/O: controllers and their pods as data, the seed's
 //! step arithmetic, what the next controller looks like, the scale loop as a step machine, and
 //! the planner that drives it with simulated pods. The live driver is `crate::workload`.
+//! `partition_loop` is the StatefulSet's partitioned update, the same shape of machine.
 
 pub mod controller;
+pub mod partition_loop;
 pub mod planner;
 pub mod pods;
 pub mod prepare;

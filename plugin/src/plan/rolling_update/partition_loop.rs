@@ -1,0 +1,398 @@
+//! A StatefulSet's partitioned update as a pure step machine (issue: StatefulSet rollouts).
+//!
+//! The new template is set with the partition at the replica count, so nothing moves; then the
+//! partition is lowered step by step, and the StatefulSet controller updates the ordinals at or
+//! above it, highest first. Each step: ask its size (the canary is one pod; a pause holds and
+//! asks again), lower the partition, await the updated pods Ready on the new revision, ask the
+//! gate (a wait holds and asks again; an abort stops with the partition where it is). The
+//! partition on the object is the state: a driver that resumes starts the machine from it.
+//! No I/O, no clock, no hooks: the planner and the executor are its two drivers.
+
+use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use crate::plan::hook::DecidedBy;
+
+/// What the machine needs next.
+pub type Step = crate::plan::Step<Question, Action, Outcome>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Question {
+    /// How many ordinals the next step updates: at most `max`, the built-in size.
+    StepSize {
+        max: u32,
+        canary: bool,
+        /// Pauses a batching hook already asked for before this step.
+        attempt: u32,
+    },
+    /// The gates' verdict after step `step` (from 0), which updated `ordinals`.
+    Gate {
+        step: u32,
+        ordinals: std::ops::Range<i32>,
+        canary: bool,
+        attempt: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Lower the partition from `from` to `to`: the ordinals `to..from` are updated.
+    SetPartition {
+        step: u32,
+        from: i32,
+        to: i32,
+        canary: bool,
+        decided_by: DecidedBy,
+        reason: String,
+    },
+    /// Wait until every pod at or above `partition` is Ready on the new revision (for the
+    /// StatefulSet's minReadySeconds).
+    AwaitUpdated { partition: i32 },
+    /// Hold for a hook, then ask the same question again.
+    Wait {
+        seconds: u32,
+        reason: String,
+        decided_by: DecidedBy,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    /// A gate stopped the update after step `step`, the partition left at `partition`.
+    Aborted {
+        step: u32,
+        partition: i32,
+        decided_by: DecidedBy,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Start,
+    Sized(BatchDecision),
+    Judged(GateDecision),
+    /// The last action was carried out.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    New,
+    Sizing,
+    Pausing,
+    Lowering,
+    Awaiting,
+    Gating,
+    Waiting,
+    Over,
+}
+
+/// The partitioned update of one StatefulSet.
+#[derive(Debug, Clone)]
+pub struct PartitionLoop {
+    replicas: i32,
+    /// The partition now: ordinals at or above it are updated.
+    partition: i32,
+    /// The most ordinals one step updates (the budget of unavailable pods).
+    max_unavailable: u32,
+    /// Whether the next step is the canary.
+    canary: bool,
+    state: State,
+    steps: u32,
+    attempt: u32,
+    /// The step at hand: the partition it left and where it started.
+    from: i32,
+}
+
+impl PartitionLoop {
+    /// The update of `replicas` pods from partition `partition` (the replica count for a new
+    /// update, less for one that resumes), at most `max_unavailable` (at least 1) per step, a
+    /// canary of one first when `canary` and nothing has moved yet.
+    pub fn new(replicas: i32, partition: i32, max_unavailable: u32, canary: bool) -> Self {
+        let partition = partition.clamp(0, replicas.max(0));
+        PartitionLoop {
+            replicas,
+            partition,
+            max_unavailable: max_unavailable.max(1),
+            canary: canary && partition == replicas && replicas > 1,
+            state: State::New,
+            steps: 0,
+            attempt: 0,
+            from: partition,
+        }
+    }
+
+    /// Advances the machine with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
+    pub fn step(&mut self, input: Input) -> Step {
+        let step = match (self.state, input) {
+            (State::New, Input::Start) => self.next(),
+            (State::Sizing, Input::Sized(decision)) => self.sized(decision),
+            (State::Pausing, Input::Done) => {
+                self.attempt += 1;
+                self.size()
+            }
+            (State::Lowering, Input::Done) => {
+                self.state = State::Awaiting;
+                Step::Do(Action::AwaitUpdated {
+                    partition: self.partition,
+                })
+            }
+            (State::Awaiting, Input::Done) => self.gate(0),
+            (State::Gating, Input::Judged(decision)) => self.judged(decision),
+            (State::Waiting, Input::Done) => self.gate(self.attempt + 1),
+            (state, input) => panic!("partition loop in state {state:?} cannot take {input:?}"),
+        };
+        if let Step::Done(_) = step {
+            self.state = State::Over;
+        }
+        step
+    }
+
+    /// The next step, or the end once every ordinal is updated.
+    fn next(&mut self) -> Step {
+        if self.partition == 0 {
+            return Step::Done(Outcome::Finished);
+        }
+        self.attempt = 0;
+        self.size()
+    }
+
+    fn size(&mut self) -> Step {
+        self.state = State::Sizing;
+        let max = if self.canary {
+            1
+        } else {
+            self.max_unavailable
+                .min(u32::try_from(self.partition).unwrap_or(0))
+        };
+        Step::Ask(Question::StepSize {
+            max,
+            canary: self.canary,
+            attempt: self.attempt,
+        })
+    }
+
+    fn sized(&mut self, decision: BatchDecision) -> Step {
+        match decision {
+            BatchDecision::Pause {
+                seconds,
+                reason,
+                by,
+            } => {
+                self.state = State::Pausing;
+                Step::Do(Action::Wait {
+                    seconds,
+                    reason,
+                    decided_by: by,
+                })
+            }
+            BatchDecision::Size { size, reason, by } => {
+                let size = i32::try_from(size)
+                    .unwrap_or(i32::MAX)
+                    .clamp(1, self.partition);
+                self.from = self.partition;
+                self.partition -= size;
+                self.state = State::Lowering;
+                Step::Do(Action::SetPartition {
+                    step: self.steps,
+                    from: self.from,
+                    to: self.partition,
+                    canary: self.canary,
+                    decided_by: by,
+                    reason,
+                })
+            }
+        }
+    }
+
+    fn gate(&mut self, attempt: u32) -> Step {
+        self.state = State::Gating;
+        self.attempt = attempt;
+        Step::Ask(Question::Gate {
+            step: self.steps,
+            ordinals: self.partition..self.from,
+            canary: self.canary,
+            attempt,
+        })
+    }
+
+    fn judged(&mut self, decision: GateDecision) -> Step {
+        match decision.verdict {
+            Verdict::Proceed => {
+                self.steps += 1;
+                self.canary = false;
+                self.next()
+            }
+            Verdict::Wait { seconds, reason } => {
+                self.state = State::Waiting;
+                Step::Do(Action::Wait {
+                    seconds,
+                    reason,
+                    decided_by: decision.by,
+                })
+            }
+            Verdict::Abort(reason) => Step::Done(Outcome::Aborted {
+                step: self.steps,
+                partition: self.partition,
+                decided_by: decision.by,
+                reason,
+            }),
+        }
+    }
+
+    /// The replica count the machine was made for.
+    pub fn replicas(&self) -> i32 {
+        self.replicas
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(n: u32) -> Input {
+        Input::Sized(BatchDecision::Size {
+            size: n,
+            reason: "built-in".into(),
+            by: DecidedBy::BuiltIn,
+        })
+    }
+
+    fn verdict(verdict: Verdict) -> Input {
+        Input::Judged(GateDecision {
+            verdict,
+            by: DecidedBy::Hook("slo".into()),
+        })
+    }
+
+    /// Drives the machine with built-in sizes and gates that proceed; the partitions it sets.
+    fn partitions(mut machine: PartitionLoop) -> Vec<(i32, i32, bool)> {
+        let mut set = Vec::new();
+        let mut input = Input::Start;
+        loop {
+            input = match machine.step(input) {
+                Step::Ask(Question::StepSize { max, .. }) => size(max),
+                Step::Do(Action::SetPartition {
+                    from, to, canary, ..
+                }) => {
+                    set.push((from, to, canary));
+                    Input::Done
+                }
+                Step::Do(_) => Input::Done,
+                Step::Ask(Question::Gate { .. }) => verdict(Verdict::Proceed),
+                Step::Done(Outcome::Finished) => return set,
+                Step::Done(other) => panic!("{other:?}"),
+            };
+        }
+    }
+
+    #[test]
+    fn partitions_fall_strictly_to_zero_canary_first() {
+        // Five replicas, two at a time: 5 → 4 (canary) → 2 → 0.
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 5, 2, true)),
+            [(5, 4, true), (4, 2, false), (2, 0, false)]
+        );
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 5, 2, false)),
+            [(5, 3, false), (3, 1, false), (1, 0, false)]
+        );
+        // One replica: no canary of one before a step of one.
+        assert_eq!(
+            partitions(PartitionLoop::new(1, 1, 1, true)),
+            [(1, 0, false)]
+        );
+    }
+
+    #[test]
+    fn a_resumed_update_goes_on_from_its_partition_without_a_canary() {
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 2, 2, true)),
+            [(2, 0, false)]
+        );
+        assert!(partitions(PartitionLoop::new(5, 0, 2, true)).is_empty());
+    }
+
+    #[test]
+    fn every_step_awaits_its_pods_then_asks_the_gate_and_a_wait_asks_again() {
+        let mut m = PartitionLoop::new(3, 3, 1, false);
+        assert!(matches!(
+            m.step(Input::Start),
+            Step::Ask(Question::StepSize { max: 1, .. })
+        ));
+        assert!(matches!(
+            m.step(size(1)),
+            Step::Do(Action::SetPartition { from: 3, to: 2, .. })
+        ));
+        assert_eq!(
+            m.step(Input::Done),
+            Step::Do(Action::AwaitUpdated { partition: 2 })
+        );
+        let gate = m.step(Input::Done);
+        assert_eq!(
+            gate,
+            Step::Ask(Question::Gate {
+                step: 0,
+                ordinals: 2..3,
+                canary: false,
+                attempt: 0
+            })
+        );
+        let wait = Verdict::Wait {
+            seconds: 30,
+            reason: "burning".into(),
+        };
+        assert!(matches!(
+            m.step(verdict(wait)),
+            Step::Do(Action::Wait { seconds: 30, .. })
+        ));
+        assert!(matches!(
+            m.step(Input::Done),
+            Step::Ask(Question::Gate { attempt: 1, .. })
+        ));
+        let stop = m.step(verdict(Verdict::Abort("errors".into())));
+        assert_eq!(
+            stop,
+            Step::Done(Outcome::Aborted {
+                step: 0,
+                partition: 2,
+                decided_by: DecidedBy::Hook("slo".into()),
+                reason: "errors".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_pause_asks_the_size_again_and_a_size_never_passes_zero() {
+        let mut m = PartitionLoop::new(4, 4, 3, false);
+        assert!(matches!(
+            m.step(Input::Start),
+            Step::Ask(Question::StepSize {
+                max: 3,
+                attempt: 0,
+                ..
+            })
+        ));
+        let pause = Input::Sized(BatchDecision::Pause {
+            seconds: 60,
+            reason: "window".into(),
+            by: DecidedBy::Hook("window".into()),
+        });
+        assert!(matches!(
+            m.step(pause),
+            Step::Do(Action::Wait { seconds: 60, .. })
+        ));
+        assert!(matches!(
+            m.step(Input::Done),
+            Step::Ask(Question::StepSize { attempt: 1, .. })
+        ));
+        // A size beyond the partition is held to it.
+        assert!(matches!(
+            m.step(size(9)),
+            Step::Do(Action::SetPartition { from: 4, to: 0, .. })
+        ));
+    }
+}
