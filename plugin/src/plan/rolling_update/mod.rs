@@ -5,6 +5,7 @@
 
 pub mod controller;
 pub mod partition_loop;
+pub mod partition_planner;
 pub mod planner;
 pub mod pods;
 pub mod prepare;

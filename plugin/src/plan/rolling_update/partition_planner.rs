@@ -1,0 +1,317 @@
+//! The plan of a StatefulSet's partitioned update: the partition machine driven with simulated
+//! pods (every updated pod Ready at once), the hooks asked as a live run asks them, once per
+//! step. A gate's wait is assumed to clear; an abort stops the plan there; pauses move the
+//! simulated clock, up to a week.
+
+use serde::Serialize;
+
+use super::partition_loop::{Action, Input, Outcome, PartitionLoop, Question, Step};
+use super::planner::{LoopState, group_info, step_amount};
+use super::pods::PodInfo;
+use super::steps::Budgets;
+use crate::plan::decide::{self, GateDecision, HookFailed, Verdict};
+use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Instances, Phase};
+use crate::plan::shadow::{self, ShadowDecision};
+use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PauseStep};
+
+/// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionPlan {
+    pub kind: &'static str,
+    pub target: Target,
+    pub steps: Vec<PartitionStep>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Set when a gate would stop the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    pub kind: &'static str,
+    pub name: String,
+    pub replicas: i32,
+}
+
+/// One step: the partition it sets and the pods it updates, highest ordinal first.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionStep {
+    pub partition: i32,
+    pub pods: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub canary: bool,
+    pub decided_by: DecidedBy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseStep>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateStep>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<ShadowDecision>,
+}
+
+/// What the plan is made from.
+pub struct PartitionInput<'a> {
+    pub name: &'a str,
+    pub replicas: i32,
+    /// Where the partition stands: the replica count for a new update.
+    pub partition: i32,
+    pub max_unavailable: u32,
+    pub canary: bool,
+    /// The StatefulSet's pods, offered to batching hooks as the pending instances.
+    pub pods: &'a [PodInfo],
+    pub ctx: CallContext,
+}
+
+/// `name-ordinal`, for the ordinals `range` holds, highest first.
+pub fn pod_names(name: &str, range: std::ops::Range<i32>) -> Vec<String> {
+    range.rev().map(|o| format!("{name}-{o}")).collect()
+}
+
+/// Plans the update `input` describes with `hooks`.
+pub fn plan(
+    input: &PartitionInput,
+    hooks: &mut [Box<dyn Hook>],
+) -> Result<PartitionPlan, HookFailed> {
+    let mut plan = PartitionPlan {
+        kind: "RollingUpdatePlan",
+        target: Target {
+            kind: "StatefulSet",
+            name: input.name.to_string(),
+            replicas: input.replicas,
+        },
+        steps: Vec::new(),
+        warnings: Vec::new(),
+        stopped: None,
+    };
+    let budgets = Budgets {
+        max_surge: 0,
+        max_unavailable: i32::try_from(input.max_unavailable).unwrap_or(i32::MAX),
+        min_available: input.replicas - i32::try_from(input.max_unavailable).unwrap_or(0),
+    };
+    let mut ctx = input.ctx.clone();
+    let mut machine = PartitionLoop::new(
+        input.replicas,
+        input.partition,
+        input.max_unavailable,
+        input.canary,
+    );
+    let (mut partition, mut steps_done, mut paused) = (input.partition, 0u32, 0i64);
+    let mut pending_pause: Option<PauseStep> = None;
+    let mut step_shadow = Vec::new();
+    let mut step = machine.step(Input::Start);
+    loop {
+        let state = LoopState {
+            old: partition,
+            next: input.replicas - partition,
+            next_available: input.replicas - partition,
+            desired: input.replicas,
+            steps_done,
+        };
+        let answer = match step {
+            Step::Ask(Question::StepSize { max, .. }) => {
+                let group = group_info(input.name, &state, &budgets);
+                let pending: Vec<_> = pod_names(input.name, 0..partition)
+                    .iter()
+                    .filter_map(|n| input.pods.iter().find(|p| &p.name == n))
+                    .map(|p| p.candidate(input.name))
+                    .collect();
+                let pending = Instances::from(pending).window(0, max as usize);
+                let max = i32::try_from(max).unwrap_or(i32::MAX);
+                let (decision, said) = step_amount(
+                    hooks,
+                    &ctx,
+                    &group,
+                    &state,
+                    pending,
+                    max,
+                    &mut plan.warnings,
+                )?;
+                step_shadow.extend(said);
+                Input::Sized(decision)
+            }
+            Step::Do(Action::Wait {
+                seconds,
+                reason,
+                decided_by,
+            }) => {
+                // Only a pause comes here in a plan: a gate's wait is assumed to clear.
+                paused += i64::from(seconds);
+                ctx.now += i64::from(seconds);
+                let who = decided_by.clone();
+                PauseStep::add_to(&mut pending_pause, seconds, reason, decided_by);
+                if paused > MAX_SIMULATED_PAUSE {
+                    plan.warnings.push(format!(
+                        "{who} kept pausing for more than 7 days; the plan stops here"
+                    ));
+                    return Ok(plan);
+                }
+                Input::Done
+            }
+            Step::Do(Action::SetPartition {
+                from,
+                to,
+                canary,
+                decided_by,
+                reason,
+                ..
+            }) => {
+                partition = to;
+                let by_hook = decided_by != DecidedBy::BuiltIn;
+                plan.steps.push(PartitionStep {
+                    partition: to,
+                    pods: pod_names(input.name, to..from),
+                    canary,
+                    decided_by,
+                    size_reason: by_hook.then_some(reason),
+                    pause: pending_pause.take(),
+                    gate: None,
+                    shadow: std::mem::take(&mut step_shadow),
+                });
+                Input::Done
+            }
+            Step::Do(Action::AwaitUpdated { .. }) => Input::Done,
+            Step::Ask(Question::Gate {
+                step,
+                ordinals,
+                canary,
+                attempt,
+            }) => {
+                let batch = BatchInfo {
+                    index: step,
+                    instances: pod_names(input.name, ordinals),
+                    canary,
+                    attempt,
+                };
+                let summary = HealthSummary {
+                    pods_total: u32::try_from(input.replicas).unwrap_or(0),
+                    ..Default::default()
+                };
+                let decision = decide::gate(
+                    hooks,
+                    &ctx,
+                    Phase::AfterBatch,
+                    &batch,
+                    &summary,
+                    &mut plan.warnings,
+                )?;
+                let said =
+                    shadow::gate(hooks, &ctx, Phase::AfterBatch, &batch, &summary, &decision);
+                if let Some(last) = plan.steps.last_mut() {
+                    last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
+                    last.shadow.extend(said);
+                }
+                steps_done = step + 1;
+                match decision.verdict {
+                    Verdict::Wait { .. } => Input::Judged(GateDecision {
+                        verdict: Verdict::Proceed,
+                        by: DecidedBy::BuiltIn,
+                    }),
+                    _ => Input::Judged(decision),
+                }
+            }
+            Step::Done(Outcome::Finished) => return Ok(plan),
+            Step::Done(Outcome::Aborted {
+                partition,
+                decided_by,
+                reason,
+                ..
+            }) => {
+                plan.stopped = Some(format!(
+                    "{decided_by} aborts with the partition at {partition}: {reason}"
+                ));
+                return Ok(plan);
+            }
+        };
+        step = machine.step(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(replicas: i32, partition: i32, max: u32) -> PartitionInput<'static> {
+        PartitionInput {
+            name: "web",
+            replicas,
+            partition,
+            max_unavailable: max,
+            canary: true,
+            pods: &[],
+            ctx: CallContext {
+                now: 0,
+                run_id: "plan".into(),
+                dry_run: true,
+            },
+        }
+    }
+
+    #[test]
+    fn five_replicas_two_at_a_time_update_highest_ordinals_first() {
+        let plan = plan(&input(5, 5, 2), &mut []).unwrap();
+        let steps: Vec<(i32, Vec<String>, bool)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.partition, s.pods.clone(), s.canary))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                (4, vec!["web-4".to_string()], true),
+                (2, vec!["web-3".into(), "web-2".into()], false),
+                (0, vec!["web-1".into(), "web-0".into()], false),
+            ]
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(
+            json["target"],
+            serde_json::json!({"kind": "StatefulSet", "name": "web", "replicas": 5})
+        );
+        assert_eq!(json["steps"][0]["canary"], true);
+        assert!(json["steps"][1].get("canary").is_none());
+    }
+
+    #[test]
+    fn hooks_size_the_steps_and_a_gate_that_aborts_stops_the_plan_with_its_partition() {
+        use crate::plan::decide::tests::FakeHook;
+        use crate::plan::hook::{BatchAnswer, GateAnswer};
+        use crate::policy::HookPoint;
+        let mut one = FakeHook::new("one", &[HookPoint::Batch]);
+        one.batch = Box::new(|_| {
+            Ok(BatchAnswer::Size {
+                count: 1,
+                reason: "one at a time".into(),
+            })
+        });
+        let mut third = FakeHook::new("third", &[HookPoint::Gate]);
+        third.gate = Box::new(|batch| {
+            Ok(match batch.index {
+                2 => GateAnswer::Abort(format!("{} looks wrong", batch.instances[0])),
+                _ => GateAnswer::Proceed,
+            })
+        });
+        let mut hooks = vec![one.boxed(), third.boxed()];
+        let plan = plan(&input(5, 5, 2), &mut hooks).unwrap();
+        let partitions: Vec<i32> = plan.steps.iter().map(|s| s.partition).collect();
+        assert_eq!(partitions, [4, 3, 2]);
+        assert_eq!(plan.steps[1].size_reason.as_deref(), Some("one at a time"));
+        assert_eq!(
+            plan.stopped.as_deref(),
+            Some("hook/third aborts with the partition at 2: web-2 looks wrong")
+        );
+    }
+
+    #[test]
+    fn a_resumed_update_plans_only_what_is_left() {
+        let resumed = plan(&input(5, 2, 1), &mut []).unwrap();
+        let partitions: Vec<i32> = resumed.steps.iter().map(|s| s.partition).collect();
+        assert_eq!(partitions, [1, 0]);
+        assert!(plan(&input(5, 0, 1), &mut []).unwrap().steps.is_empty());
+    }
+}
