@@ -248,17 +248,7 @@ pub fn load_all(
     policy: &crate::policy::Policy,
     objects: Arc<dyn ObjectSource>,
 ) -> Result<Vec<Box<dyn Hook>>, PolicyError> {
-    let metrics = Prometheus::new(policy)?;
-    load_all_with(runtime, policy, objects, Arc::new(metrics))
-}
-
-/// [`load_all`], with metrics queries answered by `metrics`.
-pub fn load_all_with(
-    runtime: &HookRuntime,
-    policy: &crate::policy::Policy,
-    objects: Arc<dyn ObjectSource>,
-    metrics: Arc<dyn Metrics>,
-) -> Result<Vec<Box<dyn Hook>>, PolicyError> {
+    let metrics: Arc<dyn Metrics> = Arc::new(Prometheus::new(policy)?);
     let allowed = Arc::new(policy.context_resources.clone());
     policy
         .hooks

@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::plan::hook::{CallContext, HookFault};
 use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint};
 
-pub use load::{LoadError, load_all, load_all_with};
+pub use load::{LoadError, load_all};
 pub use objects::{ObjectSource, SnapshotObjects};
 pub use version::{compatible, compatible_series};
 

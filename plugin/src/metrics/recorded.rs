@@ -30,9 +30,17 @@ pub struct Recorded {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 enum Answer {
-    Value(f64),
-    Values(Vec<f64>),
+    Values(Values),
     Error(Failure),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+enum Values {
+    /// The same at every instant.
+    One(f64),
+    /// Oldest first, the last at the query's time.
+    History(Vec<f64>),
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -65,7 +73,7 @@ impl Recorded {
         self.sources.keys().cloned().collect()
     }
 
-    fn answer(&self, source: &str, promql: &str) -> Result<&Answer, MetricsError> {
+    fn answer(&self, source: &str, promql: &str) -> Result<&Values, MetricsError> {
         let queries = self.sources.get(source).ok_or_else(|| {
             MetricsError::Failed(format!(
                 "metrics source {source} (recorded): the fixture records no answer of it"
@@ -76,20 +84,21 @@ impl Recorded {
                 "metrics source {source} (recorded): the fixture records no answer to {promql:?}"
             ))
         })?;
-        if let Answer::Error(f) = answer {
-            let message = format!(
-                "metrics source {source} (recorded): {}",
-                f.message.as_deref().unwrap_or("recorded failure")
-            );
-            return Err(match f.error {
-                Kind::Unreachable => MetricsError::Unreachable(message),
-                Kind::Timeout => MetricsError::Timeout(message),
-                Kind::BadQuery => MetricsError::BadQuery(message),
-                Kind::TooLarge => MetricsError::TooLarge(message),
-                Kind::Failed => MetricsError::Failed(message),
-            });
-        }
-        Ok(answer)
+        let f = match answer {
+            Answer::Values(values) => return Ok(values),
+            Answer::Error(f) => f,
+        };
+        let message = format!(
+            "metrics source {source} (recorded): {}",
+            f.message.as_deref().unwrap_or("recorded failure")
+        );
+        Err(match f.error {
+            Kind::Unreachable => MetricsError::Unreachable(message),
+            Kind::Timeout => MetricsError::Timeout(message),
+            Kind::BadQuery => MetricsError::BadQuery(message),
+            Kind::TooLarge => MetricsError::TooLarge(message),
+            Kind::Failed => MetricsError::Failed(message),
+        })
     }
 }
 
@@ -102,9 +111,8 @@ impl Metrics for Recorded {
         _: Duration,
     ) -> Result<Vec<Sample>, MetricsError> {
         let value = match self.answer(source, promql)? {
-            Answer::Value(v) => Some(*v),
-            Answer::Values(vs) => vs.last().copied(),
-            Answer::Error(_) => None,
+            Values::One(v) => Some(*v),
+            Values::History(vs) => vs.last().copied(),
         };
         Ok(value
             .map(|value| Sample {
@@ -127,10 +135,9 @@ impl Metrics for Recorded {
             MetricsError::BadQuery(format!("metrics source {source} (recorded): {m}"))
         })?;
         let values: Vec<f64> = match self.answer(source, promql)? {
-            Answer::Value(v) => vec![*v; count as usize],
+            Values::One(v) => vec![*v; count as usize],
             // The last value at the last instant, as far back as the range reaches.
-            Answer::Values(vs) => vs[vs.len().saturating_sub(count as usize)..].to_vec(),
-            Answer::Error(_) => Vec::new(),
+            Values::History(vs) => vs[vs.len().saturating_sub(count as usize)..].to_vec(),
         };
         let first = count - values.len() as i64;
         let points: Vec<Point> = values

@@ -90,7 +90,6 @@ enum State {
 /// The partitioned update of one StatefulSet.
 #[derive(Debug, Clone)]
 pub struct PartitionLoop {
-    replicas: i32,
     /// The partition now: ordinals at or above it are updated.
     partition: i32,
     /// The most ordinals one step updates (the budget of unavailable pods).
@@ -111,7 +110,6 @@ impl PartitionLoop {
     pub fn new(replicas: i32, partition: i32, max_unavailable: u32, canary: bool) -> Self {
         let partition = partition.clamp(0, replicas.max(0));
         PartitionLoop {
-            replicas,
             partition,
             max_unavailable: max_unavailable.max(1),
             canary: canary && partition == replicas && replicas > 1,
@@ -241,11 +239,6 @@ impl PartitionLoop {
                 reason,
             }),
         }
-    }
-
-    /// The replica count the machine was made for.
-    pub fn replicas(&self) -> i32 {
-        self.replicas
     }
 }
 
