@@ -161,6 +161,12 @@ impl Updater<'_> {
         let prepared = prepare::prepare(old, next_name, source, &self.settings.deployment_key)
             .map_err(UpdateError::Invalid)?;
         let next = prepare::next_to_create(old, prepared.next, source.desired(old));
+        // A run stopped between creating the next controller and pointing the old one at it
+        // left it under the name this run would give it: go on with it.
+        if let Some(left) = self.get(next.kind, ns, next.name()).await? {
+            let label = self.continue_with(old, &left, source)?;
+            return Ok((left, label));
+        }
         let created = self
             .cluster
             .create_controller(ns, &next, Write::Apply)
