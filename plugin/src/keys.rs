@@ -29,6 +29,10 @@ pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system"];
 /// cordon is ours). Value: the phase reached, `cordoned` then `drained`.
 pub const PHASE: &str = "rollout-ext.io/phase";
 
+/// On a StatefulSet under an update of this tool: its `updateStrategy` before the update (JSON),
+/// restored at the end.
+pub const ORIGINAL_UPDATE_STRATEGY: &str = "rollout-ext.io/original-update-strategy";
+
 /// On the rotation's Lease: what the running rotation waits for now, and since when (JSON
 /// `{"what", "since"}`), so that `status` from any machine says what holds it.
 pub const HOLDING: &str = "rollout-ext.io/holding";

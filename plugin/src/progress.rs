@@ -109,7 +109,10 @@ impl Reporter for Bars {
             Event::GroupStarted { instances, .. } => {
                 self.overall.inc_length(instances.len() as u64)
             }
-            Event::BatchStarted { .. } | Event::Surging { .. } | Event::StepStarted { .. } => {
+            Event::BatchStarted { .. }
+            | Event::Surging { .. }
+            | Event::StepStarted { .. }
+            | Event::PartitionSet { .. } => {
                 self.batch.set_message(event.describe());
                 self.batch.tick();
             }
@@ -119,6 +122,22 @@ impl Reporter for Bars {
                 desired,
                 ..
             } => self.count_replicas(next, *next_replicas, *desired),
+            Event::PartitionUpdateStarted {
+                workload,
+                replicas,
+                partition,
+                ..
+            } => self.count_replicas(workload, replicas - partition, *replicas),
+            Event::PodsUpdated {
+                workload: _,
+                partition,
+                ..
+            } => self.overall.set_position(
+                self.overall
+                    .length()
+                    .unwrap_or(0)
+                    .saturating_sub((*partition).max(0) as u64),
+            ),
             Event::StepDone { next_replicas, .. } => {
                 self.overall.set_position((*next_replicas).max(0) as u64)
             }

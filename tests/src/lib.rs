@@ -131,6 +131,7 @@ pub mod cluster;
 pub mod fingerprint;
 pub mod invariants;
 pub mod metrics;
+pub mod stateful;
 pub mod synthetic;
 pub mod workloads;
 

@@ -1,5 +1,5 @@
 //! Crash anywhere, resume: the plugin is SIGKILLed at random moments of a rotation (and of a
-//! controller rolling update) and the same command is run again until it finishes, while an
+//! controller rolling update, and of a StatefulSet's partitioned update) and the same command is run again until it finishes, while an
 //! independent observer checks the safety invariants the whole time (`rollout_ext_e2e::invariants`).
 //! The moments come from a seeded generator; the seed is printed, and `ROLLOUT_EXT_CHAOS_SEED`
 //! replays it.
@@ -1270,4 +1270,94 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
             .map(|o| o.uid.clone());
         assert_eq!(owner, app.metadata.uid, "{} is adopted", pod.name_any());
     }
+}
+
+const PARTITION_LINES: &[&str] = &[
+    "partition-update-started",
+    "partition-set",
+    "pods-updated",
+    "update-continued",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_budget() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use rollout_ext_e2e::stateful::{create_sts, wait_all_on, watch_pods};
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("statefulset chaos");
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = "sts-chaos";
+    let replicas = 10;
+    cluster
+        .nodes
+        .add(NodeSpec::new(&format!("{ns}-1"), ns))
+        .await
+        .unwrap();
+    create_namespace(&client, ns).await;
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    create_sts(&client, ns, "db", replicas, V1, original.clone()).await;
+    let history = watch_pods(&client, ns, "db", replicas as usize, V2);
+    let args: Vec<String> = [
+        "rolling-update",
+        "sts/db",
+        &format!("--image={V2}"),
+        "--max-unavailable=2",
+        "--poll-interval=200ms",
+        "--timeout=60s",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let handle = tokio::runtime::Handle::current();
+    let outcome = chaos_loop(
+        args,
+        &mut rng,
+        PARTITION_LINES,
+        Duration::from_millis(1500),
+        MIN_UPDATE_KILLS,
+        None,
+        // A step per ordinal the partition has let go (the controller goes on updating them
+        // while no run is alive, so updated pods run ahead of the runs).
+        || {
+            let sets = sets.clone();
+            let set = tokio::task::block_in_place(|| {
+                handle.block_on(async move { sets.get_opt("db").await })
+            });
+            let set = serde_json::to_value(set.ok().flatten()).unwrap_or_default();
+            let started = set["spec"]["template"]["spec"]["containers"][0]["image"] == V2;
+            let partition = set["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+                .as_u64()
+                .unwrap_or(0) as usize;
+            let done = if started {
+                (replicas as usize).saturating_sub(partition)
+            } else {
+                0
+            };
+            (done, replicas as usize)
+        },
+    )
+    .await;
+    let (kills, _, last) = outcome.unwrap_or_else(|e| panic!("{e}"));
+    assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
+    assert_eq!(last.code, Some(0), "the last run finishes: {}", last.stderr);
+    wait_all_on(&sets, "db", replicas).await;
+    let seen = history.lock().unwrap().clone();
+    assert!(!seen.updated_twice(), "no pod updated twice: {seen:?}");
+    assert!(seen.most_unavailable <= 2, "within the budget: {seen:?}");
+    let order: Vec<String> = (0..replicas).rev().map(|o| format!("db-{o}")).collect();
+    assert_eq!(seen.updated, order, "highest ordinals first");
+    let after = serde_json::to_value(sets.get("db").await.unwrap()).unwrap();
+    assert_eq!(after["spec"]["updateStrategy"], original);
+    assert!(
+        after["metadata"]["annotations"]["rollout-ext.io/original-update-strategy"].is_null(),
+        "{after}"
+    );
 }

@@ -1,15 +1,17 @@
 //! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
-//! the shipped ClusterRole, it plans, rotates and rolls a controller; with one verb taken out of
+//! the shipped ClusterRole, it plans, rotates and rolls a controller and a StatefulSet; with one verb taken out of
 //! that role, a live run names the verb and the resource before it changes anything.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ReplicationController;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
+use rollout_ext_e2e::stateful::{create_sts, wait_all_on};
 use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
 use serde_json::json;
@@ -189,6 +191,40 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("registry.invalid/ops:2"));
+
+    // And a StatefulSet, through its partition.
+    let strategy = json!({"type": "RollingUpdate"});
+    create_sts(
+        &client,
+        "least-ru",
+        "db",
+        1,
+        "registry.invalid/db:1",
+        strategy,
+    )
+    .await;
+    let rolled = plugin(&[
+        "rolling-update",
+        "sts/db",
+        "--image=registry.invalid/db:2",
+        "--poll-interval=1s",
+        "-n",
+        "least-ru",
+        "--kubeconfig",
+        &operator,
+    ]);
+    assert!(
+        rolled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rolled.stderr)
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "least-ru");
+    wait_all_on(&sets, "db", 1).await;
+    let db = sets.get("db").await.unwrap();
+    let image = db.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("registry.invalid/db:2"));
 }
 
 /// The shipped ClusterRole without `verb` on `resource`, bound to `user` (who is impersonated
@@ -325,6 +361,25 @@ async fn one_missing_verb_is_named_before_anything_changes() {
             "replicationcontrollers",
             roll("no-rc-delete"),
             "missing permission: delete on replicationcontrollers (in namespace lacking)",
+        ),
+        (
+            "no-sts-update",
+            "update",
+            "statefulsets",
+            [
+                "rolling-update",
+                "sts/db",
+                "--image=registry.invalid/db:2",
+                "-n",
+                "lacking",
+                "--kubeconfig",
+                &admin,
+                "--as",
+                "no-sts-update",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "missing permission: update on statefulsets.apps (in namespace lacking)",
         ),
     ];
     for (user, verb, resource, _, _) in &cases {

@@ -7,7 +7,7 @@
 use super::rotate_cmd::operator;
 use super::{Failure, KubeFlags, tokio_runtime};
 use crate::cluster::Cluster;
-use crate::cluster::controls::{Control, ControlRequest, LeaseView};
+use crate::cluster::controls::{Control, ControlRequest, LeaseView, Workload};
 use crate::plan::rolling_update::controller::Kind;
 
 /// Connects, runs `act` and prints what it says was done.
@@ -125,24 +125,30 @@ enum Request<'a> {
 /// Records `request` on the controller `target` names, which a rolling update of it reads
 /// before each step.
 fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(), Failure> {
-    let (kind, name) = Kind::parse_ref(target).map_err(Failure::usage)?;
+    let workload = match super::rolling_update::stateful_set_named(target) {
+        Some(name) => Workload::StatefulSet(name),
+        None => {
+            let (kind, name) = Kind::parse_ref(target).map_err(Failure::usage)?;
+            Workload::Controller(kind, name)
+        }
+    };
     connected(kube, async |cluster| {
         let ns = kube
             .namespace
             .clone()
             .unwrap_or_else(|| cluster.default_namespace.clone());
-        let shown = format!("{}/{name}", kind.short());
-        let Some(view) = cluster.controller_controls(kind, &ns, &name).await? else {
+        let shown = workload.shown();
+        let Some(view) = cluster.controller_controls(&workload, &ns).await? else {
             return Err(Failure::failed(format!(
                 "{shown} not found in namespace {ns}"
             )));
         };
         let set = |control, request: Option<ControlRequest>| {
             let cluster = cluster.clone();
-            let (ns, name) = (ns.clone(), name.clone());
+            let (ns, workload) = (ns.clone(), workload.clone());
             async move {
                 cluster
-                    .set_controller_control(kind, &ns, &name, control, request.as_ref())
+                    .set_controller_control(&workload, &ns, control, request.as_ref())
                     .await
             }
         };

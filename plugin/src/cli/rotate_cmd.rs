@@ -8,7 +8,7 @@ use super::nodes::{NodesArgs, ProviderArg};
 use super::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
-use crate::cluster::lock::LockError;
+use crate::cluster::lock::{LeaseRef, LockError, LockGuard};
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::{Cluster, LiveObjects};
@@ -33,7 +33,7 @@ pub(super) fn operator() -> String {
 }
 
 /// Who holds the lock: user, host and process, for the message a second run shows.
-fn identity() -> String {
+pub(super) fn identity() -> String {
     format!("{}/pid-{}", operator(), std::process::id())
 }
 
@@ -59,6 +59,34 @@ fn holder_is_dead_here(holder: &str) -> bool {
         && pid
             .parse::<u32>()
             .is_ok_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Takes the lock `lease` for `identity`; a holder that was a process of this machine that
+/// died (SIGKILL, crash) cannot renew, so its lock is taken over, with a warning.
+pub(super) async fn take_lock(
+    cluster: &Cluster,
+    lease: &LeaseRef,
+    identity: &str,
+    force_unlock: bool,
+    reporter: &dyn Reporter,
+) -> Result<LockGuard, Failure> {
+    let every = crate::cluster::lock::RENEW_EVERY;
+    match cluster
+        .lock_lease(lease, identity, force_unlock, every)
+        .await
+    {
+        Ok(lock) => Ok(lock),
+        Err(LockError::Held { holder, .. }) if holder_is_dead_here(&holder) => {
+            reporter.report(crate::progress::Event::Warning {
+                message: format!("taking over the lock of {holder}, which is no longer running"),
+            });
+            cluster
+                .lock_lease(lease, identity, true, every)
+                .await
+                .map_err(lock_failure)
+        }
+        Err(e) => Err(lock_failure(e)),
+    }
 }
 
 pub fn run(
@@ -114,19 +142,8 @@ pub fn run(
         })?;
         let identity = identity();
         plan.run_id = identity.clone();
-        let lock = match cluster.lock(&identity, args.force_unlock).await {
-            Ok(lock) => lock,
-            // A run of this machine that died (SIGKILL, crash) cannot renew: take its lock.
-            Err(LockError::Held { holder, .. }) if holder_is_dead_here(&holder) => {
-                reporter.report(crate::progress::Event::Warning {
-                    message: format!(
-                        "taking over the lock of {holder}, which is no longer running"
-                    ),
-                });
-                cluster.lock(&identity, true).await.map_err(lock_failure)?
-            }
-            Err(e) => return Err(lock_failure(e)),
-        };
+        let lease = LeaseRef::rotation();
+        let lock = take_lock(&cluster, &lease, &identity, args.force_unlock, &*reporter).await?;
         let recorder = EventRecorder::start(&cluster, &identity, Scope::Rotation, reporter.clone());
         let result = rotate(
             &cluster,

@@ -132,6 +132,23 @@ pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
     needed
 }
 
+/// What a live partitioned update of a StatefulSet in `namespace` uses.
+pub fn for_stateful_set_update(namespace: &str) -> Vec<Permission> {
+    let here = |verb, resource| Permission::new(verb, resource, Some(namespace));
+    let mut needed: Vec<Permission> = ["get", "watch", "update", "patch"]
+        .into_iter()
+        .map(|verb| here(verb, "statefulsets.apps"))
+        .collect();
+    // The template a rollback goes back to.
+    needed.push(here("get", "controllerrevisions.apps"));
+    needed.extend(["list", "watch"].map(|verb| here(verb, "pods")));
+    // The update's own lock, beside the StatefulSet.
+    needed.extend(
+        ["get", "create", "update", "delete"].map(|verb| here(verb, "leases.coordination.k8s.io")),
+    );
+    needed
+}
+
 impl Cluster {
     /// Asks the API server about every permission in `needed`; fails naming each one refused.
     pub async fn check_access(&self, needed: &[Permission]) -> Result<(), AccessError> {

@@ -200,43 +200,99 @@ impl Cluster {
 /// A controller of a rolling update as a control request sees it.
 #[derive(Debug, Clone, Default)]
 pub struct ControllerView {
-    /// An update of it is under way or was interrupted (it names its next controller).
+    /// An update of it is under way or was interrupted (it names its next controller, or it
+    /// carries the strategy a StatefulSet's update recorded).
     pub updating: bool,
     pub controls: Controls,
 }
 
+/// What an operator's request to a rolling update is recorded on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    Controller(Kind, String),
+    StatefulSet(String),
+}
+
+impl Workload {
+    /// As the commands name it: `rc/foo`, `sts/db`.
+    pub fn shown(&self) -> String {
+        match self {
+            Workload::Controller(kind, name) => format!("{}/{name}", kind.short()),
+            Workload::StatefulSet(name) => format!("sts/{name}"),
+        }
+    }
+}
+
 impl Cluster {
-    /// The requests standing on controller `name`; `None` when it does not exist.
+    /// The requests standing on `workload`; `None` when it does not exist.
     pub async fn controller_controls(
         &self,
-        kind: Kind,
+        workload: &Workload,
         namespace: &str,
-        name: &str,
     ) -> Result<Option<ControllerView>, ClusterError> {
-        let Some(controller) = self.get_controller(kind, namespace, name).await? else {
-            return Ok(None);
+        let (annotations, updating) = match workload {
+            Workload::Controller(kind, name) => {
+                let Some(c) = self.get_controller(*kind, namespace, name).await? else {
+                    return Ok(None);
+                };
+                let annotations = c.annotations();
+                let updating = annotations.contains_key(keys::LEGACY_NEXT_CONTROLLER);
+                (annotations, updating)
+            }
+            Workload::StatefulSet(name) => {
+                let Some(set) = self.get_stateful_set(namespace, name).await? else {
+                    return Ok(None);
+                };
+                let annotations = set.object["metadata"]["annotations"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect();
+                (annotations, set.recorded_strategy().is_some())
+            }
         };
-        let annotations = controller.annotations();
         Ok(Some(ControllerView {
-            updating: annotations.contains_key(keys::LEGACY_NEXT_CONTROLLER),
+            updating,
             controls: Controls::from_annotations(&annotations),
         }))
     }
 
-    /// Records `request` as the standing `control` on controller `name` (or withdraws it).
+    /// Records `request` as the standing `control` on `workload` (or withdraws it).
     pub async fn set_controller_control(
         &self,
-        kind: Kind,
+        workload: &Workload,
         namespace: &str,
-        name: &str,
         control: Control,
         request: Option<&ControlRequest>,
     ) -> Result<(), ClusterError> {
         let value = request.map(ControlRequest::to_json);
         let patch = serde_json::json!({"metadata": {"annotations": {control.key(): value}}});
-        self.patch_controller(kind, namespace, name, &patch, Write::Apply)
-            .await
-            .map(|_| ())
+        match workload {
+            Workload::Controller(kind, name) => self
+                .patch_controller(*kind, namespace, name, &patch, Write::Apply)
+                .await
+                .map(drop),
+            Workload::StatefulSet(name) => self
+                .patch_stateful_set(namespace, name, &patch)
+                .await
+                .map(drop),
+        }
+    }
+
+    /// Yields whenever the watch of `workload` delivers something: a wake-up to read its
+    /// controls again.
+    pub fn workload_changes(
+        &self,
+        workload: &Workload,
+        namespace: &str,
+    ) -> std::pin::Pin<Box<dyn Stream<Item = ()> + Send>> {
+        match workload {
+            Workload::Controller(kind, name) => {
+                Box::pin(self.controller_changes(*kind, namespace, name))
+            }
+            Workload::StatefulSet(name) => Box::pin(self.stateful_set_changes(namespace, name)),
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 //! One rotation per cluster at a time: a Lease in kube-system held, and renewed, for the run.
+//! A workload's update holds a Lease of its own beside the workload ([`LeaseRef::workload`]).
 //!
 //! A second run is refused with the holder and how long ago it last renewed; `--force-unlock`
 //! takes a stale lock over. The holder notices a takeover at its next renewal and stops.
@@ -16,12 +17,13 @@ pub const LOCK_NAME: &str = "rollout-ext";
 pub const LOCK_NAMESPACE: &str = "kube-system";
 /// A holder that has not renewed for this long is stale.
 pub const LOCK_DURATION: Duration = Duration::from_secs(60);
-const RENEW_EVERY: Duration = Duration::from_secs(15);
+pub const RENEW_EVERY: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("another rotation holds the lock {LOCK_NAMESPACE}/{LOCK_NAME}: {holder}, last renewed {renewed_ago} ago{}", if *.stale { " (stale: it stopped renewing; rerun with --force-unlock to take over)" } else { " (wait for it to finish, or stop it)" })]
+    #[error("another run holds the lock {lease}: {holder}, last renewed {renewed_ago} ago{}", if *.stale { " (stale: it stopped renewing; rerun with --force-unlock to take over)" } else { " (wait for it to finish, or stop it)" })]
     Held {
+        lease: LeaseRef,
         holder: String,
         renewed_ago: String,
         stale: bool,
@@ -30,10 +32,54 @@ pub enum LockError {
     Cluster(#[from] ClusterError),
 }
 
+/// Which Lease a lock is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl LeaseRef {
+    /// The one lock of node rotations.
+    pub fn rotation() -> LeaseRef {
+        LeaseRef {
+            namespace: LOCK_NAMESPACE.into(),
+            name: LOCK_NAME.into(),
+        }
+    }
+
+    /// The lock of one workload's update: `rollout-ext-<kind>-<name>` in its namespace.
+    pub fn workload(short_kind: &str, namespace: &str, name: &str) -> LeaseRef {
+        LeaseRef {
+            namespace: namespace.into(),
+            name: format!("{LOCK_NAME}-{short_kind}-{name}"),
+        }
+    }
+
+    fn api(&self, cluster: &Cluster) -> Api<Lease> {
+        Api::namespaced(cluster.client.clone(), &self.namespace)
+    }
+
+    fn request(&self, verb: &'static str) -> Request<'_> {
+        Request {
+            verb,
+            resource: "leases.coordination.k8s.io",
+            namespace: Some(&self.namespace),
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// The held lock. Renewed in the background until released; `lost()` turns true if another run
 /// took it over.
 pub struct LockGuard {
     cluster: Cluster,
+    lease: LeaseRef,
     identity: String,
     lost: watch::Receiver<bool>,
     renewer: tokio::task::JoinHandle<()>,
@@ -79,10 +125,23 @@ impl Cluster {
         force_unlock: bool,
         renew_every: Duration,
     ) -> Result<LockGuard, LockError> {
-        let leases = api(self);
+        self.lock_lease(&LeaseRef::rotation(), identity, force_unlock, renew_every)
+            .await
+    }
+
+    /// Takes the lock `lease` for `identity` (from its holder with `force_unlock`), renewed every
+    /// `renew_every` until let go.
+    pub async fn lock_lease(
+        &self,
+        lease: &LeaseRef,
+        identity: &str,
+        force_unlock: bool,
+        renew_every: Duration,
+    ) -> Result<LockGuard, LockError> {
+        let leases = lease.api(self);
         let fresh = Lease {
             metadata: ObjectMeta {
-                name: Some(LOCK_NAME.into()),
+                name: Some(lease.name.clone()),
                 ..Default::default()
             },
             spec: Some(spec(identity)),
@@ -91,9 +150,9 @@ impl Cluster {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let current = leases
-                    .get(LOCK_NAME)
+                    .get(&lease.name)
                     .await
-                    .map_err(|e| lease_request("get").error(&self.server, e))?;
+                    .map_err(|e| lease.request("get").error(&self.server, e))?;
                 let holder_spec = current.spec.clone().unwrap_or_default();
                 // A run that stopped on an error left its state here but let go of the lock.
                 let free = holder_spec
@@ -111,6 +170,7 @@ impl Cluster {
                 let ours = holder == identity;
                 if !force_unlock && !free && !ours {
                     return Err(LockError::Held {
+                        lease: lease.clone(),
                         holder,
                         renewed_ago: if renewed.is_some() {
                             crate::duration::human_duration(age)
@@ -132,16 +192,23 @@ impl Cluster {
                 });
                 // The resourceVersion of what we read makes this a compare-and-swap.
                 leases
-                    .replace(LOCK_NAME, &PostParams::default(), &taken)
+                    .replace(&lease.name, &PostParams::default(), &taken)
                     .await
-                    .map_err(|e| lease_request("update").error(&self.server, e))?;
+                    .map_err(|e| lease.request("update").error(&self.server, e))?;
             }
-            Err(e) => return Err(lease_request("create").error(&self.server, e).into()),
+            Err(e) => return Err(lease.request("create").error(&self.server, e).into()),
         }
         let (tx, lost) = watch::channel(false);
-        let renewer = tokio::spawn(renew(self.clone(), identity.to_string(), renew_every, tx));
+        let renewer = tokio::spawn(renew(
+            self.clone(),
+            lease.clone(),
+            identity.to_string(),
+            renew_every,
+            tx,
+        ));
         Ok(LockGuard {
             cluster: self.clone(),
+            lease: lease.clone(),
             identity: identity.to_string(),
             lost,
             renewer,
@@ -154,6 +221,14 @@ pub(super) async fn delete_unchanged(
     cluster: &Cluster,
     lease: Lease,
 ) -> Result<Unchanged, ClusterError> {
+    delete_unchanged_of(cluster, &LeaseRef::rotation(), lease).await
+}
+
+async fn delete_unchanged_of(
+    cluster: &Cluster,
+    at: &LeaseRef,
+    lease: Lease,
+) -> Result<Unchanged, ClusterError> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             resource_version: lease.metadata.resource_version,
@@ -161,11 +236,11 @@ pub(super) async fn delete_unchanged(
         }),
         ..Default::default()
     };
-    match api(cluster).delete(LOCK_NAME, &params).await {
+    match at.api(cluster).delete(&at.name, &params).await {
         Ok(_) => Ok(Unchanged::Yes),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Unchanged::Yes),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Unchanged::No),
-        Err(e) => Err(lease_request("delete").error(&cluster.server, e)),
+        Err(e) => Err(at.request("delete").error(&cluster.server, e)),
     }
 }
 
@@ -194,13 +269,19 @@ fn has_run_state_but(lease: &Lease, counts: impl Fn(&str) -> bool) -> bool {
 }
 
 /// Renews the lease until it is lost or the task is stopped.
-async fn renew(cluster: Cluster, identity: String, every: Duration, lost: watch::Sender<bool>) {
-    let leases = api(&cluster);
+async fn renew(
+    cluster: Cluster,
+    at: LeaseRef,
+    identity: String,
+    every: Duration,
+    lost: watch::Sender<bool>,
+) {
+    let leases = at.api(&cluster);
     let mut ticker = tokio::time::interval(every);
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let Ok(mut lease) = leases.get(LOCK_NAME).await else {
+        let Ok(mut lease) = leases.get(&at.name).await else {
             continue;
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
@@ -210,7 +291,7 @@ async fn renew(cluster: Cluster, identity: String, every: Duration, lost: watch:
         }
         spec.renew_time = Some(now());
         if let Err(kube::Error::Api(s)) = leases
-            .replace(LOCK_NAME, &PostParams::default(), &lease)
+            .replace(&at.name, &PostParams::default(), &lease)
             .await
             && s.code == 409
         {
@@ -236,13 +317,15 @@ impl LockGuard {
     }
 
     fn request_error(&self, verb: &'static str, e: kube::Error) -> ClusterError {
-        lease_request(verb).error(&self.cluster.server, e)
+        self.lease.request(verb).error(&self.cluster.server, e)
     }
 
     /// The run's state entry `key`, kept on the lock so that a resumed run finds it.
     pub async fn state(&self, key: &str) -> Result<Option<String>, ClusterError> {
-        let lease = api(&self.cluster)
-            .get(LOCK_NAME)
+        let lease = self
+            .lease
+            .api(&self.cluster)
+            .get(&self.lease.name)
             .await
             .map_err(|e| self.request_error("get", e))?;
         Ok(lease.metadata.annotations.and_then(|mut a| a.remove(key)))
@@ -261,9 +344,10 @@ impl LockGuard {
             .map(|(key, value)| (key.to_string(), serde_json::json!(value)))
             .collect();
         let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-        api(&self.cluster)
+        self.lease
+            .api(&self.cluster)
             .patch(
-                LOCK_NAME,
+                &self.lease.name,
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(patch),
             )
@@ -291,10 +375,10 @@ impl LockGuard {
     /// Lease and writing it (an operator's late pause) is read again.
     async fn let_go(self, finished: bool) -> Result<(), ClusterError> {
         self.renewer.abort();
-        let leases = api(&self.cluster);
+        let leases = self.lease.api(&self.cluster);
         for _ in 0..RELEASE_ATTEMPTS {
             let Some(mut current) = leases
-                .get_opt(LOCK_NAME)
+                .get_opt(&self.lease.name)
                 .await
                 .map_err(|e| self.request_error("get", e))?
             else {
@@ -309,7 +393,7 @@ impl LockGuard {
             }
             let left = |key: &str| !(finished && key == crate::keys::HOLDING);
             if !has_run_state_but(&current, left) {
-                match delete_unchanged(&self.cluster, current).await? {
+                match delete_unchanged_of(&self.cluster, &self.lease, current).await? {
                     Unchanged::Yes => return Ok(()),
                     Unchanged::No => continue,
                 }
@@ -323,7 +407,7 @@ impl LockGuard {
                 annotations.remove(crate::keys::HOLDING);
             }
             match leases
-                .replace(LOCK_NAME, &PostParams::default(), &current)
+                .replace(&self.lease.name, &PostParams::default(), &current)
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -334,7 +418,7 @@ impl LockGuard {
         }
         Err(ClusterError::Api {
             verb: "update".into(),
-            resource: format!("lease {LOCK_NAMESPACE}/{LOCK_NAME}"),
+            resource: format!("lease {}", self.lease),
             code: 409,
             message: format!(
                 "it changed {RELEASE_ATTEMPTS} times while this run let it go; `kubectl rollout-ext status` shows who holds it"

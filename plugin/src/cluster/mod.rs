@@ -12,6 +12,7 @@ pub mod nodes;
 mod objects;
 pub mod recorder;
 pub mod retry;
+pub mod stateful_sets;
 pub mod validate;
 
 use std::path::PathBuf;

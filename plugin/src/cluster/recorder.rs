@@ -62,6 +62,12 @@ pub enum Scope {
         kind: Kind,
         namespace: String,
     },
+    /// The update of a workload of `kind` (a StatefulSet) in `namespace`.
+    Workload {
+        kind: &'static str,
+        api_version: &'static str,
+        namespace: String,
+    },
 }
 
 /// One Event to publish, before it meets the API.
@@ -133,6 +139,10 @@ pub fn record_of(event: &Event) -> Option<Record> {
         } => run("GateVerdict", false),
         Event::Warning { .. } => run("Warning", true),
         Event::UpdateStarted { old, .. } => controller(old, "RollingUpdateStarted"),
+        Event::PartitionUpdateStarted { workload, .. } => {
+            controller(workload, "RollingUpdateStarted")
+        }
+        Event::PartitionSet { workload, .. } => controller(workload, "PartitionSet"),
         Event::ControllerCreated { controller: c } => controller(c, "Created"),
         Event::Scaled { controller: c, .. } => controller(c, "Scaled"),
         Event::Renaming { to, .. } => controller(to, "Renamed"),
@@ -257,7 +267,10 @@ impl Publisher {
         match (&self.scope, regarding) {
             (Scope::Rotation, Regarding::Node(_)) if legacy => Some(LEGACY_NODE_EVENTS_NAMESPACE),
             (Scope::Rotation, Regarding::Node(_) | Regarding::Lease) => Some(EVENTS_NAMESPACE),
-            (Scope::RollingUpdate { namespace, .. }, Regarding::Controller(_)) => Some(namespace),
+            (
+                Scope::RollingUpdate { namespace, .. } | Scope::Workload { namespace, .. },
+                Regarding::Controller(_),
+            ) => Some(namespace),
             _ => None,
         }
     }
@@ -274,6 +287,13 @@ impl Publisher {
                     .ok()
                     .flatten()
                     .and_then(|c| c.object["metadata"]["uid"].as_str().map(String::from)),
+                (Regarding::Controller(name), Scope::Workload { namespace, .. }) => self
+                    .cluster
+                    .get_stateful_set(namespace, name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.object["metadata"]["uid"].as_str().map(String::from)),
                 (Regarding::Controller(_), Scope::Rotation) => None,
             };
             self.uids.insert(regarding.clone(), uid);
@@ -281,13 +301,20 @@ impl Publisher {
         let uid = self.uids[regarding].clone();
         match regarding {
             Regarding::Controller(name) => {
-                let (kind, namespace) = match &self.scope {
-                    Scope::RollingUpdate { kind, namespace } => (*kind, namespace.clone()),
-                    Scope::Rotation => (Kind::ReplicationController, String::new()),
+                let (api_version, kind, namespace) = match &self.scope {
+                    Scope::RollingUpdate { kind, namespace } => {
+                        (kind.api_version(), kind.as_str(), namespace.clone())
+                    }
+                    Scope::Workload {
+                        kind,
+                        api_version,
+                        namespace,
+                    } => (*api_version, *kind, namespace.clone()),
+                    Scope::Rotation => ("v1", "ReplicationController", String::new()),
                 };
                 ObjectReference {
-                    api_version: Some(kind.api_version().into()),
-                    kind: Some(kind.as_str().into()),
+                    api_version: Some(api_version.into()),
+                    kind: Some(kind.into()),
                     name: Some(name.clone()),
                     namespace: Some(namespace),
                     uid,

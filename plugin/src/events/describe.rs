@@ -213,6 +213,49 @@ impl Event {
                 next: None,
             } => format!("{controller} rolling updated"),
             Event::RolledBack { controller } => format!("{controller} rolled back"),
+            Event::PartitionUpdateStarted {
+                workload,
+                replicas,
+                partition,
+                floor,
+                revision,
+                max_unavailable,
+            } => {
+                let settled = if *floor > 0 {
+                    format!(", ordinals below {floor} on it already")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "Updating {workload} ({replicas} replicas) to revision {revision} from partition {partition}{settled}, at most {max_unavailable} pods at a time"
+                )
+            }
+            Event::PartitionSet {
+                step,
+                workload,
+                to,
+                pods,
+                canary,
+                decided_by,
+                ..
+            } => format!(
+                "Setting the partition of {workload} to {to}: updating {} [step {}{}, size: {decided_by}]",
+                if pods.is_empty() {
+                    "no pod (the rest run the revision already)".to_string()
+                } else {
+                    pods.join(", ")
+                },
+                step + 1,
+                if *canary { ", canary" } else { "" }
+            ),
+            Event::PodsUpdated {
+                step,
+                workload,
+                partition,
+            } => format!(
+                "step {} done: the pods of {workload} from ordinal {partition} up run the new revision",
+                step + 1
+            ),
         }
     }
 }

@@ -230,6 +230,33 @@ pub enum Event {
     RollingBackOnAbort {
         reason: String,
     },
+    /// A StatefulSet's partitioned update starts (or resumes) at `partition`, towards
+    /// `revision`; ordinals below `floor` run it already.
+    PartitionUpdateStarted {
+        workload: String,
+        replicas: i32,
+        partition: i32,
+        floor: i32,
+        revision: String,
+        max_unavailable: u32,
+    },
+    /// A step lowers the partition: the controller updates `pods`, highest ordinal first.
+    PartitionSet {
+        step: u32,
+        workload: String,
+        from: i32,
+        to: i32,
+        pods: Vec<String>,
+        canary: bool,
+        /// Who sized the step.
+        decided_by: String,
+    },
+    /// The ordinals at or above `partition` are available on the new revision.
+    PodsUpdated {
+        step: u32,
+        workload: String,
+        partition: i32,
+    },
     /// The rolling update is complete; `next` is set when the next controller kept its name.
     UpdateDone {
         controller: String,

@@ -1,45 +1,39 @@
-//! The operator's pause and abort requests to a rolling update, recorded on the controller being
-//! updated ([`crate::cluster::controls`]) and honoured before each scaling step: a pause holds
-//! the update there until it is withdrawn, an abort stops it (resumably, never rolled back).
+//! The operator's pause and abort requests to a rolling update, recorded on the controller (or
+//! StatefulSet) being updated ([`crate::cluster::controls`]) and honoured before each step: a
+//! pause holds the update there until it is withdrawn, an abort stops it (resumably, never
+//! rolled back).
 
 use futures::StreamExt;
 
 use super::execute::{UpdateError, Updater};
-use crate::cluster::controls::{Control, Controls};
+use crate::cluster::controls::{Control, Controls, Workload};
 use crate::events::Event;
-use crate::plan::rolling_update::controller::Controller;
 
 impl Updater<'_> {
-    async fn controls_of(&self, c: &Controller, ns: &str) -> Result<Controls, UpdateError> {
-        let view = self
-            .cluster
-            .controller_controls(c.kind, ns, c.name())
-            .await?;
+    async fn controls_of(&self, w: &Workload, ns: &str) -> Result<Controls, UpdateError> {
+        let view = self.cluster.controller_controls(w, ns).await?;
         Ok(view.map(|v| v.controls).unwrap_or_default())
     }
 
-    /// A safe point `at`, before a scaling step of the update of `c`: a standing abort stops
-    /// the update here; a pause holds it here until withdrawn (or an abort comes).
+    /// A safe point `at`, before a step of the update of `w`: a standing abort stops the
+    /// update here; a pause holds it here until withdrawn (or an abort comes).
     pub(super) async fn checkpoint(
         &self,
-        c: &Controller,
+        w: &Workload,
         ns: &str,
         at: &str,
     ) -> Result<(), UpdateError> {
-        let mut controls = self.controls_of(c, ns).await?;
+        let mut controls = self.controls_of(w, ns).await?;
         if let Some(pause) = controls.pause.clone() {
             self.reporter.report(Event::Paused {
                 by: pause.by.clone(),
                 reason: pause.reason.clone(),
                 at: at.to_string(),
             });
-            let mut changes = self
-                .cluster
-                .controller_changes(c.kind, ns, c.name())
-                .boxed();
+            let mut changes = self.cluster.workload_changes(w, ns);
             while controls.pause.is_some() && controls.abort.is_none() {
                 changes.next().await;
-                controls = self.controls_of(c, ns).await?;
+                controls = self.controls_of(w, ns).await?;
             }
             if controls.abort.is_none() {
                 self.reporter.report(Event::Resumed { at: at.to_string() });
@@ -50,7 +44,7 @@ impl Updater<'_> {
         };
         // Taken off, so that running the same command again resumes the update.
         self.cluster
-            .set_controller_control(c.kind, ns, c.name(), Control::Abort, None)
+            .set_controller_control(w, ns, Control::Abort, None)
             .await?;
         Err(UpdateError::Stopped(format!(
             "aborted {}; stopped {at}",

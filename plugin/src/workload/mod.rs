@@ -3,6 +3,9 @@
 //! and availability budgets, resumable from the annotations legacy kubectl wrote, then renamed
 //! or cleaned up.
 //!
+//! `partitioned` runs a StatefulSet's update through its own partition, the same shape of
+//! loop.
+//!
 //! The pure parts (controllers and pods as data, the step arithmetic, the scale loop as a step
 //! machine and its dry-run driver) are in [`crate::plan::rolling_update`]. `execute` runs a
 //! request through `start`, `scale` (the loop's live driver) and `cleanup`, which do the I/O.
@@ -10,5 +13,6 @@
 mod cleanup;
 mod controls;
 pub mod execute;
+pub mod partitioned;
 mod scale;
 mod start;

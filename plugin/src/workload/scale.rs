@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::execute::{Pair, UpdateError, Updater};
 use crate::cluster::controllers::Write;
+use crate::cluster::controls::Workload;
 use crate::events::Event;
 use crate::keys;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
@@ -109,7 +110,9 @@ impl Updater<'_> {
                             step + 1,
                             sides.from.display()
                         );
-                        self.checkpoint(&sides.from, &sides.ns, &at).await?;
+                        let from = &sides.from;
+                        let w = Workload::Controller(from.kind, from.name().to_string());
+                        self.checkpoint(&w, &sides.ns, &at).await?;
                     }
                     self.carry_out(&mut sides, action).await?
                 }

@@ -27,7 +27,7 @@ impl Kind {
                     | "replicasets.apps" => Kind::ReplicaSet,
                     other => {
                         return Err(format!(
-                            "{other:?} cannot be rolled: expected a ReplicationController (NAME or rc/NAME) or a ReplicaSet (rs/NAME)"
+                            "{other:?} cannot be rolled: expected a ReplicationController (NAME or rc/NAME), a ReplicaSet (rs/NAME) or a StatefulSet (sts/NAME)"
                         ));
                     }
                 };
@@ -119,6 +119,35 @@ fn drop_nulls(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(drop_nulls),
         _ => {}
+    }
+}
+
+/// The index of the container of `containers` (the pod template of `display`) an image change
+/// applies to: `container`, else the only one.
+pub fn container_index(
+    containers: &[Value],
+    display: &str,
+    container: Option<&str>,
+) -> Result<usize, String> {
+    match container {
+        Some(name) => containers
+            .iter()
+            .position(|c| c["name"].as_str() == Some(name))
+            .ok_or_else(|| {
+                format!(
+                    "container {name:?} not found in the pod template of {}",
+                    display
+                )
+            }),
+        None if containers.is_empty() => {
+            Err(format!("the pod template of {} has no containers", display))
+        }
+        None if containers.len() > 1 => Err(format!(
+            "the pod template of {} has {} containers: say which one to update with --container",
+            display,
+            containers.len()
+        )),
+        None => Ok(0),
     }
 }
 
@@ -257,28 +286,7 @@ impl Controller {
 
     /// The index of the container an image change applies to: `--container`, else the only one.
     pub fn container_index(&self, container: Option<&str>) -> Result<usize, String> {
-        let containers = self.containers();
-        match container {
-            Some(name) => containers
-                .iter()
-                .position(|c| c["name"].as_str() == Some(name))
-                .ok_or_else(|| {
-                    format!(
-                        "container {name:?} not found in the pod template of {}",
-                        self.display()
-                    )
-                }),
-            None if containers.is_empty() => Err(format!(
-                "the pod template of {} has no containers",
-                self.display()
-            )),
-            None if containers.len() > 1 => Err(format!(
-                "the pod template of {} has {} containers: say which one to update with --container",
-                self.display(),
-                containers.len()
-            )),
-            None => Ok(0),
-        }
+        container_index(self.containers(), &self.display(), container)
     }
 
     pub fn image(&self, index: usize) -> Option<&str> {

@@ -10,4 +10,5 @@ pub mod planner;
 pub mod pods;
 pub mod prepare;
 pub mod scale_loop;
+pub mod stateful_set;
 pub mod steps;

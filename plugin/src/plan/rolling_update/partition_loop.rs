@@ -6,6 +6,8 @@
 //! asks again), lower the partition, await the updated pods Ready on the new revision, ask the
 //! gate (a wait holds and asks again; an abort stops with the partition where it is). The
 //! partition on the object is the state: a driver that resumes starts the machine from it.
+//! The ordinals below the `floor` are on the new revision already (a rollback of a partial
+//! update): once the partition reaches it, it drops to 0 with nothing to await or ask.
 //! No I/O, no clock, no hooks: the planner and the executor are its two drivers.
 
 use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
@@ -46,6 +48,8 @@ pub enum Action {
     /// Wait until every pod at or above `partition` is Ready on the new revision (for the
     /// StatefulSet's minReadySeconds).
     AwaitUpdated { partition: i32 },
+    /// Set the partition to 0 from `from`: every ordinal below is on the new revision already.
+    Settle { from: i32 },
     /// Hold for a hook, then ask the same question again.
     Wait {
         seconds: u32,
@@ -92,10 +96,12 @@ enum State {
 pub struct PartitionLoop {
     /// The partition now: ordinals at or above it are updated.
     partition: i32,
+    /// The lowest ordinal not on the new revision: steps stop there.
+    floor: i32,
     /// The most ordinals one step updates (the budget of unavailable pods).
     max_unavailable: u32,
-    /// Whether the next step is the canary.
-    canary: bool,
+    /// The size of the canary step still to come (0: none).
+    canary: u32,
     state: State,
     steps: u32,
     attempt: u32,
@@ -105,14 +111,28 @@ pub struct PartitionLoop {
 
 impl PartitionLoop {
     /// The update of `replicas` pods from partition `partition` (the replica count for a new
-    /// update, less for one that resumes), at most `max_unavailable` (at least 1) per step, a
-    /// canary of one first when `canary` and nothing has moved yet.
-    pub fn new(replicas: i32, partition: i32, max_unavailable: u32, canary: bool) -> Self {
+    /// update, less for one that resumes) down to `floor` (0 unless the lower ordinals are
+    /// updated already), at most `max_unavailable` (at least 1) per step, a first step of
+    /// `canary` pods when nothing has moved yet (none when it would update every pod left).
+    pub fn new(
+        replicas: i32,
+        partition: i32,
+        floor: i32,
+        max_unavailable: u32,
+        canary: u32,
+    ) -> Self {
         let partition = partition.clamp(0, replicas.max(0));
+        let floor = floor.clamp(0, partition);
+        let left = u32::try_from(partition - floor).unwrap_or(0);
         PartitionLoop {
             partition,
+            floor,
             max_unavailable: max_unavailable.max(1),
-            canary: canary && partition == replicas && replicas > 1,
+            canary: if partition == replicas && canary < left {
+                canary
+            } else {
+                0
+            },
             state: State::New,
             steps: 0,
             attempt: 0,
@@ -131,6 +151,9 @@ impl PartitionLoop {
             (State::Pausing, Input::Done) => {
                 self.attempt += 1;
                 self.size()
+            }
+            (State::Lowering, Input::Done) if self.from == self.floor => {
+                Step::Done(Outcome::Finished)
             }
             (State::Lowering, Input::Done) => {
                 self.state = State::Awaiting;
@@ -154,21 +177,27 @@ impl PartitionLoop {
         if self.partition == 0 {
             return Step::Done(Outcome::Finished);
         }
+        if self.partition <= self.floor {
+            self.state = State::Lowering;
+            self.from = self.floor;
+            self.partition = 0;
+            return Step::Do(Action::Settle { from: self.from });
+        }
         self.attempt = 0;
         self.size()
     }
 
     fn size(&mut self) -> Step {
         self.state = State::Sizing;
-        let max = if self.canary {
-            1
+        let left = u32::try_from(self.partition - self.floor).unwrap_or(0);
+        let max = if self.canary > 0 {
+            self.canary
         } else {
-            self.max_unavailable
-                .min(u32::try_from(self.partition).unwrap_or(0))
+            self.max_unavailable.min(left)
         };
         Step::Ask(Question::StepSize {
             max,
-            canary: self.canary,
+            canary: self.canary > 0,
             attempt: self.attempt,
         })
     }
@@ -190,7 +219,7 @@ impl PartitionLoop {
             BatchDecision::Size { size, reason, by } => {
                 let size = i32::try_from(size)
                     .unwrap_or(i32::MAX)
-                    .clamp(1, self.partition);
+                    .clamp(1, self.partition - self.floor);
                 self.from = self.partition;
                 self.partition -= size;
                 self.state = State::Lowering;
@@ -198,7 +227,7 @@ impl PartitionLoop {
                     step: self.steps,
                     from: self.from,
                     to: self.partition,
-                    canary: self.canary,
+                    canary: self.canary > 0,
                     decided_by: by,
                     reason,
                 })
@@ -212,7 +241,7 @@ impl PartitionLoop {
         Step::Ask(Question::Gate {
             step: self.steps,
             ordinals: self.partition..self.from,
-            canary: self.canary,
+            canary: self.canary > 0,
             attempt,
         })
     }
@@ -221,7 +250,7 @@ impl PartitionLoop {
         match decision.verdict {
             Verdict::Proceed => {
                 self.steps += 1;
-                self.canary = false;
+                self.canary = 0;
                 self.next()
             }
             Verdict::Wait { seconds, reason } => {
@@ -274,6 +303,10 @@ mod tests {
                     set.push((from, to, canary));
                     Input::Done
                 }
+                Step::Do(Action::Settle { from }) => {
+                    set.push((from, 0, false));
+                    Input::Done
+                }
                 Step::Do(_) => Input::Done,
                 Step::Ask(Question::Gate { .. }) => verdict(Verdict::Proceed),
                 Step::Done(Outcome::Finished) => return set,
@@ -286,16 +319,16 @@ mod tests {
     fn partitions_fall_strictly_to_zero_canary_first() {
         // Five replicas, two at a time: 5 → 4 (canary) → 2 → 0.
         assert_eq!(
-            partitions(PartitionLoop::new(5, 5, 2, true)),
+            partitions(PartitionLoop::new(5, 5, 0, 2, 1)),
             [(5, 4, true), (4, 2, false), (2, 0, false)]
         );
         assert_eq!(
-            partitions(PartitionLoop::new(5, 5, 2, false)),
+            partitions(PartitionLoop::new(5, 5, 0, 2, 0)),
             [(5, 3, false), (3, 1, false), (1, 0, false)]
         );
         // One replica: no canary of one before a step of one.
         assert_eq!(
-            partitions(PartitionLoop::new(1, 1, 1, true)),
+            partitions(PartitionLoop::new(1, 1, 0, 1, 1)),
             [(1, 0, false)]
         );
     }
@@ -303,15 +336,34 @@ mod tests {
     #[test]
     fn a_resumed_update_goes_on_from_its_partition_without_a_canary() {
         assert_eq!(
-            partitions(PartitionLoop::new(5, 2, 2, true)),
+            partitions(PartitionLoop::new(5, 2, 0, 2, 1)),
             [(2, 0, false)]
         );
-        assert!(partitions(PartitionLoop::new(5, 0, 2, true)).is_empty());
+        assert!(partitions(PartitionLoop::new(5, 0, 0, 2, 1)).is_empty());
+    }
+
+    #[test]
+    fn a_rollback_steps_through_the_updated_ordinals_then_settles_the_rest() {
+        // Ordinals 3 and 4 were updated before the rollback; 0..3 are on its revision already.
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 5, 3, 1, 1)),
+            [(5, 4, true), (4, 3, false), (3, 0, false)]
+        );
+        // A canary as large as what is left is no canary.
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 5, 4, 2, 1)),
+            [(5, 4, false), (4, 0, false)]
+        );
+        // Nothing to update: only the partition drops.
+        assert_eq!(
+            partitions(PartitionLoop::new(5, 5, 5, 2, 1)),
+            [(5, 0, false)]
+        );
     }
 
     #[test]
     fn every_step_awaits_its_pods_then_asks_the_gate_and_a_wait_asks_again() {
-        let mut m = PartitionLoop::new(3, 3, 1, false);
+        let mut m = PartitionLoop::new(3, 3, 0, 1, 0);
         assert!(matches!(
             m.step(Input::Start),
             Step::Ask(Question::StepSize { max: 1, .. })
@@ -360,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_pause_asks_the_size_again_and_a_size_never_passes_zero() {
-        let mut m = PartitionLoop::new(4, 4, 3, false);
+        let mut m = PartitionLoop::new(4, 4, 0, 3, 0);
         assert!(matches!(
             m.step(Input::Start),
             Step::Ask(Question::StepSize {

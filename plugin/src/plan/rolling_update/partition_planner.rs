@@ -9,7 +9,7 @@ use super::partition_loop::{Action, Input, Outcome, PartitionLoop, Question, Ste
 use super::planner::{LoopState, group_info, step_amount};
 use super::pods::PodInfo;
 use super::steps::Budgets;
-use crate::plan::decide::{self, GateDecision, HookFailed, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Instances, Phase};
 use crate::plan::shadow::{self, ShadowDecision};
 use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PauseStep};
@@ -23,6 +23,10 @@ pub struct PartitionPlan {
     pub steps: Vec<PartitionStep>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Set when the ordinals below this one are on the new revision already: the partition
+    /// drops to 0 after the last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settle: Option<i32>,
     /// Set when a gate would stop the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
@@ -61,8 +65,10 @@ pub struct PartitionInput<'a> {
     pub replicas: i32,
     /// Where the partition stands: the replica count for a new update.
     pub partition: i32,
+    /// The lowest ordinal not on the new revision.
+    pub floor: i32,
     pub max_unavailable: u32,
-    pub canary: bool,
+    pub canary: u32,
     /// The StatefulSet's pods, offered to batching hooks as the pending instances.
     pub pods: &'a [PodInfo],
     pub ctx: CallContext,
@@ -71,6 +77,69 @@ pub struct PartitionInput<'a> {
 /// `name-ordinal`, for the ordinals `range` holds, highest first.
 pub fn pod_names(name: &str, range: std::ops::Range<i32>) -> Vec<String> {
     range.rev().map(|o| format!("{name}-{o}")).collect()
+}
+
+/// Where a partitioned update stands when a question is asked.
+pub struct Progress<'a> {
+    pub name: &'a str,
+    pub replicas: i32,
+    pub partition: i32,
+    pub max_unavailable: u32,
+    pub steps_done: u32,
+}
+
+/// The size of the next step, at most `max`: built in, or what the batching hooks say, offered
+/// the pods still to update (highest ordinal first) as the pending instances.
+pub fn ask_size(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    at: &Progress,
+    pods: &[PodInfo],
+    max: u32,
+    warnings: &mut Vec<String>,
+) -> Result<(BatchDecision, Vec<ShadowDecision>), HookFailed> {
+    let max_unavailable = i32::try_from(at.max_unavailable).unwrap_or(i32::MAX);
+    let budgets = Budgets {
+        max_surge: 0,
+        max_unavailable,
+        min_available: at.replicas - max_unavailable,
+    };
+    let state = LoopState {
+        old: at.partition,
+        next: at.replicas - at.partition,
+        next_available: at.replicas - at.partition,
+        desired: at.replicas,
+        steps_done: at.steps_done,
+    };
+    let group = group_info(at.name, &state, &budgets);
+    let pending: Vec<_> = pod_names(at.name, 0..at.partition)
+        .iter()
+        .filter_map(|n| pods.iter().find(|p| &p.name == n))
+        .map(|p| p.candidate(at.name))
+        .collect();
+    let pending = Instances::from(pending).window(0, max as usize);
+    let max = i32::try_from(max).unwrap_or(i32::MAX);
+    step_amount(hooks, ctx, &group, &state, pending, max, warnings)
+}
+
+/// The gates' verdict after a step updated `batch`, with `pods_not_ready` of `replicas` pods
+/// not Ready.
+pub fn ask_gate(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    batch: &BatchInfo,
+    replicas: i32,
+    pods_not_ready: u32,
+    warnings: &mut Vec<String>,
+) -> Result<(GateDecision, Vec<ShadowDecision>), HookFailed> {
+    let summary = HealthSummary {
+        pods_total: u32::try_from(replicas).unwrap_or(0),
+        pods_not_ready,
+        ..Default::default()
+    };
+    let decision = decide::gate(hooks, ctx, Phase::AfterBatch, batch, &summary, warnings)?;
+    let said = shadow::gate(hooks, ctx, Phase::AfterBatch, batch, &summary, &decision);
+    Ok((decision, said))
 }
 
 /// Plans the update `input` describes with `hooks`.
@@ -87,17 +156,14 @@ pub fn plan(
         },
         steps: Vec::new(),
         warnings: Vec::new(),
+        settle: None,
         stopped: None,
-    };
-    let budgets = Budgets {
-        max_surge: 0,
-        max_unavailable: i32::try_from(input.max_unavailable).unwrap_or(i32::MAX),
-        min_available: input.replicas - i32::try_from(input.max_unavailable).unwrap_or(0),
     };
     let mut ctx = input.ctx.clone();
     let mut machine = PartitionLoop::new(
         input.replicas,
         input.partition,
+        input.floor,
         input.max_unavailable,
         input.canary,
     );
@@ -106,32 +172,17 @@ pub fn plan(
     let mut step_shadow = Vec::new();
     let mut step = machine.step(Input::Start);
     loop {
-        let state = LoopState {
-            old: partition,
-            next: input.replicas - partition,
-            next_available: input.replicas - partition,
-            desired: input.replicas,
-            steps_done,
-        };
         let answer = match step {
             Step::Ask(Question::StepSize { max, .. }) => {
-                let group = group_info(input.name, &state, &budgets);
-                let pending: Vec<_> = pod_names(input.name, 0..partition)
-                    .iter()
-                    .filter_map(|n| input.pods.iter().find(|p| &p.name == n))
-                    .map(|p| p.candidate(input.name))
-                    .collect();
-                let pending = Instances::from(pending).window(0, max as usize);
-                let max = i32::try_from(max).unwrap_or(i32::MAX);
-                let (decision, said) = step_amount(
-                    hooks,
-                    &ctx,
-                    &group,
-                    &state,
-                    pending,
-                    max,
-                    &mut plan.warnings,
-                )?;
+                let at = Progress {
+                    name: input.name,
+                    replicas: input.replicas,
+                    partition,
+                    max_unavailable: input.max_unavailable,
+                    steps_done,
+                };
+                let (decision, said) =
+                    ask_size(hooks, &ctx, &at, input.pods, max, &mut plan.warnings)?;
                 step_shadow.extend(said);
                 Input::Sized(decision)
             }
@@ -176,6 +227,11 @@ pub fn plan(
                 Input::Done
             }
             Step::Do(Action::AwaitUpdated { .. }) => Input::Done,
+            Step::Do(Action::Settle { from }) => {
+                partition = 0;
+                plan.settle = Some(from);
+                Input::Done
+            }
             Step::Ask(Question::Gate {
                 step,
                 ordinals,
@@ -188,20 +244,8 @@ pub fn plan(
                     canary,
                     attempt,
                 };
-                let summary = HealthSummary {
-                    pods_total: u32::try_from(input.replicas).unwrap_or(0),
-                    ..Default::default()
-                };
-                let decision = decide::gate(
-                    hooks,
-                    &ctx,
-                    Phase::AfterBatch,
-                    &batch,
-                    &summary,
-                    &mut plan.warnings,
-                )?;
-                let said =
-                    shadow::gate(hooks, &ctx, Phase::AfterBatch, &batch, &summary, &decision);
+                let (decision, said) =
+                    ask_gate(hooks, &ctx, &batch, input.replicas, 0, &mut plan.warnings)?;
                 if let Some(last) = plan.steps.last_mut() {
                     last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
                     last.shadow.extend(said);
@@ -241,8 +285,9 @@ mod tests {
             name: "web",
             replicas,
             partition,
+            floor: 0,
             max_unavailable: max,
-            canary: true,
+            canary: 1,
             pods: &[],
             ctx: CallContext {
                 now: 0,

@@ -1,6 +1,11 @@
 //! `rolling-update`: the "simple rolling update" of a ReplicationController or ReplicaSet, with
 //! legacy kubectl's flags and annotations, the policy's hooks at every step, and a plan with
-//! `--dry-run`.
+//! `--dry-run`. A StatefulSet (`sts/NAME`) is rolled through its partition instead
+//! ([`stateful_set`]).
+
+mod stateful_set;
+
+pub use stateful_set::named as stateful_set_named;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -26,8 +31,8 @@ use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
 
 #[derive(Debug, Args)]
 pub struct RollingUpdateArgs {
-    /// The controller to update: NAME or rc/NAME (a ReplicationController), rs/NAME (a
-    /// ReplicaSet).
+    /// The workload to update: NAME or rc/NAME (a ReplicationController), rs/NAME (a
+    /// ReplicaSet), sts/NAME (a StatefulSet, through its partition).
     #[arg(value_name = "NAME")]
     pub name: String,
 
@@ -54,9 +59,9 @@ pub struct RollingUpdateArgs {
     #[arg(long, conflicts_with_all = ["image", "filename"])]
     pub rollback: bool,
 
-    /// Time to wait between scaling up and scaling down.
-    #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    pub update_period: Duration,
+    /// Time to wait between scaling up and scaling down [default: 1m; not for sts/NAME].
+    #[arg(long, value_parser = parse_duration)]
+    pub update_period: Option<Duration>,
 
     /// How long to wait for a change before checking the pods again.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
@@ -66,21 +71,28 @@ pub struct RollingUpdateArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
 
-    /// The label that tells the old pods from the new ones.
-    #[arg(long, default_value = "deployment", value_name = "KEY")]
-    pub deployment_label_key: String,
+    /// The label that tells the old pods from the new ones [default: deployment; not for
+    /// sts/NAME].
+    #[arg(long, value_name = "KEY")]
+    pub deployment_label_key: Option<String>,
 
     /// The next container's imagePullPolicy (required to roll to the image already running).
     #[arg(long, value_enum, requires = "image")]
     pub image_pull_policy: Option<PullPolicy>,
 
-    /// Pods above the desired count during the update (count or percent, rounded up).
-    #[arg(long, allow_negative_numbers = true, default_value = "1", value_parser = str::parse::<IntOrPercent>)]
-    pub max_surge: IntOrPercent,
+    /// Pods above the desired count during the update (count or percent, rounded up)
+    /// [default: 1; not for sts/NAME, which updates pods in place].
+    #[arg(long, allow_negative_numbers = true, value_parser = str::parse::<IntOrPercent>)]
+    pub max_surge: Option<IntOrPercent>,
 
-    /// Pods below the desired count during the update (count or percent, rounded down).
-    #[arg(long, allow_negative_numbers = true, default_value = "0", value_parser = str::parse::<IntOrPercent>)]
-    pub max_unavailable: IntOrPercent,
+    /// Pods below the desired count during the update (count or percent, rounded down)
+    /// [default: 0; for sts/NAME the pods one step updates, default 1].
+    #[arg(long, allow_negative_numbers = true, value_parser = str::parse::<IntOrPercent>)]
+    pub max_unavailable: Option<IntOrPercent>,
+
+    /// sts/NAME: pods in a first step of their own, before the others (0: none).
+    #[arg(long, value_name = "N")]
+    pub canary: Option<u32>,
 
     /// `client`: print the plan. `server`: also send the next controller's creation to the API
     /// server as a dry run. `none` (the default): perform the update.
@@ -107,6 +119,18 @@ pub struct RollingUpdateArgs {
 }
 
 impl RollingUpdateArgs {
+    fn max_surge(&self) -> IntOrPercent {
+        self.max_surge.unwrap_or(IntOrPercent::Int(1))
+    }
+
+    fn max_unavailable(&self) -> IntOrPercent {
+        self.max_unavailable.unwrap_or(IntOrPercent::Int(0))
+    }
+
+    fn deployment_label_key(&self) -> &str {
+        self.deployment_label_key.as_deref().unwrap_or("deployment")
+    }
+
     /// NEXT without its kind prefix: `rs/web-v2` names the ReplicaSet `web-v2` (the prefix is
     /// checked against NAME's kind when the command starts).
     fn next_name(&self) -> Option<String> {
@@ -172,6 +196,14 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
+    if let Some(name) = stateful_set::named(&args.name) {
+        return stateful_set::run(kube, args, name);
+    }
+    if args.canary.is_some() {
+        return Err(Failure::usage(
+            "--canary is for StatefulSets (sts/NAME): a controller rolling update grows the next controller step by step",
+        ));
+    }
     let (kind, old_name) = Kind::parse_ref(&args.name).map_err(Failure::usage)?;
     if let Some(next) = args.next.as_deref().filter(|n| n.contains('/')) {
         let (next_kind, _) = Kind::parse_ref(next).map_err(Failure::usage)?;
@@ -190,32 +222,10 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         )));
     }
     let source = source(args, kind)?;
-    let policy = match &args.policy {
-        Some(p) => Policy::load(p)?,
-        None => Policy {
-            source: "<built-in>".into(),
-            ..Default::default()
-        },
-    };
-    let dry_run = match (args.dry_run, &args.from_snapshot) {
-        (Some(DryRun::Server), Some(_)) => {
-            return Err(Failure::usage(
-                "--dry-run=server asks the API server: it cannot be used with --from-snapshot",
-            ));
-        }
-        (Some(DryRun::None), Some(_)) => {
-            return Err(Failure::usage(
-                "--from-snapshot can only be planned: drop --dry-run=none",
-            ));
-        }
-        (None | Some(DryRun::Client), Some(_)) => DryRun::Client,
-        (mode, None) => mode.unwrap_or(DryRun::None),
-    };
+    let policy = policy_of(args)?;
+    let dry_run = dry_run_mode(args)?;
     if let Some(path) = &args.from_snapshot {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;
-        let list: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
+        let (bytes, list) = read_snapshot(path)?;
         let namespace = kube.namespace.clone().unwrap_or_else(|| "default".into());
         let objects = SnapshotView::from_list(&list, &namespace)
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
@@ -261,12 +271,12 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             return print(&plan, args.output);
         }
         let settings = Settings {
-            update_period: args.update_period,
+            update_period: args.update_period.unwrap_or(Duration::from_secs(60)),
             poll_interval: args.poll_interval,
             timeout: args.timeout,
-            max_surge: args.max_surge,
-            max_unavailable: args.max_unavailable,
-            deployment_key: args.deployment_label_key.clone(),
+            max_surge: args.max_surge(),
+            max_unavailable: args.max_unavailable(),
+            deployment_key: args.deployment_label_key().to_string(),
             rollback_on_abort: args.on_abort == OnAbort::Rollback,
         };
         let request = Request {
@@ -312,6 +322,40 @@ fn reporter(output: OutputFormat) -> Arc<dyn Reporter> {
         )),
         _ => Arc::new(Lines),
     }
+}
+
+/// `--dry-run` as given with `--from-snapshot` (which can only plan).
+fn dry_run_mode(args: &RollingUpdateArgs) -> Result<DryRun, Failure> {
+    match (args.dry_run, &args.from_snapshot) {
+        (Some(DryRun::Server), Some(_)) => Err(Failure::usage(
+            "--dry-run=server asks the API server: it cannot be used with --from-snapshot",
+        )),
+        (Some(DryRun::None), Some(_)) => Err(Failure::usage(
+            "--from-snapshot can only be planned: drop --dry-run=none",
+        )),
+        (None | Some(DryRun::Client), Some(_)) => Ok(DryRun::Client),
+        (mode, None) => Ok(mode.unwrap_or(DryRun::None)),
+    }
+}
+
+/// The snapshot file's bytes (for hooks' `list-objects`) and its v1 List.
+fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value), Failure> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;
+    let list = serde_json::from_slice(&bytes)
+        .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
+    Ok((bytes, list))
+}
+
+/// The policy file given, or the built-in policy (no hooks).
+fn policy_of(args: &RollingUpdateArgs) -> Result<Policy, Failure> {
+    Ok(match &args.policy {
+        Some(p) => Policy::load(p)?,
+        None => Policy {
+            source: "<built-in>".into(),
+            ..Default::default()
+        },
+    })
 }
 
 fn failure(e: UpdateError) -> Failure {
@@ -444,7 +488,7 @@ fn plan_from(
         next_name.as_deref(),
         existing,
         source,
-        &args.deployment_label_key,
+        args.deployment_label_key(),
         planner::Cleanup::for_next(args.next.is_some()),
     )
     .map_err(Failure::usage)?;
@@ -456,8 +500,8 @@ fn plan_from(
         next_exists: pair.to_exists,
         desired: pair.desired,
         budgets: steps::budgets(
-            args.max_surge,
-            args.max_unavailable,
+            args.max_surge(),
+            args.max_unavailable(),
             pair.desired,
             pair.from.replicas(),
         ),

@@ -1,0 +1,502 @@
+//! A StatefulSet as its partitioned update sees it: the object's JSON with accessors for the
+//! fields the update reads and writes, the template a request asks for, and where its pods
+//! stand (which ordinals run the update revision). Kept as JSON so that fields this tool does
+//! not know survive a write untouched.
+
+use serde_json::{Value, json};
+
+use super::controller::container_index;
+use super::pods::PodInfo;
+use crate::keys;
+
+/// The label a StatefulSet's pods carry with the name of their revision.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatefulSet {
+    pub object: Value,
+}
+
+/// How the new pod template is made.
+#[derive(Debug, Clone)]
+pub enum TemplateChange {
+    /// The current template with one container's image changed.
+    Image {
+        image: String,
+        container: Option<String>,
+        pull_policy: Option<String>,
+    },
+    /// The template of a StatefulSet read from a file.
+    File(Value),
+}
+
+/// What the command asks of a StatefulSet.
+#[derive(Debug, Clone)]
+pub enum PartitionAction {
+    Roll(TemplateChange),
+    /// Back to the revision the pods ran before the update in progress.
+    Rollback,
+}
+
+/// How an update starts, from the StatefulSet and its pods as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start {
+    /// An update of this tool is under way towards this template: go on from its partition.
+    Resume,
+    /// Write this template (`None`: keep the one set) with the partition at the replica count.
+    Write(Option<Value>),
+    /// Write the template of this revision (the one the lower ordinals run): a rollback.
+    Revert(String),
+}
+
+/// How the update `action` asks for starts on `set`, whose controller has seen its spec.
+pub fn start(
+    set: &StatefulSet,
+    pods: &[PodInfo],
+    action: &PartitionAction,
+) -> Result<Start, String> {
+    let ours = set.recorded_strategy().is_some();
+    let update = set.update_revision().unwrap_or_default();
+    match action {
+        PartitionAction::Roll(change) => {
+            let template = set.next_template(change)?;
+            if !set.has_template(&template) {
+                Ok(Start::Write(Some(template)))
+            } else if ours {
+                Ok(Start::Resume)
+            } else if floor(set, pods, update) >= set.replicas() {
+                Err(format!(
+                    "every pod of {} runs this template already (revision {update}): nothing to update",
+                    set.display()
+                ))
+            } else {
+                // The template is in but pods run an older revision (someone set it with a
+                // partition): this update takes them on.
+                Ok(Start::Write(None))
+            }
+        }
+        PartitionAction::Rollback => {
+            let current = set.current_revision().unwrap_or_default();
+            if current != update {
+                Ok(Start::Revert(current.to_string()))
+            } else if ours {
+                // Pointed back already by a run that stopped.
+                Ok(Start::Resume)
+            } else {
+                Err(format!(
+                    "{} has no update in progress to roll back: its pods are meant to run revision {current}",
+                    set.display()
+                ))
+            }
+        }
+    }
+}
+
+impl StatefulSet {
+    pub fn from_value(object: Value) -> Result<StatefulSet, String> {
+        match object["kind"].as_str() {
+            Some("StatefulSet") | None => Ok(StatefulSet { object }),
+            Some(other) => Err(format!("a {other}, not a StatefulSet")),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.object["metadata"]["name"].as_str().unwrap_or("")
+    }
+
+    pub fn display(&self) -> String {
+        format!("statefulset/{}", self.name())
+    }
+
+    /// `spec.replicas`, 1 when unset (the API's default).
+    pub fn replicas(&self) -> i32 {
+        self.object["spec"]["replicas"]
+            .as_i64()
+            .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX))
+    }
+
+    /// `spec.updateStrategy` as written (the API's default when unset).
+    pub fn strategy(&self) -> Value {
+        match &self.object["spec"]["updateStrategy"] {
+            Value::Null => json!({"type": "RollingUpdate"}),
+            strategy => strategy.clone(),
+        }
+    }
+
+    pub fn on_delete(&self) -> bool {
+        self.object["spec"]["updateStrategy"]["type"] == "OnDelete"
+    }
+
+    /// The partition: ordinals at or above it run the update revision.
+    pub fn partition(&self) -> i32 {
+        self.object["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+            .as_i64()
+            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX))
+    }
+
+    pub fn template(&self) -> &Value {
+        &self.object["spec"]["template"]
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.object["metadata"]["annotations"][key].as_str()
+    }
+
+    /// The strategy this tool recorded when it started an update; its presence means an update
+    /// of this tool is under way.
+    pub fn recorded_strategy(&self) -> Option<Value> {
+        self.annotation(keys::ORIGINAL_UPDATE_STRATEGY)
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+
+    pub fn min_ready_seconds(&self) -> i64 {
+        self.object["spec"]["minReadySeconds"].as_i64().unwrap_or(0)
+    }
+
+    /// The controller has seen the latest spec: its revisions describe it.
+    pub fn observed(&self) -> bool {
+        let generation = self.object["metadata"]["generation"].as_i64().unwrap_or(0);
+        self.object["status"]["observedGeneration"]
+            .as_i64()
+            .is_some_and(|o| o >= generation)
+    }
+
+    pub fn update_revision(&self) -> Option<&str> {
+        self.object["status"]["updateRevision"].as_str()
+    }
+
+    pub fn current_revision(&self) -> Option<&str> {
+        self.object["status"]["currentRevision"].as_str()
+    }
+
+    /// The label selector as a list query (`matchLabels` and `matchExpressions`).
+    pub fn selector_string(&self) -> String {
+        let selector = &self.object["spec"]["selector"];
+        let mut terms: Vec<String> = selector["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
+            .collect();
+        for e in selector["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            terms.push(match e["operator"].as_str().unwrap_or_default() {
+                "In" => format!("{key} in ({})", values.join(",")),
+                "NotIn" => format!("{key} notin ({})", values.join(",")),
+                "DoesNotExist" => format!("!{key}"),
+                _ => key.to_string(),
+            });
+        }
+        terms.join(",")
+    }
+
+    /// The pod template the request asks for.
+    pub fn next_template(&self, change: &TemplateChange) -> Result<Value, String> {
+        match change {
+            TemplateChange::Image {
+                image,
+                container,
+                pull_policy,
+            } => {
+                let mut template = self.template().clone();
+                let containers = template["spec"]["containers"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice);
+                let index = container_index(containers, &self.display(), container.as_deref())?;
+                let c = &mut template["spec"]["containers"][index];
+                c["image"] = json!(image);
+                if let Some(policy) = pull_policy {
+                    c["imagePullPolicy"] = json!(policy);
+                }
+                Ok(template)
+            }
+            TemplateChange::File(file) => {
+                let template = file["spec"]["template"].clone();
+                if template.is_null() {
+                    return Err("the file's StatefulSet has no spec.template".into());
+                }
+                let selects = |labels: &Value| {
+                    self.object["spec"]["selector"]["matchLabels"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .all(|(k, v)| &labels[k] == v)
+                };
+                if !selects(&template["metadata"]["labels"]) {
+                    return Err(format!(
+                        "the file's pod template lacks the labels {} selects (a StatefulSet's selector cannot change)",
+                        self.display()
+                    ));
+                }
+                Ok(template)
+            }
+        }
+    }
+
+    /// The StatefulSet as an update starts it, in one write: `template` (when given), the
+    /// partition at the replica count so that nothing moves yet, and the original strategy
+    /// recorded (kept when an earlier run recorded it).
+    pub fn begun(&self, template: Option<Value>) -> StatefulSet {
+        let original = self.recorded_strategy().unwrap_or_else(|| self.strategy());
+        let mut next = self.clone();
+        if let Some(template) = template {
+            next.object["spec"]["template"] = template;
+        }
+        next.object["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}});
+        next.object["metadata"]["annotations"][keys::ORIGINAL_UPDATE_STRATEGY] =
+            json!(original.to_string());
+        next
+    }
+
+    /// The patch that puts the recorded strategy back and forgets the record; `None` when
+    /// nothing was recorded.
+    pub fn restoring(&self) -> Option<Value> {
+        let original = self.recorded_strategy()?;
+        // A merge patch would keep our rollingUpdate beside an OnDelete type: say both.
+        let strategy = json!({
+            "type": original["type"].as_str().unwrap_or("RollingUpdate"),
+            "rollingUpdate": original.get("rollingUpdate").cloned().unwrap_or(Value::Null),
+        });
+        Some(json!({
+            "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null}},
+            "spec": {"updateStrategy": strategy},
+        }))
+    }
+
+    /// Whether `template` is the current one, ignoring the server's defaults and nulls: only
+    /// what the request sets is compared.
+    pub fn has_template(&self, template: &Value) -> bool {
+        contains(self.template(), template)
+    }
+}
+
+/// `have` holds everything `want` sets (objects compared member by member, lists in full).
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (_, Value::Null) => true,
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| contains(h.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| contains(h, w))
+        }
+        (h, w) => h == w,
+    }
+}
+
+/// The ordinal of `pod` in the StatefulSet `name`, from its name `name-N`.
+pub fn ordinal(name: &str, pod: &str) -> Option<i32> {
+    pod.strip_prefix(name)?.strip_prefix('-')?.parse().ok()
+}
+
+/// The pods of `set` in their ordinals' order, `None` where an ordinal has no pod.
+pub fn by_ordinal<'a>(set: &StatefulSet, pods: &'a [PodInfo]) -> Vec<Option<&'a PodInfo>> {
+    let mut slots = vec![None; usize::try_from(set.replicas()).unwrap_or(0)];
+    for pod in pods {
+        if let Some(slot) = ordinal(set.name(), &pod.name)
+            .and_then(|o| usize::try_from(o).ok())
+            .and_then(|o| slots.get_mut(o))
+        {
+            *slot = Some(pod);
+        }
+    }
+    slots
+}
+
+/// Whether `pod` runs `revision` (and is not on its way out).
+pub fn on_revision(pod: Option<&PodInfo>, revision: &str) -> bool {
+    pod.is_some_and(|p| {
+        !p.terminating && p.labels.get(REVISION_LABEL).map(String::as_str) == Some(revision)
+    })
+}
+
+/// The lowest ordinal not on `revision` (the replica count when all are): the ordinals below
+/// it need no step.
+pub fn floor(set: &StatefulSet, pods: &[PodInfo], revision: &str) -> i32 {
+    by_ordinal(set, pods)
+        .iter()
+        .position(|p| !on_revision(*p, revision))
+        .map_or(set.replicas(), |o| i32::try_from(o).unwrap_or(i32::MAX))
+}
+
+/// The pods at or above `partition` not yet available on `revision`, highest ordinal first;
+/// empty once the step's pods are all up.
+pub fn waiting_for(
+    set: &StatefulSet,
+    pods: &[PodInfo],
+    partition: i32,
+    revision: &str,
+    now: i64,
+) -> Vec<String> {
+    let slots = by_ordinal(set, pods);
+    let from = usize::try_from(partition).unwrap_or(0);
+    (from..slots.len())
+        .rev()
+        .filter(|&o| {
+            let pod = slots[o];
+            !(on_revision(pod, revision)
+                && pod.is_some_and(|p| p.available(set.min_ready_seconds(), now)))
+        })
+        .map(|o| format!("{}-{o}", set.name()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(replicas: i32) -> StatefulSet {
+        StatefulSet::from_value(json!({
+            "kind": "StatefulSet",
+            "metadata": {"name": "web", "generation": 2},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "main", "image": "app:1"}]}}
+            },
+            "status": {"observedGeneration": 2, "updateRevision": "web-2", "currentRevision": "web-1"}
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, revision: &str, ready: bool) -> PodInfo {
+        PodInfo::from_value(&json!({
+            "metadata": {"name": name, "labels": {REVISION_LABEL: revision}},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
+                                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+    }
+
+    #[test]
+    fn the_floor_is_the_lowest_ordinal_off_the_revision() {
+        let s = set(4);
+        let pods = [
+            pod("web-0", "web-2", true),
+            pod("web-1", "web-1", true),
+            pod("web-3", "web-2", true),
+        ];
+        assert_eq!(floor(&s, &pods, "web-2"), 1);
+        assert_eq!(floor(&s, &pods, "web-1"), 0);
+        let all = [pod("web-0", "web-2", true), pod("web-1", "web-2", true)];
+        assert_eq!(floor(&set(2), &all, "web-2"), 2);
+        // A missing ordinal is not on any revision.
+        assert_eq!(floor(&set(3), &all, "web-2"), 2);
+    }
+
+    #[test]
+    fn a_step_waits_for_its_pods_ready_on_the_revision_highest_first() {
+        let s = set(4);
+        let pods = [
+            pod("web-1", "web-1", true),
+            pod("web-2", "web-2", false),
+            pod("web-3", "web-2", true),
+        ];
+        assert_eq!(waiting_for(&s, &pods, 2, "web-2", 0), ["web-2"]);
+        assert_eq!(
+            waiting_for(&s, &pods, 0, "web-2", 0),
+            ["web-2", "web-1", "web-0"]
+        );
+        assert!(waiting_for(&s, &pods, 3, "web-2", 0).is_empty());
+    }
+
+    #[test]
+    fn an_image_change_needs_a_known_container_and_a_file_must_keep_the_selector() {
+        let s = set(3);
+        let change = |container: Option<&str>| TemplateChange::Image {
+            image: "app:2".into(),
+            container: container.map(String::from),
+            pull_policy: None,
+        };
+        let next = s.next_template(&change(None)).unwrap();
+        assert_eq!(next["spec"]["containers"][0]["image"], "app:2");
+        assert!(!s.has_template(&next));
+        assert!(s.has_template(&s.template().clone()));
+        let err = s.next_template(&change(Some("sidecar"))).unwrap_err();
+        assert!(err.contains("container \"sidecar\" not found"), "{err}");
+        let file = json!({"spec": {"template": {"metadata": {"labels": {"app": "other"}}}}});
+        let err = s.next_template(&TemplateChange::File(file)).unwrap_err();
+        assert!(err.contains("selector cannot change"), "{err}");
+    }
+
+    #[test]
+    fn an_update_records_the_strategy_once_and_restoring_puts_it_back() {
+        let mut s = set(3);
+        s.object["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        let begun = s.begun(None);
+        assert_eq!(begun.partition(), 3);
+        assert!(!begun.on_delete());
+        assert_eq!(begun.recorded_strategy(), Some(json!({"type": "OnDelete"})));
+        // A second start keeps the first record.
+        assert_eq!(
+            begun.begun(None).recorded_strategy(),
+            Some(json!({"type": "OnDelete"}))
+        );
+        let patch = begun.restoring().unwrap();
+        assert_eq!(
+            patch["spec"]["updateStrategy"],
+            json!({"type": "OnDelete", "rollingUpdate": null})
+        );
+        assert!(s.restoring().is_none());
+    }
+
+    #[test]
+    fn an_update_starts_writes_resumes_or_reverts() {
+        let image = |i: &str| {
+            PartitionAction::Roll(TemplateChange::Image {
+                image: i.into(),
+                container: None,
+                pull_policy: None,
+            })
+        };
+        let s = set(2);
+        let on = |rev: &str| [pod("web-0", rev, true), pod("web-1", rev, true)];
+        assert!(matches!(
+            start(&s, &on("web-1"), &image("app:2")),
+            Ok(Start::Write(Some(_)))
+        ));
+        // Same template, not ours: nothing to do once every pod runs it, else taken on.
+        let err = start(&s, &on("web-2"), &image("app:1")).unwrap_err();
+        assert!(err.contains("nothing to update"), "{err}");
+        assert_eq!(
+            start(&s, &on("web-1"), &image("app:1")),
+            Ok(Start::Write(None))
+        );
+        let ours = s.begun(None);
+        assert_eq!(
+            start(&ours, &on("web-1"), &image("app:1")),
+            Ok(Start::Resume)
+        );
+        // Revisions differ: a rollback reverts to the current one.
+        assert_eq!(
+            start(&s, &[], &PartitionAction::Rollback),
+            Ok(Start::Revert("web-1".into()))
+        );
+        let mut same = s.clone();
+        same.object["status"]["currentRevision"] = json!("web-2");
+        assert!(start(&same, &[], &PartitionAction::Rollback).is_err());
+        assert_eq!(
+            start(&same.begun(None), &[], &PartitionAction::Rollback),
+            Ok(Start::Resume)
+        );
+    }
+
+    #[test]
+    fn selectors_become_list_queries() {
+        let mut s = set(1);
+        s.object["spec"]["selector"]["matchExpressions"] =
+            json!([{"key": "tier", "operator": "In", "values": ["a", "b"]}]);
+        assert_eq!(s.selector_string(), "app=web,tier in (a,b)");
+    }
+}

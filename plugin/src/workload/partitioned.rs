@@ -1,0 +1,465 @@
+//! The executor of a StatefulSet's partitioned update: drives [`PartitionLoop`] against the
+//! cluster. The new template goes in with the partition at the replica count (nothing moves)
+//! and the original update strategy recorded on the object, in one write; each step lowers the
+//! partition, awaits the pods it updates Ready on the new revision, then asks the gates; the
+//! strategy is restored at the end. The partition and revisions on the object are the state:
+//! the same command, run again, goes on from them. A rollback is the same loop towards the
+//! revision the pods ran before, read from its ControllerRevision.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::execute::{UpdateError, Updater};
+use crate::cluster::controls::Workload;
+use crate::events::Event;
+use crate::plan::decide::{self, BatchDecision, GateDecision, Verdict};
+use crate::plan::hook::{BatchInfo, DecidedBy, Phase};
+use crate::plan::rolling_update::partition_loop::{
+    Action, Input, Outcome, PartitionLoop, Question, Step,
+};
+use crate::plan::rolling_update::partition_planner::{Progress, ask_gate, ask_size, pod_names};
+use crate::plan::rolling_update::pods::PodInfo;
+pub use crate::plan::rolling_update::stateful_set::PartitionAction;
+use crate::plan::rolling_update::stateful_set::{self, Start, StatefulSet};
+use crate::policy::{HookPoint, IntOrPercent};
+
+#[derive(Debug, Clone)]
+pub struct PartitionRequest {
+    pub namespace: String,
+    pub name: String,
+    pub action: PartitionAction,
+    /// Pods in the first step of an update that has not moved yet (0: no canary).
+    pub canary: u32,
+}
+
+/// `max` of `replicas` pods: a percentage rounds down; at least 1.
+pub fn pods_at_a_time(max: IntOrPercent, replicas: i32) -> u32 {
+    let replicas = u32::try_from(replicas).unwrap_or(0);
+    match max {
+        IntOrPercent::Int(n) => n,
+        IntOrPercent::Percent(p) => replicas * p / 100,
+    }
+    .max(1)
+}
+
+impl Updater<'_> {
+    /// Runs the request: start (or find) the update, step it through, restore the strategy.
+    pub async fn run_partitioned(&mut self, request: &PartitionRequest) -> Result<(), UpdateError> {
+        let ns = request.namespace.as_str();
+        let set = self.stateful_set(ns, &request.name).await?;
+        let set = self.start(ns, set, &request.action).await?;
+        let rollback = matches!(request.action, PartitionAction::Rollback);
+        match self
+            .partitions(ns, set, true, request.canary, rollback)
+            .await
+        {
+            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
+                self.reporter.report(Event::RollingBackOnAbort {
+                    reason: reason.clone(),
+                });
+                let set = self.stateful_set(ns, &request.name).await?;
+                let set = self.start(ns, set, &PartitionAction::Rollback).await?;
+                self.partitions(ns, set, false, 0, true).await?;
+                Err(UpdateError::Aborted(format!("{reason}; rolled back")))
+            }
+            other => other,
+        }
+    }
+
+    async fn stateful_set(&self, ns: &str, name: &str) -> Result<StatefulSet, UpdateError> {
+        self.cluster
+            .get_stateful_set(ns, name)
+            .await?
+            .ok_or_else(|| {
+                UpdateError::Invalid(format!(
+                    "statefulset {name:?} not found in namespace {ns:?}"
+                ))
+            })
+    }
+
+    /// The StatefulSet once its controller has seen its latest spec.
+    async fn observed(&self, ns: &str, set: StatefulSet) -> Result<StatefulSet, UpdateError> {
+        if set.observed() && set.update_revision().is_some() {
+            return Ok(set);
+        }
+        Ok(self
+            .cluster
+            .wait_stateful_set(ns, set.name(), self.settings.timeout, |s| {
+                s.observed() && s.update_revision().is_some()
+            })
+            .await?)
+    }
+
+    async fn set_pods(&self, ns: &str, set: &StatefulSet) -> Result<Vec<PodInfo>, UpdateError> {
+        Ok(self
+            .cluster
+            .list_pods(ns, &set.selector_string())
+            .await?
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect())
+    }
+
+    /// Starts the update `action` asks for, or finds it under way.
+    async fn start(
+        &self,
+        ns: &str,
+        set: StatefulSet,
+        action: &PartitionAction,
+    ) -> Result<StatefulSet, UpdateError> {
+        let set = self.observed(ns, set).await?;
+        let pods = self.set_pods(ns, &set).await?;
+        match stateful_set::start(&set, &pods, action).map_err(UpdateError::Invalid)? {
+            Start::Resume => {
+                self.reporter.report(Event::UpdateContinued {
+                    controller: set.display(),
+                });
+                Ok(set)
+            }
+            Start::Write(template) => {
+                if template.is_some() && set.recorded_strategy().is_some() {
+                    self.reporter.report(Event::Warning {
+                        message: format!(
+                            "{} was being updated to another template; this update starts over from its pods as they are",
+                            set.display()
+                        ),
+                    });
+                }
+                self.begin(ns, set, template).await
+            }
+            Start::Revert(revision) => {
+                let template = self
+                    .cluster
+                    .revision_template(ns, &revision)
+                    .await?
+                    .ok_or_else(|| {
+                        UpdateError::Invalid(format!(
+                            "the revision {revision} of {} is gone: there is no template to roll back to",
+                            set.display()
+                        ))
+                    })?;
+                self.reporter.report(Event::RollbackStarted {
+                    controller: set.display(),
+                    replicas: set.replicas(),
+                });
+                self.begin(ns, set, Some(template)).await
+            }
+        }
+    }
+
+    /// Starts the update in one write (see [`StatefulSet::begun`]).
+    async fn begin(
+        &self,
+        ns: &str,
+        set: StatefulSet,
+        template: Option<Value>,
+    ) -> Result<StatefulSet, UpdateError> {
+        use crate::cluster::controllers::Write;
+        Ok(self
+            .cluster
+            .replace_stateful_set(ns, &set.begun(template), Write::Apply)
+            .await?)
+    }
+
+    /// Steps the partition down to 0 and restores the strategy; `with_hooks` false for a
+    /// rollback after an abort, whose every answer is the built-in one.
+    async fn partitions(
+        &mut self,
+        ns: &str,
+        set: StatefulSet,
+        with_hooks: bool,
+        canary: u32,
+        rollback: bool,
+    ) -> Result<(), UpdateError> {
+        let set = self.observed(ns, set).await?;
+        let revision = set.update_revision().unwrap_or_default().to_string();
+        let pods = self.set_pods(ns, &set).await?;
+        let floor = stateful_set::floor(&set, &pods, &revision);
+        let replicas = set.replicas();
+        let max_unavailable = pods_at_a_time(self.settings.max_unavailable, replicas);
+        self.reporter.report(Event::PartitionUpdateStarted {
+            workload: set.display(),
+            replicas,
+            partition: set.partition(),
+            floor,
+            revision: revision.clone(),
+            max_unavailable,
+        });
+        if with_hooks {
+            for message in decide::left_out_warnings(self.hooks) {
+                self.reporter.report(Event::Warning { message });
+            }
+        }
+        let mut machine =
+            PartitionLoop::new(replicas, set.partition(), floor, max_unavailable, canary);
+        let mut partition = set.partition();
+        let mut steps_done = 0;
+        let mut input = Input::Start;
+        loop {
+            input = match machine.step(input) {
+                Step::Ask(Question::StepSize { max, attempt, .. }) => {
+                    let at = Progress {
+                        name: set.name(),
+                        replicas,
+                        partition,
+                        max_unavailable,
+                        steps_done,
+                    };
+                    Input::Sized(
+                        self.size_step(ns, &set, &at, max, attempt, with_hooks)
+                            .await?,
+                    )
+                }
+                Step::Do(Action::SetPartition {
+                    step,
+                    from,
+                    to,
+                    canary,
+                    decided_by,
+                    ..
+                }) => {
+                    let at = format!(
+                        "before step {} of the update of {}",
+                        step + 1,
+                        set.display()
+                    );
+                    let w = Workload::StatefulSet(set.name().to_string());
+                    self.checkpoint(&w, ns, &at).await?;
+                    self.reporter.report(Event::PartitionSet {
+                        step,
+                        workload: set.display(),
+                        from,
+                        to,
+                        pods: pod_names(set.name(), to..from),
+                        canary,
+                        decided_by: decided_by.to_string(),
+                    });
+                    self.set_partition(ns, &set, to).await?;
+                    partition = to;
+                    Input::Done
+                }
+                Step::Do(Action::Settle { from }) => {
+                    self.reporter.report(Event::PartitionSet {
+                        step: steps_done,
+                        workload: set.display(),
+                        from,
+                        to: 0,
+                        pods: Vec::new(),
+                        canary: false,
+                        decided_by: DecidedBy::BuiltIn.to_string(),
+                    });
+                    self.set_partition(ns, &set, 0).await?;
+                    partition = 0;
+                    Input::Done
+                }
+                Step::Do(Action::AwaitUpdated { partition }) => {
+                    self.await_updated(ns, &set, partition).await?;
+                    self.reporter.report(Event::PodsUpdated {
+                        step: steps_done,
+                        workload: set.display(),
+                        partition,
+                    });
+                    Input::Done
+                }
+                Step::Do(Action::Wait {
+                    seconds, reason, ..
+                }) => {
+                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                        .await;
+                    Input::Done
+                }
+                Step::Ask(Question::Gate {
+                    step,
+                    ordinals,
+                    canary,
+                    attempt,
+                }) => {
+                    let batch = BatchInfo {
+                        index: step,
+                        instances: pod_names(set.name(), ordinals),
+                        canary,
+                        attempt,
+                    };
+                    let decision = self.judge_step(ns, &set, &batch, with_hooks).await?;
+                    if decision.verdict == Verdict::Proceed {
+                        steps_done = step + 1;
+                    }
+                    Input::Judged(decision)
+                }
+                Step::Done(Outcome::Finished) => {
+                    self.restore(ns, &set).await?;
+                    self.reporter.report(if rollback {
+                        Event::RolledBack {
+                            controller: set.display(),
+                        }
+                    } else {
+                        Event::UpdateDone {
+                            controller: set.display(),
+                            next: None,
+                        }
+                    });
+                    return Ok(());
+                }
+                Step::Done(Outcome::Aborted {
+                    step,
+                    partition,
+                    decided_by,
+                    reason,
+                }) => {
+                    return Err(UpdateError::Aborted(format!(
+                        "{decided_by} aborted the update of {} after step {} with the partition at {partition}: {reason}",
+                        set.display(),
+                        step + 1
+                    )));
+                }
+            };
+        }
+    }
+
+    async fn size_step(
+        &mut self,
+        ns: &str,
+        set: &StatefulSet,
+        at: &Progress<'_>,
+        max: u32,
+        attempt: u32,
+        with_hooks: bool,
+    ) -> Result<BatchDecision, UpdateError> {
+        if !with_hooks {
+            return Ok(BatchDecision::Size {
+                size: max,
+                reason: "built-in".into(),
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let pods = self.set_pods(ns, set).await?;
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let (decision, said) =
+            tokio::task::block_in_place(|| ask_size(hooks, &ctx, at, &pods, max, &mut warnings))?;
+        for message in warnings {
+            self.reporter.report(Event::Warning { message });
+        }
+        let step = (at.steps_done, attempt);
+        self.decided(
+            HookPoint::Batch,
+            None,
+            step,
+            decision.by(),
+            decision.to_string(),
+        );
+        self.shadowed(step, said);
+        Ok(decision)
+    }
+
+    async fn judge_step(
+        &mut self,
+        ns: &str,
+        set: &StatefulSet,
+        batch: &BatchInfo,
+        with_hooks: bool,
+    ) -> Result<GateDecision, UpdateError> {
+        if !with_hooks {
+            return Ok(GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let pods = self.set_pods(ns, set).await?;
+        let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let replicas = set.replicas();
+        let (gate, said) = tokio::task::block_in_place(|| {
+            ask_gate(hooks, &ctx, batch, replicas, not_ready, &mut warnings)
+        })?;
+        for message in warnings {
+            self.reporter.report(Event::Warning { message });
+        }
+        let at = (batch.index, batch.attempt);
+        let text = gate.verdict.to_string();
+        self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
+        self.shadowed(at, said);
+        Ok(gate)
+    }
+
+    async fn set_partition(
+        &self,
+        ns: &str,
+        set: &StatefulSet,
+        partition: i32,
+    ) -> Result<(), UpdateError> {
+        let patch =
+            json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}}});
+        self.cluster
+            .patch_stateful_set(ns, set.name(), &patch)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until every pod at or above `partition` is available on the update revision;
+    /// gives up when nothing moved for the timeout.
+    async fn await_updated(
+        &self,
+        ns: &str,
+        set: &StatefulSet,
+        partition: i32,
+    ) -> Result<(), UpdateError> {
+        let selector = set.selector_string();
+        let mut waiting = Vec::new();
+        let mut moved = Instant::now();
+        loop {
+            let set = self
+                .observed(ns, self.stateful_set(ns, set.name()).await?)
+                .await?;
+            let revision = set.update_revision().unwrap_or_default().to_string();
+            let pods = self.set_pods(ns, &set).await?;
+            let now = jiff::Timestamp::now().as_second();
+            let left = stateful_set::waiting_for(&set, &pods, partition, &revision, now);
+            if left.is_empty() {
+                return Ok(());
+            }
+            if left != waiting {
+                waiting = left;
+                moved = Instant::now();
+            } else if moved.elapsed() > self.settings.timeout {
+                return Err(UpdateError::NoProgress(self.settings.timeout));
+            }
+            // A pod Ready but not yet for minReadySeconds is due at a known time; any other
+            // change comes through the watch.
+            self.cluster
+                .wait_pod_change(ns, &selector, self.settings.poll_interval)
+                .await;
+        }
+    }
+
+    /// Puts the recorded update strategy back and forgets the record.
+    async fn restore(&self, ns: &str, set: &StatefulSet) -> Result<(), UpdateError> {
+        let Some(set) = self.cluster.get_stateful_set(ns, set.name()).await? else {
+            return Ok(());
+        };
+        let Some(patch) = set.restoring() else {
+            return Ok(());
+        };
+        self.cluster
+            .patch_stateful_set(ns, set.name(), &patch)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_percentage_of_replicas_rounds_down_to_at_least_one() {
+        assert_eq!(pods_at_a_time(IntOrPercent::Percent(50), 5), 2);
+        assert_eq!(pods_at_a_time(IntOrPercent::Percent(10), 5), 1);
+        assert_eq!(pods_at_a_time(IntOrPercent::Int(0), 5), 1);
+        assert_eq!(pods_at_a_time(IntOrPercent::Int(3), 5), 3);
+    }
+}

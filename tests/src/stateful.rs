@@ -1,0 +1,151 @@
+//! StatefulSets for tests: one created and waited for, and a pod watcher that records the
+//! order pods were updated in, how many were unavailable at once, and whether any was updated
+//! twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Creates the StatefulSet `name` running `image` and waits until its `replicas` pods are
+/// Ready.
+pub async fn create_sts(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    image: &str,
+    strategy: Value,
+) {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let set: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": strategy,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": image}]}
+            }
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &set).await.unwrap();
+    wait_all_on(&api, name, replicas).await;
+}
+
+/// Waits until every pod of `name` is Ready on its update revision.
+pub async fn wait_all_on(api: &Api<StatefulSet>, name: &str, n: i32) {
+    let done = move |obj: Option<&StatefulSet>| {
+        obj.and_then(|s| s.status.as_ref()).is_some_and(|s| {
+            s.ready_replicas == Some(n)
+                && s.updated_replicas == Some(n)
+                && s.current_revision == s.update_revision
+        })
+    };
+    tokio::time::timeout(WAIT, await_condition(api.clone(), name, done))
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not get {n} ready updated pods within {WAIT:?}"))
+        .unwrap();
+}
+
+pub fn image_of(pod: &Pod) -> &str {
+    pod.spec.as_ref().unwrap().containers[0]
+        .image
+        .as_deref()
+        .unwrap_or_default()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What a pod watcher saw from its start.
+#[derive(Default, Debug, Clone)]
+pub struct PodHistory {
+    /// The most pods not Ready (or missing) at once.
+    pub most_unavailable: usize,
+    /// Pods in the order they first ran Ready on the new image.
+    pub updated: Vec<String>,
+    /// The uids each pod name ran the new image under: one, unless a pod was updated twice.
+    pub new_uids: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl PodHistory {
+    /// Whether some pod ran the new image under two uids.
+    pub fn updated_twice(&self) -> bool {
+        self.new_uids.values().any(|uids| uids.len() > 1)
+    }
+}
+
+/// Watches the pods labelled `app=<app>` (of `replicas`) for the move to `image`.
+pub fn watch_pods(
+    client: &Client,
+    ns: &str,
+    app: &str,
+    replicas: usize,
+    image: &str,
+) -> Arc<Mutex<PodHistory>> {
+    let seen = Arc::new(Mutex::new(PodHistory::default()));
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().labels(&format!("app={app}"));
+    let record = seen.clone();
+    let image = image.to_string();
+    tokio::spawn(async move {
+        let mut up: BTreeMap<String, bool> = BTreeMap::new();
+        let mut listed = false;
+        let mut events = std::pin::pin!(watcher(api, config));
+        while let Some(event) = events.next().await {
+            let mut seen = record.lock().unwrap();
+            match event {
+                Ok(watcher::Event::Init) => {
+                    up.clear();
+                    listed = false;
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => listed = true,
+                Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) => {
+                    let name = p.name_any();
+                    if image_of(&p) == image && ready(&p) {
+                        if !seen.updated.contains(&name) {
+                            seen.updated.push(name.clone());
+                        }
+                        let uid = p.uid().unwrap_or_default();
+                        seen.new_uids.entry(name.clone()).or_default().insert(uid);
+                    }
+                    up.insert(name, ready(&p));
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    up.remove(&p.name_any());
+                }
+                Err(_) => continue,
+            }
+            if !listed {
+                continue;
+            }
+            let available = up.values().filter(|r| **r).count();
+            seen.most_unavailable = seen
+                .most_unavailable
+                .max(replicas.saturating_sub(available));
+        }
+    });
+    seen
+}

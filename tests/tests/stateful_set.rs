@@ -1,0 +1,485 @@
+//! `rolling-update sts/NAME` on the real test bed: the 1.20 controller-manager's StatefulSet
+//! controller updates the pods as the plugin lowers the partition, the scheduler places them
+//! on a simulated node, and a pod watcher checks the order and the unavailability budget.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::stateful::{create_sts, image_of, wait_all_on, watch_pods};
+use rollout_ext_e2e::workloads::create_namespace;
+use rollout_ext_e2e::{plugin_binary, wasm_module};
+use serde_json::{Value, json};
+
+const V1: &str = "registry.invalid/db:1";
+const V2: &str = "registry.invalid/db:2";
+const STRATEGY: &str = "rollout-ext.io/original-update-strategy";
+
+/// A namespace with a simulated node of its own.
+async fn setup(cluster: &TestCluster, ns: &str) -> Client {
+    let client = cluster.client().await;
+    cluster
+        .nodes
+        .add(NodeSpec::new(&format!("{ns}-node"), ns))
+        .await
+        .unwrap();
+    create_namespace(&client, ns).await;
+    client
+}
+
+/// `rolling-update ARGS -n ns`, with short waits.
+fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(plugin_binary());
+    cmd.arg("rolling-update")
+        .args(args)
+        .args(["--poll-interval=1s", "--timeout=90s", "--kubeconfig"])
+        .arg(&cluster.kubeconfig)
+        .args(["-n", ns]);
+    cmd
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn events(out: &Output, kind: &str) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == kind)
+        .collect()
+}
+
+async fn get(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    serde_json::to_value(api.get(name).await.unwrap()).unwrap()
+}
+
+async fn images(client: &Client, ns: &str, app: &str) -> BTreeMap<String, String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap();
+    list.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), image_of(p).to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_replicas_roll_through_partitions_four_two_zero_highest_ordinals_first() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-roll";
+    let client = setup(cluster, ns).await;
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    create_sts(&client, ns, "web", 5, V1, original.clone()).await;
+
+    // The plan first: what the run will do, with nothing changed.
+    let before = get(&client, ns, "web").await;
+    let image = format!("--image={V2}");
+    let out = run(plugin(
+        cluster,
+        ns,
+        &[
+            "sts/web",
+            &image,
+            "--max-unavailable=2",
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        plan["target"],
+        json!({"kind": "StatefulSet", "name": "web", "replicas": 5})
+    );
+    let planned: Vec<(Value, Value)> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["partition"].clone(), s["pods"].clone()))
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            (json!(4), json!(["web-4"])),
+            (json!(2), json!(["web-3", "web-2"])),
+            (json!(0), json!(["web-1", "web-0"])),
+        ]
+    );
+    assert_eq!(plan["steps"][0]["canary"], true);
+    let after_plan = get(&client, ns, "web").await;
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after_plan["metadata"]["resourceVersion"]
+    );
+
+    // The run does what the plan said, watched.
+    let seen = watch_pods(&client, ns, "web", 5, V2);
+    let out = run(plugin(
+        cluster,
+        ns,
+        &["sts/web", &image, "--max-unavailable=2", "-o", "json"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let set: Vec<(Value, Value, Value)> = events(&out, "partition-set")
+        .iter()
+        .map(|e| (e["to"].clone(), e["pods"].clone(), e["canary"].clone()))
+        .collect();
+    assert_eq!(
+        set,
+        [
+            (json!(4), json!(["web-4"]), json!(true)),
+            (json!(2), json!(["web-3", "web-2"]), json!(false)),
+            (json!(0), json!(["web-1", "web-0"]), json!(false)),
+        ]
+    );
+    assert_eq!(events(&out, "pods-updated").len(), 3, "{}", text(&out));
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    wait_all_on(&api, "web", 5).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.updated,
+        ["web-4", "web-3", "web-2", "web-1", "web-0"],
+        "ordinals updated highest first"
+    );
+    assert!(
+        (1..=2).contains(&seen.most_unavailable),
+        "at most 2 pods unavailable, and the watcher saw the update: {seen:?}"
+    );
+    assert!(!seen.updated_twice(), "{seen:?}");
+    let after = get(&client, ns, "web").await;
+    assert_eq!(after["spec"]["updateStrategy"], original);
+    assert!(
+        after["metadata"]["annotations"][STRATEGY].is_null(),
+        "{after}"
+    );
+    assert!(images(&client, ns, "web").await.values().all(|i| i == V2));
+    // The update's lock is gone with it.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    assert!(
+        leases
+            .get_opt("rollout-ext-sts-web")
+            .await
+            .unwrap()
+            .is_none(),
+        "the lock was released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_template() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-abort";
+    let client = setup(cluster, ns).await;
+    create_sts(&client, ns, "db", 3, V1, json!({"type": "OnDelete"})).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let image = format!("--image={V2}");
+
+    // The canary goes, then the gate aborts: exit 3, the partition stays where it was.
+    let out = run(plugin(cluster, ns, &["sts/db", &image, "--policy", policy])).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hook/stopper") && stderr.contains("with the partition at 2"),
+        "{stderr}"
+    );
+    let stopped = get(&client, ns, "db").await;
+    assert_eq!(
+        stopped["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        2
+    );
+    assert_eq!(
+        stopped["metadata"]["annotations"][STRATEGY],
+        r#"{"type":"OnDelete"}"#
+    );
+    let now = images(&client, ns, "db").await;
+    assert_eq!(now["db-2"], V2, "{now:?}");
+    assert_eq!((now["db-0"].as_str(), now["db-1"].as_str()), (V1, V1));
+
+    // --rollback: the old template back on every pod, OnDelete again.
+    let out = run(plugin(cluster, ns, &["sts/db", "--rollback", "-o", "json"])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(events(&out, "rolled-back").len(), 1, "{}", text(&out));
+    let back = get(&client, ns, "db").await;
+    assert_eq!(back["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+    assert!(
+        back["metadata"]["annotations"][STRATEGY].is_null(),
+        "{back}"
+    );
+    assert_eq!(
+        back["spec"]["template"]["spec"]["containers"][0]["image"],
+        V1
+    );
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    wait_all_on(&api, "db", 3).await;
+    assert!(images(&client, ns, "db").await.values().all(|i| i == V1));
+
+    // Requests that cannot work: exit 2, the object as it was.
+    let version = back["metadata"]["resourceVersion"].clone();
+    for (args, says) in [
+        (vec!["sts/db", "--rollback"], "no update in progress"),
+        (vec!["sts/db", "--image", V1], "nothing to update"),
+        (
+            vec!["sts/db", image.as_str(), "--container", "nope"],
+            "container \"nope\" not found",
+        ),
+        (
+            vec!["sts/db", image.as_str(), "--max-surge", "1"],
+            "cannot take --max-surge",
+        ),
+        (vec!["sts/db", "db-next", image.as_str()], "keeps its name"),
+        (
+            vec!["sts/gone", image.as_str()],
+            "statefulset \"gone\" not found",
+        ),
+    ] {
+        let out = run(plugin(cluster, ns, &args)).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        get(&client, ns, "db").await["metadata"]["resourceVersion"],
+        version
+    );
+}
+
+/// Runs `cmd` and SIGKILLs it at the first stderr line containing `at`.
+async fn run_until(mut cmd: Command, at: &'static str) -> Vec<String> {
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut seen = Vec::new();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            let stop = line.contains(at);
+            seen.push(line);
+            if stop {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+        seen
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_its_first_step_the_same_command_goes_on_from_the_partition() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-resume";
+    let client = setup(cluster, ns).await;
+    create_sts(&client, ns, "kv", 4, V1, json!({"type": "RollingUpdate"})).await;
+    let original = get(&client, ns, "kv").await["spec"]["updateStrategy"].clone();
+    let seen = watch_pods(&client, ns, "kv", 4, V2);
+    let image = format!("--image={V2}");
+    let lines = run_until(plugin(cluster, ns, &["sts/kv", &image]), "step 1 done").await;
+    assert!(lines.iter().any(|l| l.contains("step 1 done")), "{lines:?}");
+    // Killed after the canary's pod was up: the next step may have been sent already.
+    let killed = get(&client, ns, "kv").await;
+    let at = killed["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+        .as_i64()
+        .unwrap();
+    assert!((2..=3).contains(&at), "{killed}");
+
+    // The lock of the killed run is taken over; the update goes on from that partition.
+    let out = run(plugin(cluster, ns, &["sts/kv", &image, "-o", "json"])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let started = events(&out, "partition-update-started");
+    assert_eq!(started[0]["partition"], at, "{}", text(&out));
+    let set: Vec<i64> = events(&out, "partition-set")
+        .iter()
+        .map(|e| e["to"].as_i64().unwrap())
+        .collect();
+    let rest: Vec<i64> = (0..at).rev().collect();
+    assert_eq!(set, rest, "one pod a step, no canary on resume");
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    wait_all_on(&api, "kv", 4).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.updated, ["kv-3", "kv-2", "kv-1", "kv-0"]);
+    assert!(!seen.updated_twice(), "no pod updated twice: {seen:?}");
+    let after = get(&client, ns, "kv").await;
+    assert_eq!(after["spec"]["updateStrategy"], original);
+    assert!(
+        after["metadata"]["annotations"][STRATEGY].is_null(),
+        "{after}"
+    );
+}
+
+#[test]
+fn a_plan_from_a_snapshot_resumes_from_the_partition_on_the_object() {
+    let pod = |i: i32, revision: &str| {
+        json!({"kind": "Pod", "metadata": {"name": format!("web-{i}"), "namespace": "default",
+                "labels": {"app": "web", "controller-revision-hash": revision}},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    };
+    let set = json!({
+        "kind": "StatefulSet", "apiVersion": "apps/v1",
+        "metadata": {"name": "web", "namespace": "default", "generation": 2,
+                     "annotations": {STRATEGY: r#"{"type":"RollingUpdate"}"#}},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "main", "image": V2}]}}},
+        "status": {"observedGeneration": 2, "currentRevision": "web-a", "updateRevision": "web-b"}
+    });
+    let list = json!({"kind": "List", "apiVersion": "v1",
+        "items": [set, pod(0, "web-a"), pod(1, "web-a"), pod(2, "web-b"), pod(3, "web-b")]});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("snapshot.json");
+    std::fs::write(&file, list.to_string()).unwrap();
+    let plan = |extra: &[&str]| {
+        let out = Command::new(plugin_binary())
+            .args(["rolling-update", "sts/web", "--from-snapshot"])
+            .arg(&file)
+            .args(["-o", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let image = format!("--image={V2}");
+    let resumed = plan(&[&image]);
+    let steps: Vec<Value> = resumed["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!([s["partition"], s["pods"]]))
+        .collect();
+    assert_eq!(steps, [json!([1, ["web-1"]]), json!([0, ["web-0"]])]);
+    // A rollback reverts the two updated ordinals, then settles the rest.
+    let back = plan(&["--rollback", "--canary=0"]);
+    let steps: Vec<Value> = back["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!([s["partition"], s["pods"]]))
+        .collect();
+    assert_eq!(steps, [json!([3, ["web-3"]]), json!([2, ["web-2"]])]);
+    assert_eq!(back["settle"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_pauses_aborts_and_resumes_a_stateful_set_update_from_another_terminal() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-ops";
+    let client = setup(cluster, ns).await;
+    create_sts(&client, ns, "q", 2, V1, json!({"type": "RollingUpdate"})).await;
+    let control = |args: &[&str]| {
+        Command::new(plugin_binary())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["-n", ns])
+            .output()
+            .unwrap()
+    };
+    let out = control(&["abort", "sts/q"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no rolling update of sts/q is under way")
+    );
+    let out = control(&["pause", "sts/q", "--reason", "db maintenance"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // The run starts the update, holds before its first step, and stops on the abort.
+    let mut args: Vec<String> = [
+        "rolling-update",
+        "sts/q",
+        &format!("--image={V2}"),
+        "-o",
+        "json",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(
+        [
+            "--poll-interval=1s",
+            "--kubeconfig",
+            cluster.kubeconfig.to_str().unwrap(),
+            "-n",
+            ns,
+        ]
+        .map(String::from),
+    );
+    let kubeconfig = cluster.kubeconfig.clone();
+    let (code, stderr) = rollout_ext_e2e::run_watching(args.clone(), move |event| {
+        if event["event"] == "paused" {
+            assert_eq!(event["reason"], "db maintenance", "{event}");
+            let out = Command::new(plugin_binary())
+                .args(["abort", "sts/q", "--reason", "bad night", "-n", "sts-ops"])
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    })
+    .await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("bad night") && stderr.contains("before step 1"),
+        "{stderr}"
+    );
+    let held = get(&client, ns, "q").await;
+    assert_eq!(
+        held["spec"]["updateStrategy"]["rollingUpdate"]["partition"], 2,
+        "nothing moved"
+    );
+    assert!(
+        held["metadata"]["annotations"]["rollout-ext.io/abort"].is_null(),
+        "{held}"
+    );
+    assert!(images(&client, ns, "q").await.values().all(|i| i == V1));
+
+    // Resumed, the same command finishes.
+    let out = control(&["resume", "sts/q"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (code, stderr) = rollout_ext_e2e::run_watching(args, |_| {}).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    wait_all_on(&api, "q", 2).await;
+    assert!(images(&client, ns, "q").await.values().all(|i| i == V2));
+}
