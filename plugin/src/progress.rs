@@ -112,7 +112,8 @@ impl Reporter for Bars {
             Event::BatchStarted { .. }
             | Event::Surging { .. }
             | Event::StepStarted { .. }
-            | Event::PartitionSet { .. } => {
+            | Event::PartitionSet { .. }
+            | Event::NodesReplacing { .. } => {
                 self.batch.set_message(event.describe());
                 self.batch.tick();
             }
@@ -138,6 +139,10 @@ impl Reporter for Bars {
                     .unwrap_or(0)
                     .saturating_sub((*partition).max(0) as u64),
             ),
+            Event::NodeUpdateStarted {
+                workload, nodes, ..
+            } => self.count_replicas(workload, 0, *nodes as i32),
+            Event::NodesReplaced { nodes, .. } => self.overall.inc(nodes.len() as u64),
             Event::StepDone { next_replicas, .. } => {
                 self.overall.set_position((*next_replicas).max(0) as u64)
             }

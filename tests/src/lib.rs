@@ -128,6 +128,7 @@ pub fn demo_file(name: &str) -> PathBuf {
 }
 
 pub mod cluster;
+pub mod daemon;
 pub mod fingerprint;
 pub mod invariants;
 pub mod metrics;

@@ -1361,3 +1361,89 @@ async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_
         "{after}"
     );
 }
+
+const NODE_LINES: &[&str] = &[
+    "node-update-started",
+    "nodes-replacing",
+    "nodes-replaced",
+    "update-continued",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_budget() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use rollout_ext_e2e::daemon::{create_ds, wait_ds, watch_nodes};
+    use rollout_ext_e2e::stateful::image_of;
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("daemonset chaos");
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let ns = "ds-chaos";
+    let nodes = 10;
+    for i in 0..nodes {
+        let zone = if i % 2 == 0 { "zone-a" } else { "zone-b" };
+        let spec = NodeSpec::new(&format!("{ns}-{i}"), ns).zone(zone);
+        cluster.nodes.add(spec).await.unwrap();
+    }
+    create_namespace(&client, ns).await;
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
+    create_ds(&client, ns, "agent", ns, nodes, V1, original.clone()).await;
+    let history = watch_nodes(&client, ns, "agent", nodes as usize, V2);
+    let args: Vec<String> = [
+        "rolling-update",
+        "ds/agent",
+        &format!("--image={V2}"),
+        "--max-unavailable=2",
+        "--poll-interval=200ms",
+        "--timeout=60s",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let handle = tokio::runtime::Handle::current();
+    let outcome = chaos_loop(
+        args,
+        &mut rng,
+        NODE_LINES,
+        Duration::from_millis(1500),
+        MIN_UPDATE_KILLS,
+        None,
+        // A step per new pod (OnDelete: only the runs replace pods).
+        || {
+            let pods = pods.clone();
+            let list = tokio::task::block_in_place(|| {
+                handle.block_on(async move { pods.list(&ListParams::default()).await })
+            });
+            let new = list
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && image_of(p) == V2)
+                .count();
+            (new, nodes as usize)
+        },
+    )
+    .await;
+    let (kills, _, last) = outcome.unwrap_or_else(|e| panic!("{e}"));
+    assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
+    assert_eq!(last.code, Some(0), "the last run finishes: {}", last.stderr);
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    wait_ds(&sets, "agent", nodes).await;
+    let seen = history.lock().unwrap().clone();
+    assert!(!seen.updated_twice(), "no pod replaced twice: {seen:?}");
+    assert!(seen.most_unavailable <= 2, "within the budget: {seen:?}");
+    assert_eq!(seen.updated.len(), nodes as usize, "{seen:?}");
+    let after = serde_json::to_value(sets.get("agent").await.unwrap()).unwrap();
+    assert_eq!(after["spec"]["updateStrategy"], original);
+    assert!(
+        after["metadata"]["annotations"]["rollout-ext.io/original-update-strategy"].is_null(),
+        "{after}"
+    );
+}

@@ -1,15 +1,17 @@
 //! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
-//! the shipped ClusterRole, it plans, rotates and rolls a controller and a StatefulSet; with one verb taken out of
+//! the shipped ClusterRole, it plans, rotates and rolls a controller, a StatefulSet and a
+//! DaemonSet; with one verb taken out of
 //! that role, a live run names the verb and the resource before it changes anything.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::ReplicationController;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, OPERATOR_TOKEN, OPERATOR_USER, TestCluster};
+use rollout_ext_e2e::daemon::{create_ds, wait_ds};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
 use rollout_ext_e2e::stateful::{create_sts, wait_all_on};
 use rollout_ext_e2e::workloads::create_namespace;
@@ -225,6 +227,46 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("registry.invalid/db:2"));
+
+    // And a DaemonSet, node by node.
+    cluster
+        .nodes
+        .add(NodeSpec::new("least-ds-1", "least-ds"))
+        .await
+        .unwrap();
+    let strategy = json!({"type": "RollingUpdate"});
+    create_ds(
+        &client,
+        "least-ru",
+        "agent",
+        "least-ds",
+        1,
+        "registry.invalid/agent:1",
+        strategy,
+    )
+    .await;
+    let rolled = plugin(&[
+        "rolling-update",
+        "ds/agent",
+        "--image=registry.invalid/agent:2",
+        "--poll-interval=1s",
+        "-n",
+        "least-ru",
+        "--kubeconfig",
+        &operator,
+    ]);
+    assert!(
+        rolled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rolled.stderr)
+    );
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), "least-ru");
+    wait_ds(&sets, "agent", 1).await;
+    let agent = sets.get("agent").await.unwrap();
+    let image = agent.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("registry.invalid/agent:2"));
 }
 
 /// The shipped ClusterRole without `verb` on `resource`, bound to `user` (who is impersonated
@@ -380,6 +422,25 @@ async fn one_missing_verb_is_named_before_anything_changes() {
             .map(String::from)
             .to_vec(),
             "missing permission: update on statefulsets.apps (in namespace lacking)",
+        ),
+        (
+            "no-revision-list",
+            "list",
+            "controllerrevisions",
+            [
+                "rolling-update",
+                "ds/agent",
+                "--image=registry.invalid/agent:2",
+                "-n",
+                "lacking",
+                "--kubeconfig",
+                &admin,
+                "--as",
+                "no-revision-list",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "missing permission: list on controllerrevisions.apps (in namespace lacking)",
         ),
     ];
     for (user, verb, resource, _, _) in &cases {

@@ -125,8 +125,10 @@ enum Request<'a> {
 /// Records `request` on the controller `target` names, which a rolling update of it reads
 /// before each step.
 fn on_controller(kube: &KubeFlags, target: &str, request: Request) -> Result<(), Failure> {
-    let workload = match super::rolling_update::stateful_set_named(target) {
-        Some(name) => Workload::StatefulSet(name),
+    use super::rolling_update::{InPlace, in_place_named};
+    let workload = match in_place_named(target) {
+        Some((InPlace::StatefulSet, name)) => Workload::StatefulSet(name),
+        Some((InPlace::DaemonSet, name)) => Workload::DaemonSet(name),
         None => {
             let (kind, name) = Kind::parse_ref(target).map_err(Failure::usage)?;
             Workload::Controller(kind, name)

@@ -136,8 +136,8 @@ pub enum Command {
     /// Plan (and with --yes, run) a rotation of the cluster's nodes.
     Nodes(Box<nodes::NodesArgs>),
     /// Roll a ReplicationController (NAME) or ReplicaSet (rs/NAME) to a new template step by
-    /// step, legacy `kubectl rolling-update` style, or a StatefulSet (sts/NAME) through its
-    /// partition; resumable by running it again.
+    /// step, legacy `kubectl rolling-update` style, a StatefulSet (sts/NAME) through its
+    /// partition, or a DaemonSet (ds/NAME) node by node; resumable by running it again.
     RollingUpdate(Box<rolling_update::RollingUpdateArgs>),
     /// Show an ongoing or interrupted rotation: the lock's holder, the run's state, and the
     /// nodes it has touched.
@@ -150,8 +150,8 @@ pub enum Command {
     /// (between two steps: a drain or a termination in progress finishes first). A run started
     /// while paused waits too.
     Pause {
-        /// A rolling update's controller or StatefulSet (NAME, rc/NAME, rs/NAME or sts/NAME, in
-        /// -n NAMESPACE); without it, the node rotation.
+        /// A rolling update's workload (NAME, rc/NAME, rs/NAME, sts/NAME or ds/NAME, in -n
+        /// NAMESPACE); without it, the node rotation.
         target: Option<String>,
         /// Why, for whoever reads `status` or the run's output.
         #[arg(long, default_value = "")]

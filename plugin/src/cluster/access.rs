@@ -149,6 +149,24 @@ pub fn for_stateful_set_update(namespace: &str) -> Vec<Permission> {
     needed
 }
 
+/// What a live node-by-node update of a DaemonSet in `namespace` uses.
+pub fn for_daemon_set_update(namespace: &str) -> Vec<Permission> {
+    let here = |verb, resource| Permission::new(verb, resource, Some(namespace));
+    let mut needed: Vec<Permission> = ["get", "watch", "update", "patch"]
+        .into_iter()
+        .map(|verb| here(verb, "daemonsets.apps"))
+        .collect();
+    // Which template each pod runs, and the one a rollback goes back to.
+    needed.push(here("list", "controllerrevisions.apps"));
+    needed.extend(["list", "watch", "delete"].map(|verb| here(verb, "pods")));
+    // The nodes, as the selection hooks see them.
+    needed.push(Permission::new("list", "nodes", None));
+    needed.extend(
+        ["get", "create", "update", "delete"].map(|verb| here(verb, "leases.coordination.k8s.io")),
+    );
+    needed
+}
+
 impl Cluster {
     /// Asks the API server about every permission in `needed`; fails naming each one refused.
     pub async fn check_access(&self, needed: &[Permission]) -> Result<(), AccessError> {

@@ -13,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::controllers::Write;
 use super::lock::{LOCK_NAME, api, delete_unchanged, has_run_state, lease_request};
+use super::workloads::AppsKind;
 use super::{Cluster, ClusterError};
 use crate::keys;
 use crate::plan::rolling_update::controller::Kind;
@@ -211,14 +212,23 @@ pub struct ControllerView {
 pub enum Workload {
     Controller(Kind, String),
     StatefulSet(String),
+    DaemonSet(String),
 }
 
 impl Workload {
+    fn apps_kind(&self) -> AppsKind {
+        match self {
+            Workload::DaemonSet(_) => AppsKind::DaemonSet,
+            _ => AppsKind::StatefulSet,
+        }
+    }
+
     /// As the commands name it: `rc/foo`, `sts/db`.
     pub fn shown(&self) -> String {
         match self {
             Workload::Controller(kind, name) => format!("{}/{name}", kind.short()),
             Workload::StatefulSet(name) => format!("sts/{name}"),
+            Workload::DaemonSet(name) => format!("ds/{name}"),
         }
     }
 }
@@ -239,17 +249,19 @@ impl Cluster {
                 let updating = annotations.contains_key(keys::LEGACY_NEXT_CONTROLLER);
                 (annotations, updating)
             }
-            Workload::StatefulSet(name) => {
-                let Some(set) = self.get_stateful_set(namespace, name).await? else {
+            Workload::StatefulSet(name) | Workload::DaemonSet(name) => {
+                let kind = workload.apps_kind();
+                let Some(object) = self.get_workload(kind, namespace, name).await? else {
                     return Ok(None);
                 };
-                let annotations = set.object["metadata"]["annotations"]
+                let annotations: BTreeMap<String, String> = object["metadata"]["annotations"]
                     .as_object()
                     .into_iter()
                     .flatten()
                     .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                     .collect();
-                (annotations, set.recorded_strategy().is_some())
+                let updating = annotations.contains_key(keys::ORIGINAL_UPDATE_STRATEGY);
+                (annotations, updating)
             }
         };
         Ok(Some(ControllerView {
@@ -273,8 +285,8 @@ impl Cluster {
                 .patch_controller(*kind, namespace, name, &patch, Write::Apply)
                 .await
                 .map(drop),
-            Workload::StatefulSet(name) => self
-                .patch_stateful_set(namespace, name, &patch)
+            Workload::StatefulSet(name) | Workload::DaemonSet(name) => self
+                .patch_workload(workload.apps_kind(), namespace, name, &patch)
                 .await
                 .map(drop),
         }
@@ -291,7 +303,9 @@ impl Cluster {
             Workload::Controller(kind, name) => {
                 Box::pin(self.controller_changes(*kind, namespace, name))
             }
-            Workload::StatefulSet(name) => Box::pin(self.stateful_set_changes(namespace, name)),
+            Workload::StatefulSet(name) | Workload::DaemonSet(name) => {
+                Box::pin(self.apps_changes(workload.apps_kind(), namespace, name))
+            }
         }
     }
 }

@@ -12,8 +12,8 @@ pub mod nodes;
 mod objects;
 pub mod recorder;
 pub mod retry;
-pub mod stateful_sets;
 pub mod validate;
+pub mod workloads;
 
 use std::path::PathBuf;
 use std::time::Duration;

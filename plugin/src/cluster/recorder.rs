@@ -143,6 +143,8 @@ pub fn record_of(event: &Event) -> Option<Record> {
             controller(workload, "RollingUpdateStarted")
         }
         Event::PartitionSet { workload, .. } => controller(workload, "PartitionSet"),
+        Event::NodeUpdateStarted { workload, .. } => controller(workload, "RollingUpdateStarted"),
+        Event::NodesReplacing { workload, .. } => controller(workload, "ReplacingPods"),
         Event::ControllerCreated { controller: c } => controller(c, "Created"),
         Event::Scaled { controller: c, .. } => controller(c, "Scaled"),
         Event::Renaming { to, .. } => controller(to, "Renamed"),
@@ -287,13 +289,29 @@ impl Publisher {
                     .ok()
                     .flatten()
                     .and_then(|c| c.object["metadata"]["uid"].as_str().map(String::from)),
-                (Regarding::Controller(name), Scope::Workload { namespace, .. }) => self
-                    .cluster
-                    .get_stateful_set(namespace, name)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|s| s.object["metadata"]["uid"].as_str().map(String::from)),
+                (
+                    Regarding::Controller(name),
+                    Scope::Workload {
+                        namespace, kind, ..
+                    },
+                ) => {
+                    let object = match *kind {
+                        "DaemonSet" => self
+                            .cluster
+                            .get_daemon_set(namespace, name)
+                            .await
+                            .map(|d| d.map(|d| d.object)),
+                        _ => self
+                            .cluster
+                            .get_stateful_set(namespace, name)
+                            .await
+                            .map(|s| s.map(|s| s.object)),
+                    };
+                    object
+                        .ok()
+                        .flatten()
+                        .and_then(|o| o["metadata"]["uid"].as_str().map(String::from))
+                }
                 (Regarding::Controller(_), Scope::Rotation) => None,
             };
             self.uids.insert(regarding.clone(), uid);

@@ -248,6 +248,34 @@ impl Event {
                 step + 1,
                 if *canary { ", canary" } else { "" }
             ),
+            Event::NodeUpdateStarted {
+                workload,
+                nodes,
+                revision,
+                max_unavailable,
+            } => format!(
+                "Updating {workload} to revision {revision} node by node: {nodes} nodes run an old pod, at most {max_unavailable} at a time"
+            ),
+            Event::NodesReplacing {
+                step,
+                workload,
+                nodes,
+                decided_by,
+                ordered_by,
+            } => format!(
+                "Replacing the pods of {workload} on {} [step {}, size: {decided_by}, order: {ordered_by}]",
+                nodes.join(", "),
+                step + 1
+            ),
+            Event::NodesReplaced {
+                step,
+                workload,
+                nodes,
+            } => format!(
+                "step {} done: the new pods of {workload} on {} are Ready",
+                step + 1,
+                nodes.join(", ")
+            ),
             Event::PodsUpdated {
                 step,
                 workload,

@@ -257,6 +257,29 @@ pub enum Event {
         workload: String,
         partition: i32,
     },
+    /// A DaemonSet's node-by-node update starts (or resumes): `nodes` run an old pod.
+    NodeUpdateStarted {
+        workload: String,
+        nodes: usize,
+        revision: String,
+        max_unavailable: u32,
+    },
+    /// A step replaces the pods on `nodes`: the old ones are deleted, the controller starts new
+    /// ones.
+    NodesReplacing {
+        step: u32,
+        workload: String,
+        nodes: Vec<String>,
+        /// Who sized the step, and who ordered the nodes.
+        decided_by: String,
+        ordered_by: String,
+    },
+    /// The new pods on `nodes` are Ready.
+    NodesReplaced {
+        step: u32,
+        workload: String,
+        nodes: Vec<String>,
+    },
     /// The rolling update is complete; `next` is set when the next controller kept its name.
     UpdateDone {
         controller: String,

@@ -3,8 +3,8 @@
 //! and availability budgets, resumable from the annotations legacy kubectl wrote, then renamed
 //! or cleaned up.
 //!
-//! `partitioned` runs a StatefulSet's update through its own partition, the same shape of
-//! loop.
+//! `partitioned` runs a StatefulSet's update through its own partition and `node_by_node` a
+//! DaemonSet's, loops of the same shape.
 //!
 //! The pure parts (controllers and pods as data, the step arithmetic, the scale loop as a step
 //! machine and its dry-run driver) are in [`crate::plan::rolling_update`]. `execute` runs a
@@ -13,6 +13,7 @@
 mod cleanup;
 mod controls;
 pub mod execute;
+pub mod node_by_node;
 pub mod partitioned;
 mod scale;
 mod start;

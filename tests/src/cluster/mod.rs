@@ -19,7 +19,7 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use cloud::{CloudCall, GroupSpec, SimCloud};
-pub use nodes::{NodeSim, NodeSpec, SimSettings};
+pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec, SimSettings};
 pub use process::Processes;
 
 const K8S_VERSION: &str = "1.20.2";

@@ -1,11 +1,13 @@
 //! `rolling-update`: the "simple rolling update" of a ReplicationController or ReplicaSet, with
 //! legacy kubectl's flags and annotations, the policy's hooks at every step, and a plan with
 //! `--dry-run`. A StatefulSet (`sts/NAME`) is rolled through its partition instead
-//! ([`stateful_set`]).
+//! ([`stateful_set`]), a DaemonSet (`ds/NAME`) node by node ([`daemon_set`]).
 
+mod daemon_set;
+mod in_place;
 mod stateful_set;
 
-pub use stateful_set::named as stateful_set_named;
+pub use in_place::{InPlace, named as in_place_named};
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -32,7 +34,8 @@ use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
 #[derive(Debug, Args)]
 pub struct RollingUpdateArgs {
     /// The workload to update: NAME or rc/NAME (a ReplicationController), rs/NAME (a
-    /// ReplicaSet), sts/NAME (a StatefulSet, through its partition).
+    /// ReplicaSet), sts/NAME (a StatefulSet, through its partition), ds/NAME (a DaemonSet, node
+    /// by node).
     #[arg(value_name = "NAME")]
     pub name: String,
 
@@ -86,7 +89,8 @@ pub struct RollingUpdateArgs {
     pub max_surge: Option<IntOrPercent>,
 
     /// Pods below the desired count during the update (count or percent, rounded down)
-    /// [default: 0; for sts/NAME the pods one step updates, default 1].
+    /// [default: 0; for sts/NAME the pods one step updates, default 1; for ds/NAME the nodes,
+    /// default the DaemonSet's own maxUnavailable].
     #[arg(long, allow_negative_numbers = true, value_parser = str::parse::<IntOrPercent>)]
     pub max_unavailable: Option<IntOrPercent>,
 
@@ -196,8 +200,10 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
-    if let Some(name) = stateful_set::named(&args.name) {
-        return stateful_set::run(kube, args, name);
+    match in_place::named(&args.name) {
+        Some((InPlace::StatefulSet, name)) => return stateful_set::run(kube, args, name),
+        Some((InPlace::DaemonSet, name)) => return daemon_set::run(kube, args, name),
+        None => {}
     }
     if args.canary.is_some() {
         return Err(Failure::usage(

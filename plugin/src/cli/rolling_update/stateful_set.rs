@@ -3,107 +3,29 @@
 //! flows. The controller flags that have no meaning here are refused, not ignored.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::in_place::{InPlace, LiveRequest, action, check_flags, run_live};
 use super::{
-    Failure, KubeFlags, OutputFormat, RESUME, RollingUpdateArgs, dry_run_mode, failure, load_hooks,
-    output, policy_of, read_snapshot, reporter,
+    Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
+    policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
-use crate::cli::rotate_cmd::{identity, take_lock};
-use crate::cluster::lock::LeaseRef;
-use crate::cluster::recorder::EventRecorder;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{ObjectSource, SnapshotObjects};
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
 use crate::plan::rolling_update::pods::PodInfo;
-use crate::plan::rolling_update::stateful_set::{
-    self, PartitionAction, Start, StatefulSet, TemplateChange,
-};
+use crate::plan::rolling_update::stateful_set::{self, PartitionAction, Start, StatefulSet};
 use crate::policy::IntOrPercent;
-use crate::workload::execute::{Settings, Updater};
 use crate::workload::partitioned::{PartitionRequest, pods_at_a_time};
-
-/// The name in `sts/NAME` (and the resource names kubectl accepts for StatefulSets).
-pub fn named(text: &str) -> Option<String> {
-    let (resource, name) = text.split_once('/')?;
-    matches!(
-        resource.to_ascii_lowercase().as_str(),
-        "sts" | "statefulset" | "statefulsets" | "statefulset.apps" | "statefulsets.apps"
-    )
-    .then(|| name.to_string())
-}
-
-/// Refuses the controller flags a StatefulSet has no use for.
-fn check_flags(args: &RollingUpdateArgs, name: &str) -> Result<(), Failure> {
-    if name.is_empty() || name.contains('/') {
-        return Err(Failure::usage(format!(
-            "invalid StatefulSet name {:?}",
-            args.name
-        )));
-    }
-    let refused = [
-        (
-            args.next.is_some(),
-            "NEXT: a StatefulSet is updated in place and keeps its name",
-        ),
-        (
-            args.max_surge.is_some(),
-            "--max-surge: a StatefulSet replaces its pods in place, never above its replica count",
-        ),
-        (
-            args.update_period.is_some(),
-            "--update-period: each step waits for its pods to be Ready instead",
-        ),
-        (
-            args.deployment_label_key.is_some(),
-            "--deployment-label-key: a StatefulSet tells its revisions apart itself",
-        ),
-    ];
-    match refused.into_iter().find(|(given, _)| *given) {
-        Some((_, why)) => Err(Failure::usage(format!("{} cannot take {why}", args.name))),
-        None => Ok(()),
-    }
-}
-
-/// What the flags ask: a new image, a template from a file, or a rollback.
-fn action(args: &RollingUpdateArgs) -> Result<PartitionAction, Failure> {
-    match (&args.image, &args.filename, args.rollback) {
-        (Some(image), None, false) => Ok(PartitionAction::Roll(TemplateChange::Image {
-            image: image.clone(),
-            container: args.container.clone(),
-            pull_policy: args.image_pull_policy.map(|p| p.as_str().to_string()),
-        })),
-        (None, Some(path), false) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
-            let value: serde_json::Value = serde_saphyr::from_str(&text)
-                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
-            if value["kind"] != "StatefulSet" {
-                return Err(Failure::usage(format!(
-                    "{} holds a {}, but {} names a StatefulSet",
-                    path.display(),
-                    value["kind"].as_str().unwrap_or("document without a kind"),
-                    args.name
-                )));
-            }
-            Ok(PartitionAction::Roll(TemplateChange::File(value)))
-        }
-        (None, None, true) => Ok(PartitionAction::Rollback),
-        _ => Err(Failure::usage(
-            "give exactly one of --image or -f/--filename (or --rollback, alone)",
-        )),
-    }
-}
 
 fn max_unavailable(args: &RollingUpdateArgs) -> IntOrPercent {
     args.max_unavailable.unwrap_or(IntOrPercent::Int(1))
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(), Failure> {
-    check_flags(args, &name)?;
-    let action = action(args)?;
+    check_flags(args, InPlace::StatefulSet, &name)?;
+    let action = action(args, InPlace::StatefulSet)?;
     let policy = policy_of(args)?;
     let dry_run = dry_run_mode(args)?;
     if let Some(path) = &args.from_snapshot {
@@ -155,50 +77,13 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             }
             return print(&plan, args.output);
         }
-        let settings = Settings {
-            update_period: Duration::ZERO,
-            poll_interval: args.poll_interval,
-            timeout: args.timeout,
-            max_surge: IntOrPercent::Int(0),
-            max_unavailable: max_unavailable(args),
-            deployment_key: String::new(),
-            rollback_on_abort: args.on_abort == super::OnAbort::Rollback,
-        };
-        let request = PartitionRequest {
+        let request = LiveRequest::Partition(PartitionRequest {
             namespace: namespace.clone(),
             name: name.clone(),
             action,
             canary: args.canary.unwrap_or(1),
-        };
-        let reporter = reporter(args.output);
-        let identity = identity();
-        let lease = LeaseRef::workload("sts", &namespace, &name);
-        let lock = take_lock(&cluster, &lease, &identity, false, &*reporter).await?;
-        let recorder = EventRecorder::start(
-            &cluster,
-            &identity,
-            crate::cluster::recorder::Scope::Workload {
-                kind: "StatefulSet",
-                api_version: "apps/v1",
-                namespace: namespace.clone(),
-            },
-            reporter,
-        );
-        let mut updater = Updater {
-            cluster: &cluster,
-            settings: &settings,
-            hooks: &mut hooks,
-            run_id: identity,
-            reporter: &recorder,
-        };
-        let result = tokio::select! {
-            result = updater.run_partitioned(&request) => result.map_err(failure),
-            _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
-        };
-        // The update's state is on the StatefulSet: the lock holds none.
-        let released = lock.release().await.map_err(Failure::from);
-        recorder.finish(None).await;
-        result.and(released)
+        });
+        run_live(&cluster, args, max_unavailable(args), hooks, request).await
     })
 }
 

@@ -27,7 +27,7 @@ impl Kind {
                     | "replicasets.apps" => Kind::ReplicaSet,
                     other => {
                         return Err(format!(
-                            "{other:?} cannot be rolled: expected a ReplicationController (NAME or rc/NAME), a ReplicaSet (rs/NAME) or a StatefulSet (sts/NAME)"
+                            "{other:?} cannot be rolled: expected a ReplicationController (NAME or rc/NAME), a ReplicaSet (rs/NAME), a StatefulSet (sts/NAME) or a DaemonSet (ds/NAME)"
                         ));
                     }
                 };

@@ -5,8 +5,8 @@
 
 use serde_json::{Value, json};
 
-use super::controller::container_index;
 use super::pods::PodInfo;
+use super::template::{self, TemplateChange};
 use crate::keys;
 
 /// The label a StatefulSet's pods carry with the name of their revision.
@@ -15,19 +15,6 @@ pub const REVISION_LABEL: &str = "controller-revision-hash";
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatefulSet {
     pub object: Value,
-}
-
-/// How the new pod template is made.
-#[derive(Debug, Clone)]
-pub enum TemplateChange {
-    /// The current template with one container's image changed.
-    Image {
-        image: String,
-        container: Option<String>,
-        pull_policy: Option<String>,
-    },
-    /// The template of a StatefulSet read from a file.
-    File(Value),
 }
 
 /// What the command asks of a StatefulSet.
@@ -169,78 +156,14 @@ impl StatefulSet {
         self.object["status"]["currentRevision"].as_str()
     }
 
-    /// The label selector as a list query (`matchLabels` and `matchExpressions`).
+    /// The label selector as a list query.
     pub fn selector_string(&self) -> String {
-        let selector = &self.object["spec"]["selector"];
-        let mut terms: Vec<String> = selector["matchLabels"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
-            .collect();
-        for e in selector["matchExpressions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let key = e["key"].as_str().unwrap_or_default();
-            let values: Vec<&str> = e["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            terms.push(match e["operator"].as_str().unwrap_or_default() {
-                "In" => format!("{key} in ({})", values.join(",")),
-                "NotIn" => format!("{key} notin ({})", values.join(",")),
-                "DoesNotExist" => format!("!{key}"),
-                _ => key.to_string(),
-            });
-        }
-        terms.join(",")
+        template::selector_query(&self.object["spec"]["selector"])
     }
 
     /// The pod template the request asks for.
     pub fn next_template(&self, change: &TemplateChange) -> Result<Value, String> {
-        match change {
-            TemplateChange::Image {
-                image,
-                container,
-                pull_policy,
-            } => {
-                let mut template = self.template().clone();
-                let containers = template["spec"]["containers"]
-                    .as_array()
-                    .map_or(&[][..], Vec::as_slice);
-                let index = container_index(containers, &self.display(), container.as_deref())?;
-                let c = &mut template["spec"]["containers"][index];
-                c["image"] = json!(image);
-                if let Some(policy) = pull_policy {
-                    c["imagePullPolicy"] = json!(policy);
-                }
-                Ok(template)
-            }
-            TemplateChange::File(file) => {
-                let template = file["spec"]["template"].clone();
-                if template.is_null() {
-                    return Err("the file's StatefulSet has no spec.template".into());
-                }
-                let selects = |labels: &Value| {
-                    self.object["spec"]["selector"]["matchLabels"]
-                        .as_object()
-                        .into_iter()
-                        .flatten()
-                        .all(|(k, v)| &labels[k] == v)
-                };
-                if !selects(&template["metadata"]["labels"]) {
-                    return Err(format!(
-                        "the file's pod template lacks the labels {} selects (a StatefulSet's selector cannot change)",
-                        self.display()
-                    ));
-                }
-                Ok(template)
-            }
-        }
+        template::changed(&self.object, &self.display(), change)
     }
 
     /// The StatefulSet as an update starts it, in one write: `template` (when given), the
@@ -263,35 +186,16 @@ impl StatefulSet {
     /// nothing was recorded.
     pub fn restoring(&self) -> Option<Value> {
         let original = self.recorded_strategy()?;
-        // A merge patch would keep our rollingUpdate beside an OnDelete type: say both.
-        let strategy = json!({
-            "type": original["type"].as_str().unwrap_or("RollingUpdate"),
-            "rollingUpdate": original.get("rollingUpdate").cloned().unwrap_or(Value::Null),
-        });
         Some(json!({
             "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null}},
-            "spec": {"updateStrategy": strategy},
+            "spec": {"updateStrategy": template::restoring_strategy(&original)},
         }))
     }
 
     /// Whether `template` is the current one, ignoring the server's defaults and nulls: only
     /// what the request sets is compared.
     pub fn has_template(&self, template: &Value) -> bool {
-        contains(self.template(), template)
-    }
-}
-
-/// `have` holds everything `want` sets (objects compared member by member, lists in full).
-fn contains(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (_, Value::Null) => true,
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| contains(h.get(k).unwrap_or(&Value::Null), v)),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(h, w)| contains(h, w))
-        }
-        (h, w) => h == w,
+        template::contains(self.template(), template)
     }
 }
 

@@ -1,0 +1,290 @@
+//! `rolling-update ds/NAME`: a DaemonSet updated node by node, in the order the selection hooks
+//! give and in steps the batching hooks size, gated after each step, with the same plan, dry
+//! runs, lock and resume as the other flows.
+
+use std::sync::Arc;
+
+use super::in_place::{InPlace, LiveRequest, action, check_flags, run_live};
+use super::{
+    Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
+    policy_of, read_snapshot,
+};
+use crate::cli::nodes::DryRun;
+use crate::cluster::controllers::Write;
+use crate::cluster::{Cluster, LiveObjects};
+use crate::hooks::{ObjectSource, SnapshotObjects};
+use crate::plan::hook::{CallContext, Hook};
+use crate::plan::rolling_update::daemon_set::{
+    self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
+};
+use crate::plan::rolling_update::node_planner::{self, NodeInput, NodePlan};
+use crate::snapshot::{Node, Snapshot};
+use crate::workload::node_by_node::NodeRequest;
+use crate::workload::partitioned::pods_at_a_time;
+
+/// A DaemonSet, its pods and revisions, and the cluster's nodes, as a plan reads them.
+struct View {
+    set: DaemonSet,
+    pods: Vec<DaemonPod>,
+    revisions: Vec<Revision>,
+    nodes: Vec<Node>,
+}
+
+pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(), Failure> {
+    check_flags(args, InPlace::DaemonSet, &name)?;
+    let action = action(args, InPlace::DaemonSet)?;
+    let policy = policy_of(args)?;
+    let dry_run = dry_run_mode(args)?;
+    if let Some(path) = &args.from_snapshot {
+        let (bytes, list) = read_snapshot(path)?;
+        let namespace = kube.namespace.clone().unwrap_or_else(|| "default".into());
+        let fail = |e: String| Failure::usage(format!("snapshot {}: {e}", path.display()));
+        let view = from_list(&list, &bytes, &namespace, &name).map_err(fail)?;
+        let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
+        let plan = plan(&view, &action, args, hooks)?;
+        return print(&plan, args.output);
+    }
+    let runtime = super::super::tokio_runtime()?;
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let namespace = kube
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.default_namespace.clone());
+        if dry_run == DryRun::None {
+            cluster
+                .check_access(&crate::cluster::access::for_daemon_set_update(&namespace))
+                .await?;
+        }
+        let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+            cluster: cluster.clone(),
+            handle: tokio::runtime::Handle::current(),
+        });
+        let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
+        if dry_run != DryRun::None {
+            let set = cluster
+                .get_daemon_set(&namespace, &name)
+                .await?
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "daemonset {name:?} not found in namespace {namespace:?}"
+                    ))
+                })?;
+            let (pods, revisions) = cluster.daemon_set_state(&namespace, &set).await?;
+            let nodes = cluster.snapshot_nodes().await?.nodes;
+            let view = View {
+                set,
+                pods,
+                revisions,
+                nodes,
+            };
+            let plan = tokio::task::block_in_place(|| {
+                plan(&view, &action, args, std::mem::take(&mut hooks))
+            })?;
+            if dry_run == DryRun::Server {
+                server_dry_run(&cluster, &namespace, &view, &action).await?;
+            }
+            return print(&plan, args.output);
+        }
+        let request = LiveRequest::Nodes(NodeRequest {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            action,
+            max_unavailable: args.max_unavailable,
+        });
+        // The budget is resolved against the DaemonSet by the executor.
+        let max = args
+            .max_unavailable
+            .unwrap_or(crate::policy::IntOrPercent::Int(1));
+        run_live(&cluster, args, max, hooks, request).await
+    })
+}
+
+/// The DaemonSet `name` of `namespace` in a v1 List, with its pods, its revisions and the nodes.
+fn from_list(
+    list: &serde_json::Value,
+    bytes: &[u8],
+    namespace: &str,
+    name: &str,
+) -> Result<View, String> {
+    let items = list["items"]
+        .as_array()
+        .ok_or("not a v1 List: there is no items array")?;
+    let here = |item: &&serde_json::Value| {
+        item["metadata"]["namespace"]
+            .as_str()
+            .is_none_or(|n| n == namespace)
+    };
+    let set = items
+        .iter()
+        .filter(here)
+        .find(|i| i["kind"] == "DaemonSet" && i["metadata"]["name"] == name)
+        .ok_or_else(|| format!("daemonset {name:?} not found in namespace {namespace:?}"))?;
+    let set = DaemonSet::from_value(set.clone())?;
+    let pods = items
+        .iter()
+        .filter(here)
+        .filter(|i| i["kind"] == "Pod")
+        .filter_map(|p| DaemonPod::owned(p, set.uid()))
+        .collect();
+    let revisions = items
+        .iter()
+        .filter(here)
+        .filter(|i| i["kind"] == "ControllerRevision")
+        .filter_map(|r| Revision::owned(r, set.uid()))
+        .collect();
+    let nodes = Snapshot::from_json(bytes)
+        .map(|s| s.nodes)
+        .unwrap_or_default();
+    Ok(View {
+        set,
+        pods,
+        revisions,
+        nodes,
+    })
+}
+
+/// Plans the update: which nodes run an old pod once it starts, then the node machine with
+/// the hooks.
+fn plan(
+    view: &View,
+    action: &UpdateAction,
+    args: &RollingUpdateArgs,
+    mut hooks: Vec<Box<dyn Hook>>,
+) -> Result<NodePlan, Failure> {
+    let start = daemon_set::start(&view.set, &view.pods, &view.revisions, action)
+        .map_err(Failure::usage)?;
+    let newest = daemon_set::newest(&view.revisions).map_or("", |r| r.hash.as_str());
+    let mut warnings = Vec::new();
+    let pending = match &start {
+        Start::Resume | Start::Write(None) => daemon_set::pending_nodes(&view.pods, newest),
+        // A new template's revision is named by the controller once it is written: every node
+        // running a pod is taken to need it.
+        Start::Write(Some(_)) => daemon_set::pending_nodes(&view.pods, ""),
+        Start::Revert(old) => daemon_set::pending_nodes(&view.pods, &old.hash),
+    };
+    if view.revisions.is_empty() && !matches!(start, Start::Write(Some(_))) {
+        warnings.push(format!(
+            "no ControllerRevision of {} is known: every node running one of its pods is taken to need the update",
+            view.set.display()
+        ));
+    }
+    if matches!(start, Start::Resume) {
+        warnings.push(format!(
+            "an update of {} is under way: the run goes on with the {} nodes still running an old pod",
+            view.set.display(),
+            pending.len()
+        ));
+    }
+    let candidates: Vec<_> = pending
+        .iter()
+        .map(|n| {
+            let ready = view.pods.iter().any(|p| &p.node == n && p.ready);
+            let node = view.nodes.iter().find(|node| &node.name == n);
+            node_candidate(node, n, view.set.name(), ready)
+        })
+        .collect();
+    let desired = view.set.object["status"]["desiredNumberScheduled"]
+        .as_i64()
+        .unwrap_or(view.pods.len() as i64) as i32;
+    let max = args
+        .max_unavailable
+        .unwrap_or_else(|| view.set.own_max_unavailable());
+    let input = NodeInput {
+        name: view.set.name(),
+        candidates: &candidates,
+        max_unavailable: pods_at_a_time(max, desired),
+        ctx: CallContext {
+            now: jiff::Timestamp::now().as_second(),
+            run_id: "plan".into(),
+            dry_run: true,
+        },
+    };
+    let mut plan =
+        node_planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
+    warnings.append(&mut plan.warnings);
+    plan.warnings = warnings;
+    Ok(plan)
+}
+
+/// Sends the write that starts the update as a server dry run.
+async fn server_dry_run(
+    cluster: &Cluster,
+    namespace: &str,
+    view: &View,
+    action: &UpdateAction,
+) -> Result<(), Failure> {
+    let start = daemon_set::start(&view.set, &view.pods, &view.revisions, action)
+        .map_err(Failure::usage)?;
+    let next = match start {
+        Start::Resume => return Ok(()),
+        Start::Write(template) => view.set.begun(template, false),
+        Start::Revert(old) => view.set.begun(Some(old.template), true),
+    };
+    cluster
+        .replace_daemon_set(namespace, &next, Write::ServerDryRun)
+        .await?;
+    eprintln!(
+        "server dry run: the API server accepts the new template of {}, switched to OnDelete",
+        view.set.display()
+    );
+    Ok(())
+}
+
+fn print(plan: &NodePlan, format: OutputFormat) -> Result<(), Failure> {
+    for w in &plan.warnings {
+        crate::report::log(crate::report::Level::Warn, w);
+    }
+    match format {
+        OutputFormat::Json | OutputFormat::Yaml => super::super::print_structured(plan, format),
+        OutputFormat::Table | OutputFormat::Wide => {
+            println!(
+                "Updating DaemonSet {} node by node: {} nodes run an old pod",
+                plan.target.name, plan.target.nodes
+            );
+            let mut rows = vec![vec![
+                "STEP".to_string(),
+                "NODES".into(),
+                "DECIDED BY".into(),
+                "ORDER".into(),
+                "NOTE".into(),
+            ]];
+            for (i, step) in plan.steps.iter().enumerate() {
+                let mut note = Vec::new();
+                if let Some(reason) = &step.size_reason {
+                    note.push(format!("size: {reason}"));
+                }
+                if let Some(p) = &step.pause {
+                    note.push(format!(
+                        "after a {}s pause ({}): {}",
+                        p.seconds, p.decided_by, p.reason
+                    ));
+                }
+                if let Some(g) = &step.gate {
+                    note.push(format!(
+                        "gate {} ({}){}",
+                        g.verdict,
+                        g.decided_by,
+                        g.reason
+                            .as_ref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
+                    ));
+                }
+                rows.push(vec![
+                    (i + 1).to_string(),
+                    step.nodes.join(","),
+                    step.decided_by.to_string(),
+                    step.ordered_by.to_string(),
+                    note.join("; "),
+                ]);
+            }
+            print!("{}", output::align(&rows));
+            match &plan.stopped {
+                Some(reason) => println!("Stops: {reason}"),
+                None => println!("Then: the original update strategy is restored"),
+            }
+            Ok(())
+        }
+    }
+}

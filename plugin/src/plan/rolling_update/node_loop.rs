@@ -1,0 +1,368 @@
+//! A DaemonSet's node-by-node update as a pure step machine (issue: DaemonSet rollouts).
+//!
+//! The DaemonSet is switched to `OnDelete` with its new template, so nothing moves by itself;
+//! the order of the nodes running an old pod is asked once (the selection hooks' order; nodes
+//! a hook leaves out come last, since every old pod must go). Then each step asks its size over
+//! the nodes left in that order, deletes the old pods on the first ones (the controller starts
+//! new ones there), awaits the new pods Ready, then asks the gate (a wait holds and asks again;
+//! an abort stops, the nodes left untouched). No I/O, no clock, no hooks: the planner and the
+//! executor are its two drivers.
+
+use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use crate::plan::hook::DecidedBy;
+
+/// What the machine needs next.
+pub type Step = crate::plan::Step<Question, Action, Outcome>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Question {
+    /// The order of the nodes running an old pod (`pending`, in their built-in order).
+    Order { pending: Vec<String> },
+    /// How many of the nodes left (`pending`, in update order) the next step takes: at most
+    /// `max`, the built-in size.
+    StepSize {
+        max: u32,
+        pending: Vec<String>,
+        step: u32,
+        attempt: u32,
+    },
+    /// The gates' verdict after step `step` (from 0), which replaced the pods on `nodes`.
+    Gate {
+        step: u32,
+        nodes: Vec<String>,
+        attempt: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Delete the old pods on `nodes`: the DaemonSet controller starts new ones there.
+    Replace {
+        step: u32,
+        nodes: Vec<String>,
+        sized_by: DecidedBy,
+        size_reason: String,
+        ordered_by: DecidedBy,
+    },
+    /// Wait until each of `nodes` runs a new pod, Ready.
+    AwaitReplaced { nodes: Vec<String> },
+    /// Hold for a hook, then ask the same question again.
+    Wait {
+        seconds: u32,
+        reason: String,
+        decided_by: DecidedBy,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    /// The update stopped after step `step`, with `left` nodes still running an old pod.
+    Aborted {
+        step: u32,
+        left: usize,
+        decided_by: DecidedBy,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Start,
+    Sized(BatchDecision),
+    /// The nodes in the order the selection decided, and who decided it.
+    Ordered(Vec<String>, DecidedBy),
+    Judged(GateDecision),
+    /// The last action was carried out.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    New,
+    Sizing,
+    Pausing,
+    Ordering,
+    Replacing,
+    Awaiting,
+    Gating,
+    Waiting,
+    Over,
+}
+
+/// The node-by-node update of one DaemonSet.
+#[derive(Debug, Clone)]
+pub struct NodeLoop {
+    /// Nodes still running an old pod, in the built-in order until ordered, then in update
+    /// order.
+    pending: Vec<String>,
+    ordered_by: DecidedBy,
+    max_unavailable: u32,
+    state: State,
+    steps: u32,
+    attempt: u32,
+    /// The step at hand: its nodes.
+    batch: Vec<String>,
+}
+
+impl NodeLoop {
+    /// The update of the pods on `pending` (the nodes running an old pod), at most
+    /// `max_unavailable` (at least 1) nodes per step.
+    pub fn new(pending: Vec<String>, max_unavailable: u32) -> Self {
+        NodeLoop {
+            pending,
+            max_unavailable: max_unavailable.max(1),
+            state: State::New,
+            steps: 0,
+            attempt: 0,
+            batch: Vec::new(),
+            ordered_by: DecidedBy::BuiltIn,
+        }
+    }
+
+    /// Advances the machine with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
+    pub fn step(&mut self, input: Input) -> Step {
+        let step = match (self.state, input) {
+            (State::New, Input::Start) if self.pending.is_empty() => Step::Done(Outcome::Finished),
+            (State::New, Input::Start) => {
+                self.state = State::Ordering;
+                Step::Ask(Question::Order {
+                    pending: self.pending.clone(),
+                })
+            }
+            (State::Sizing, Input::Sized(decision)) => self.sized(decision),
+            (State::Pausing, Input::Done) => {
+                self.attempt += 1;
+                self.size()
+            }
+            (State::Ordering, Input::Ordered(order, by)) => {
+                self.ordered(order, by);
+                self.size()
+            }
+            (State::Replacing, Input::Done) => {
+                self.state = State::Awaiting;
+                Step::Do(Action::AwaitReplaced {
+                    nodes: self.batch.clone(),
+                })
+            }
+            (State::Awaiting, Input::Done) => self.gate(0),
+            (State::Gating, Input::Judged(decision)) => self.judged(decision),
+            (State::Waiting, Input::Done) => self.gate(self.attempt + 1),
+            (state, input) => panic!("node loop in state {state:?} cannot take {input:?}"),
+        };
+        if let Step::Done(_) = step {
+            self.state = State::Over;
+        }
+        step
+    }
+
+    fn next(&mut self) -> Step {
+        if self.pending.is_empty() {
+            return Step::Done(Outcome::Finished);
+        }
+        self.attempt = 0;
+        self.size()
+    }
+
+    fn size(&mut self) -> Step {
+        self.state = State::Sizing;
+        let left = u32::try_from(self.pending.len()).unwrap_or(u32::MAX);
+        Step::Ask(Question::StepSize {
+            max: self.max_unavailable.min(left),
+            pending: self.pending.clone(),
+            step: self.steps,
+            attempt: self.attempt,
+        })
+    }
+
+    fn sized(&mut self, decision: BatchDecision) -> Step {
+        match decision {
+            BatchDecision::Pause {
+                seconds,
+                reason,
+                by,
+            } => {
+                self.state = State::Pausing;
+                Step::Do(Action::Wait {
+                    seconds,
+                    reason,
+                    decided_by: by,
+                })
+            }
+            BatchDecision::Size { size, reason, by } => {
+                let size = (size as usize).clamp(1, self.pending.len());
+                self.batch = self.pending.drain(..size).collect();
+                self.state = State::Replacing;
+                Step::Do(Action::Replace {
+                    step: self.steps,
+                    nodes: self.batch.clone(),
+                    sized_by: by,
+                    size_reason: reason,
+                    ordered_by: self.ordered_by.clone(),
+                })
+            }
+        }
+    }
+
+    /// Takes `order` as the update order: the pending nodes it names, then the ones it leaves
+    /// out in their built-in order.
+    fn ordered(&mut self, order: Vec<String>, by: DecidedBy) {
+        let mut update: Vec<String> = Vec::with_capacity(self.pending.len());
+        for node in order {
+            if self.pending.contains(&node) && !update.contains(&node) {
+                update.push(node);
+            }
+        }
+        for node in &self.pending {
+            if !update.contains(node) {
+                update.push(node.clone());
+            }
+        }
+        self.pending = update;
+        self.ordered_by = by;
+    }
+
+    fn gate(&mut self, attempt: u32) -> Step {
+        self.state = State::Gating;
+        self.attempt = attempt;
+        Step::Ask(Question::Gate {
+            step: self.steps,
+            nodes: self.batch.clone(),
+            attempt,
+        })
+    }
+
+    fn judged(&mut self, decision: GateDecision) -> Step {
+        match decision.verdict {
+            Verdict::Proceed => {
+                self.steps += 1;
+                self.next()
+            }
+            Verdict::Wait { seconds, reason } => {
+                self.state = State::Waiting;
+                Step::Do(Action::Wait {
+                    seconds,
+                    reason,
+                    decided_by: decision.by,
+                })
+            }
+            Verdict::Abort(reason) => Step::Done(Outcome::Aborted {
+                step: self.steps,
+                left: self.pending.len(),
+                decided_by: decision.by,
+                reason,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Drives the machine: built-in sizes, `order` reversing the pending nodes, gates that
+    /// proceed; the batches it replaces.
+    fn batches(mut machine: NodeLoop, reverse: bool) -> Vec<Vec<String>> {
+        let mut done = Vec::new();
+        let mut input = Input::Start;
+        loop {
+            input = match machine.step(input) {
+                Step::Ask(Question::StepSize { max, .. }) => Input::Sized(BatchDecision::Size {
+                    size: max,
+                    reason: "built-in".into(),
+                    by: DecidedBy::BuiltIn,
+                }),
+                Step::Ask(Question::Order { mut pending }) => {
+                    if reverse {
+                        pending.reverse();
+                    }
+                    Input::Ordered(pending, DecidedBy::Hook("spread".into()))
+                }
+                Step::Do(Action::Replace { nodes, .. }) => {
+                    done.push(nodes);
+                    Input::Done
+                }
+                Step::Do(_) => Input::Done,
+                Step::Ask(Question::Gate { .. }) => Input::Judged(GateDecision {
+                    verdict: Verdict::Proceed,
+                    by: DecidedBy::BuiltIn,
+                }),
+                Step::Done(Outcome::Finished) => return done,
+                Step::Done(other) => panic!("{other:?}"),
+            };
+        }
+    }
+
+    #[test]
+    fn every_node_goes_once_in_the_order_given_at_most_max_per_step() {
+        let pending = names(&["a", "b", "c", "d", "e"]);
+        assert_eq!(
+            batches(NodeLoop::new(pending.clone(), 2,), false),
+            [names(&["a", "b"]), names(&["c", "d"]), names(&["e"])]
+        );
+        assert_eq!(
+            batches(NodeLoop::new(pending, 2), true),
+            [names(&["e", "d"]), names(&["c", "b"]), names(&["a"])]
+        );
+        assert!(batches(NodeLoop::new(Vec::new(), 2), false).is_empty());
+    }
+
+    #[test]
+    fn nodes_an_order_leaves_out_come_last_and_a_gate_abort_leaves_the_rest() {
+        let mut m = NodeLoop::new(names(&["a", "b", "c"]), 1);
+        m.step(Input::Start);
+        let size = m.step(Input::Ordered(
+            names(&["c", "z"]),
+            DecidedBy::Hook("h".into()),
+        ));
+        assert!(
+            matches!(size, Step::Ask(Question::StepSize { ref pending, .. }) if pending == &names(&["c", "a", "b"])),
+            "{size:?}"
+        );
+
+        let mut m = NodeLoop::new(names(&["a", "b"]), 1);
+        m.step(Input::Start);
+        m.step(Input::Ordered(names(&["b", "a"]), DecidedBy::BuiltIn));
+        let replace = m.step(Input::Sized(BatchDecision::Size {
+            size: 5,
+            reason: "r".into(),
+            by: DecidedBy::BuiltIn,
+        }));
+        // A size beyond what is left is held to it.
+        assert!(matches!(replace, Step::Do(Action::Replace { ref nodes, .. }) if nodes.len() == 2));
+        assert_eq!(
+            m.step(Input::Done),
+            Step::Do(Action::AwaitReplaced {
+                nodes: names(&["b", "a"])
+            })
+        );
+        assert!(matches!(
+            m.step(Input::Done),
+            Step::Ask(Question::Gate { attempt: 0, .. })
+        ));
+        let wait = m.step(Input::Judged(GateDecision {
+            verdict: Verdict::Wait {
+                seconds: 5,
+                reason: "hot".into(),
+            },
+            by: DecidedBy::Hook("g".into()),
+        }));
+        assert!(matches!(wait, Step::Do(Action::Wait { seconds: 5, .. })));
+        assert!(matches!(
+            m.step(Input::Done),
+            Step::Ask(Question::Gate { attempt: 1, .. })
+        ));
+        let stop = m.step(Input::Judged(GateDecision {
+            verdict: Verdict::Abort("bad".into()),
+            by: DecidedBy::Hook("g".into()),
+        }));
+        assert!(matches!(stop, Step::Done(Outcome::Aborted { left: 0, .. })));
+    }
+}

@@ -1,0 +1,472 @@
+//! The executor of a DaemonSet's node-by-node update: drives [`NodeLoop`] against the cluster.
+//! The new template goes in with the DaemonSet switched to `OnDelete` (nothing moves by
+//! itself) and its strategy recorded, in one write; each step deletes the old pods on the
+//! nodes the hooks chose, awaits the new pods Ready there, then asks the gates; the strategy is
+//! restored at the end. The pods' revisions are the state: the same command, run again, goes
+//! on with the nodes still running an old pod. An abort leaves the DaemonSet `OnDelete`, so
+//! nothing moves until the update resumes or is rolled back.
+
+use std::time::{Duration, Instant};
+
+use super::execute::{UpdateError, Updater};
+use super::partitioned::pods_at_a_time;
+use crate::cluster::controllers::Write;
+use crate::cluster::controls::Workload;
+use crate::cluster::workloads::AppsKind;
+use crate::events::Event;
+use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use crate::plan::hook::{BatchInfo, Candidate, DecidedBy, Phase};
+use crate::plan::rolling_update::daemon_set::{
+    self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
+};
+use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Outcome, Question, Step};
+use crate::plan::rolling_update::node_planner::{Stand, ask_order, ask_size, in_order};
+use crate::plan::rolling_update::partition_planner::ask_gate;
+use crate::policy::{HookPoint, IntOrPercent};
+
+#[derive(Debug, Clone)]
+pub struct NodeRequest {
+    pub namespace: String,
+    pub name: String,
+    pub action: UpdateAction,
+    /// Nodes per step at most; `None`: the DaemonSet's own maxUnavailable.
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
+/// A DaemonSet as one read sees it: the object, its pods, its revisions.
+pub struct Observed {
+    pub set: DaemonSet,
+    pub pods: Vec<DaemonPod>,
+    pub revisions: Vec<Revision>,
+}
+
+impl Observed {
+    /// The hash of the revision the template is.
+    pub fn newest(&self) -> String {
+        daemon_set::newest(&self.revisions).map_or_else(String::new, |r| r.hash.clone())
+    }
+
+    /// Pods counted against the budget: not Ready, or on their way out.
+    fn unavailable(&self) -> usize {
+        let desired = self.set.object["status"]["desiredNumberScheduled"]
+            .as_u64()
+            .unwrap_or(0) as usize;
+        let up = self
+            .pods
+            .iter()
+            .filter(|p| p.ready && !p.terminating)
+            .count();
+        desired.saturating_sub(up)
+    }
+}
+
+impl Updater<'_> {
+    /// Runs the request: start (or find) the update, replace node by node, restore.
+    pub async fn run_node_by_node(&mut self, request: &NodeRequest) -> Result<(), UpdateError> {
+        let ns = request.namespace.as_str();
+        let set = self.daemon_set(ns, &request.name).await?;
+        let set = self.start_nodes(ns, set, &request.action).await?;
+        let rollback = matches!(request.action, UpdateAction::Rollback);
+        let max = request.max_unavailable;
+        match self.node_steps(ns, set, true, rollback, max).await {
+            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
+                self.reporter.report(Event::RollingBackOnAbort {
+                    reason: reason.clone(),
+                });
+                let set = self.daemon_set(ns, &request.name).await?;
+                let set = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
+                self.node_steps(ns, set, false, true, max).await?;
+                Err(UpdateError::Aborted(format!("{reason}; rolled back")))
+            }
+            other => other,
+        }
+    }
+
+    async fn daemon_set(&self, ns: &str, name: &str) -> Result<DaemonSet, UpdateError> {
+        self.cluster.get_daemon_set(ns, name).await?.ok_or_else(|| {
+            UpdateError::Invalid(format!("daemonset {name:?} not found in namespace {ns:?}"))
+        })
+    }
+
+    /// The DaemonSet once its controller has seen its spec, with its pods and revisions.
+    pub async fn observe_daemon_set(
+        &self,
+        ns: &str,
+        set: DaemonSet,
+    ) -> Result<Observed, UpdateError> {
+        let set = if set.observed() {
+            set
+        } else {
+            self.cluster
+                .wait_daemon_set(ns, set.name(), self.settings.timeout, DaemonSet::observed)
+                .await?
+        };
+        let (pods, revisions) = self.cluster.daemon_set_state(ns, &set).await?;
+        Ok(Observed {
+            set,
+            pods,
+            revisions,
+        })
+    }
+
+    /// Starts the update `action` asks for, or finds it under way.
+    async fn start_nodes(
+        &self,
+        ns: &str,
+        set: DaemonSet,
+        action: &UpdateAction,
+    ) -> Result<DaemonSet, UpdateError> {
+        let seen = self.observe_daemon_set(ns, set).await?;
+        let start = daemon_set::start(&seen.set, &seen.pods, &seen.revisions, action)
+            .map_err(UpdateError::Invalid)?;
+        let set = seen.set;
+        let next = match start {
+            Start::Resume => {
+                self.reporter.report(Event::UpdateContinued {
+                    controller: set.display(),
+                });
+                return Ok(set);
+            }
+            Start::Write(template) => set.begun(template, false),
+            Start::Revert(revision) => {
+                self.reporter.report(Event::RollbackStarted {
+                    controller: set.display(),
+                    replicas: seen.pods.len() as i32,
+                });
+                set.begun(Some(revision.template), true)
+            }
+        };
+        Ok(self
+            .cluster
+            .replace_daemon_set(ns, &next, Write::Apply)
+            .await?)
+    }
+
+    /// Replaces the old pods node by node, then restores the strategy; `with_hooks` false for
+    /// a rollback after an abort, whose every answer is the built-in one.
+    async fn node_steps(
+        &mut self,
+        ns: &str,
+        set: DaemonSet,
+        with_hooks: bool,
+        rollback: bool,
+        max: Option<IntOrPercent>,
+    ) -> Result<(), UpdateError> {
+        let seen = self.observe_daemon_set(ns, set).await?;
+        let hash = seen.newest();
+        let pending = daemon_set::pending_nodes(&seen.pods, &hash);
+        let nodes = self.cluster.snapshot_nodes().await?.nodes;
+        let name = seen.set.name().to_string();
+        let candidates: Vec<Candidate> = pending
+            .iter()
+            .map(|n| {
+                let ready = seen.pods.iter().any(|p| &p.node == n && p.ready);
+                node_candidate(nodes.iter().find(|node| &node.name == n), n, &name, ready)
+            })
+            .collect();
+        let desired = seen.set.object["status"]["desiredNumberScheduled"]
+            .as_i64()
+            .unwrap_or(pending.len() as i64) as i32;
+        let max_unavailable = pods_at_a_time(
+            max.unwrap_or_else(|| seen.set.own_max_unavailable()),
+            desired,
+        );
+        let display = seen.set.display();
+        self.reporter.report(Event::NodeUpdateStarted {
+            workload: display.clone(),
+            nodes: pending.len(),
+            revision: hash.clone(),
+            max_unavailable,
+        });
+        let mut at = Stand {
+            name: &name,
+            total: pending.len(),
+            max_unavailable,
+            steps_done: 0,
+        };
+        let mut machine = NodeLoop::new(pending, max_unavailable);
+        let mut sized_by = DecidedBy::BuiltIn;
+        let mut input = Input::Start;
+        loop {
+            input = match machine.step(input) {
+                Step::Ask(Question::StepSize {
+                    max,
+                    pending,
+                    attempt,
+                    ..
+                }) => {
+                    let pending = in_order(&candidates, &pending);
+                    let decision = self
+                        .node_step_size(&at, &pending, max, attempt, with_hooks)
+                        .await?;
+                    sized_by = decision.by().clone();
+                    Input::Sized(decision)
+                }
+                Step::Ask(Question::Order { pending }) => {
+                    if with_hooks {
+                        let candidates = in_order(&candidates, &pending);
+                        let ctx = self.ctx();
+                        let mut warnings = Vec::new();
+                        let hooks = &mut *self.hooks;
+                        let (order, by, said) = tokio::task::block_in_place(|| {
+                            ask_order(hooks, &ctx, &at, &candidates, &mut warnings)
+                        })?;
+                        self.warn(warnings);
+                        let step = (at.steps_done, 0);
+                        let text = format!("order {}", order.join(", "));
+                        self.decided(HookPoint::Select, None, step, &by, text);
+                        self.shadowed(step, said);
+                        Input::Ordered(order, by)
+                    } else {
+                        Input::Ordered(pending, DecidedBy::BuiltIn)
+                    }
+                }
+                Step::Do(Action::Replace {
+                    step,
+                    nodes,
+                    ordered_by,
+                    ..
+                }) => {
+                    let at_step = format!("before step {} of the update of {display}", step + 1);
+                    let w = Workload::DaemonSet(name.clone());
+                    self.checkpoint(&w, ns, &at_step).await?;
+                    self.within_budget(ns, &name, nodes.len(), max_unavailable)
+                        .await?;
+                    self.reporter.report(Event::NodesReplacing {
+                        step,
+                        workload: display.clone(),
+                        nodes: nodes.clone(),
+                        decided_by: sized_by.to_string(),
+                        ordered_by: ordered_by.to_string(),
+                    });
+                    self.replace_pods(ns, &name, &nodes).await?;
+                    Input::Done
+                }
+                Step::Do(Action::AwaitReplaced { nodes }) => {
+                    self.await_replaced(ns, &name, &nodes).await?;
+                    self.reporter.report(Event::NodesReplaced {
+                        step: at.steps_done,
+                        workload: display.clone(),
+                        nodes,
+                    });
+                    Input::Done
+                }
+                Step::Do(Action::Wait {
+                    seconds, reason, ..
+                }) => {
+                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
+                        .await;
+                    Input::Done
+                }
+                Step::Ask(Question::Gate {
+                    step,
+                    nodes,
+                    attempt,
+                }) => {
+                    let batch = BatchInfo {
+                        index: step,
+                        instances: nodes,
+                        canary: false,
+                        attempt,
+                    };
+                    let decision = self.node_gate(ns, &name, &batch, with_hooks).await?;
+                    if decision.verdict == Verdict::Proceed {
+                        at.steps_done = step + 1;
+                    }
+                    Input::Judged(decision)
+                }
+                Step::Done(Outcome::Finished) => {
+                    let set = self.daemon_set(ns, &name).await?;
+                    if let Some(patch) = set.restoring() {
+                        self.cluster
+                            .patch_workload(AppsKind::DaemonSet, ns, &name, &patch)
+                            .await?;
+                    }
+                    self.reporter.report(if rollback {
+                        Event::RolledBack {
+                            controller: display,
+                        }
+                    } else {
+                        Event::UpdateDone {
+                            controller: display,
+                            next: None,
+                        }
+                    });
+                    return Ok(());
+                }
+                Step::Done(Outcome::Aborted {
+                    step,
+                    left,
+                    decided_by,
+                    reason,
+                }) => {
+                    return Err(UpdateError::Aborted(format!(
+                        "{decided_by} aborted the update of {display} at step {} with {left} nodes left on the old pod (the DaemonSet stays OnDelete): {reason}",
+                        step + 1
+                    )));
+                }
+            };
+        }
+    }
+
+    fn warn(&self, warnings: Vec<String>) {
+        for message in warnings {
+            self.reporter.report(Event::Warning { message });
+        }
+    }
+
+    async fn node_step_size(
+        &mut self,
+        at: &Stand<'_>,
+        candidates: &[Candidate],
+        max: u32,
+        attempt: u32,
+        with_hooks: bool,
+    ) -> Result<BatchDecision, UpdateError> {
+        if !with_hooks {
+            return Ok(BatchDecision::Size {
+                size: max,
+                reason: "built-in".into(),
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let (decision, said) = tokio::task::block_in_place(|| {
+            ask_size(hooks, &ctx, at, candidates, max, &mut warnings)
+        })?;
+        self.warn(warnings);
+        let step = (at.steps_done, attempt);
+        self.decided(
+            HookPoint::Batch,
+            None,
+            step,
+            decision.by(),
+            decision.to_string(),
+        );
+        self.shadowed(step, said);
+        Ok(decision)
+    }
+
+    async fn node_gate(
+        &mut self,
+        ns: &str,
+        name: &str,
+        batch: &BatchInfo,
+        with_hooks: bool,
+    ) -> Result<GateDecision, UpdateError> {
+        if !with_hooks {
+            return Ok(GateDecision {
+                verdict: Verdict::Proceed,
+                by: DecidedBy::BuiltIn,
+            });
+        }
+        let seen = self
+            .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
+            .await?;
+        let not_ready = seen
+            .pods
+            .iter()
+            .filter(|p| !p.ready && !p.terminating)
+            .count() as u32;
+        let total = seen.pods.len() as i32;
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let (gate, said) = tokio::task::block_in_place(|| {
+            ask_gate(hooks, &ctx, batch, total, not_ready, &mut warnings)
+        })?;
+        self.warn(warnings);
+        let at = (batch.index, batch.attempt);
+        let text = gate.verdict.to_string();
+        self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
+        self.shadowed(at, said);
+        Ok(gate)
+    }
+
+    /// Waits until replacing `count` more pods keeps the unavailable ones within `max`.
+    async fn within_budget(
+        &self,
+        ns: &str,
+        name: &str,
+        count: usize,
+        max: u32,
+    ) -> Result<(), UpdateError> {
+        let started = Instant::now();
+        loop {
+            let seen = self
+                .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
+                .await?;
+            let unavailable = seen.unavailable();
+            if unavailable + count <= max as usize {
+                return Ok(());
+            }
+            if started.elapsed() > self.settings.timeout {
+                return Err(UpdateError::NoProgress(self.settings.timeout));
+            }
+            self.reporter.report(Event::Waiting {
+                seconds: self.settings.poll_interval.as_secs(),
+                reason: format!(
+                    "{unavailable} pods of daemonset/{name} are unavailable: replacing {count} more would pass maxUnavailable {max}"
+                ),
+            });
+            self.cluster
+                .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
+                .await;
+        }
+    }
+
+    /// Deletes the old pods on `nodes`; the controller starts new ones there.
+    async fn replace_pods(
+        &self,
+        ns: &str,
+        name: &str,
+        nodes: &[String],
+    ) -> Result<(), UpdateError> {
+        let seen = self
+            .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
+            .await?;
+        let hash = seen.newest();
+        for pod in seen
+            .pods
+            .iter()
+            .filter(|p| nodes.contains(&p.node) && p.hash != hash && !p.terminating)
+        {
+            self.cluster.delete_pod_named(ns, &pod.name).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until each of `nodes` runs a new pod, available; gives up when nothing moved for
+    /// the timeout.
+    async fn await_replaced(
+        &self,
+        ns: &str,
+        name: &str,
+        nodes: &[String],
+    ) -> Result<(), UpdateError> {
+        let mut waiting = Vec::new();
+        let mut moved = Instant::now();
+        loop {
+            let seen = self
+                .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
+                .await?;
+            let now = jiff::Timestamp::now().as_second();
+            let min_ready = seen.set.min_ready_seconds();
+            let left = daemon_set::waiting_for(&seen.pods, nodes, &seen.newest(), min_ready, now);
+            if left.is_empty() {
+                return Ok(());
+            }
+            if left != waiting {
+                waiting = left;
+                moved = Instant::now();
+            } else if moved.elapsed() > self.settings.timeout {
+                return Err(UpdateError::NoProgress(self.settings.timeout));
+            }
+            self.cluster
+                .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
+                .await;
+        }
+    }
+}
