@@ -1,21 +1,17 @@
-//! DaemonSets for tests: one created on a group's nodes and waited for, and a pod watcher that
-//! records how many of its pods were unavailable at once and which nodes got a new pod twice.
+//! DaemonSets for tests: one created on a group's nodes and waited for, and its pods watched by
+//! node.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cluster::GROUP_LABEL;
-use crate::stateful::image_of;
+use crate::stateful::{PodHistory, watch_updates};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -64,91 +60,18 @@ pub async fn wait_ds(api: &Api<DaemonSet>, name: &str, n: i32) {
         .unwrap();
 }
 
-/// What a DaemonSet pod watcher saw from its start.
-#[derive(Default, Debug, Clone)]
-pub struct NodeHistory {
-    /// The most of its nodes without a Ready pod at once.
-    pub most_unavailable: usize,
-    /// Nodes in the order they first ran a Ready pod of the new image.
-    pub updated: Vec<String>,
-    /// The uids of the new image's pods each node ran: one, unless a node was updated twice.
-    pub new_uids: BTreeMap<String, BTreeSet<String>>,
-}
-
-impl NodeHistory {
-    pub fn updated_twice(&self) -> bool {
-        self.new_uids.values().any(|uids| uids.len() > 1)
-    }
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Watches the pods labelled `app=<app>` on `nodes` nodes for the move to `image`.
+/// Watches the pods labelled `app=<app>` on `nodes` nodes for the move to `image`, by node.
 pub fn watch_nodes(
     client: &Client,
     ns: &str,
     app: &str,
     nodes: usize,
     image: &str,
-) -> Arc<Mutex<NodeHistory>> {
-    let seen = Arc::new(Mutex::new(NodeHistory::default()));
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let config = watcher::Config::default().labels(&format!("app={app}"));
-    let record = seen.clone();
-    let image = image.to_string();
-    tokio::spawn(async move {
-        // Per pod uid: its node and whether it is Ready.
-        let mut up: BTreeMap<String, (String, bool)> = BTreeMap::new();
-        let mut listed = false;
-        let mut events = std::pin::pin!(watcher(api, config));
-        while let Some(event) = events.next().await {
-            let mut seen = record.lock().unwrap();
-            match event {
-                Ok(watcher::Event::Init) => {
-                    up.clear();
-                    listed = false;
-                    continue;
-                }
-                Ok(watcher::Event::InitDone) => listed = true,
-                Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) => {
-                    let node = p
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.clone())
-                        .unwrap_or_default();
-                    let uid = p.uid().unwrap_or_default();
-                    if image_of(&p) == image && ready(&p) {
-                        if !seen.updated.contains(&node) {
-                            seen.updated.push(node.clone());
-                        }
-                        seen.new_uids
-                            .entry(node.clone())
-                            .or_default()
-                            .insert(uid.clone());
-                    }
-                    up.insert(uid, (node, ready(&p)));
-                }
-                Ok(watcher::Event::Delete(p)) => {
-                    up.remove(&p.uid().unwrap_or_default());
-                }
-                Err(_) => continue,
-            }
-            if !listed {
-                continue;
-            }
-            let covered: BTreeSet<&String> =
-                up.values().filter(|(_, r)| *r).map(|(n, _)| n).collect();
-            seen.most_unavailable = seen
-                .most_unavailable
-                .max(nodes.saturating_sub(covered.len()));
-        }
-    });
-    seen
+) -> Arc<Mutex<PodHistory>> {
+    watch_updates(client, ns, app, nodes, image, |p| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default()
+    })
 }

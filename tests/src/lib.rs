@@ -44,6 +44,46 @@ pub async fn run_watching(
     .unwrap()
 }
 
+/// `rolling-update ARGS -n NS` against the cluster of `kubeconfig`, with short waits.
+pub fn rolling_update(
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    args: &[&str],
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(plugin_binary());
+    cmd.arg("rolling-update")
+        .args(args)
+        .args(["--poll-interval=1s", "--timeout=90s", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["-n", ns]);
+    cmd
+}
+
+/// Runs `cmd` off the async threads.
+pub async fn output(mut cmd: std::process::Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// A run's exit code, stdout and stderr, for an assertion's message.
+pub fn described(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The JSON events of kind `kind` a `-o json` run printed.
+pub fn events_named(out: &std::process::Output, kind: &str) -> Vec<serde_json::Value> {
+    events(out)
+        .into_iter()
+        .filter(|e| e["event"] == kind)
+        .collect()
+}
+
 /// The plan of the run `args` would make: the same command without `--yes`.
 pub fn plan_of(args: &[String]) -> Vec<String> {
     args.iter().filter(|a| *a != "--yes").cloned().collect()

@@ -1,6 +1,6 @@
-//! StatefulSets for tests: one created and waited for, and a pod watcher that records the
-//! order pods were updated in, how many were unavailable at once, and whether any was updated
-//! twice.
+//! StatefulSets for tests: one created and waited for; and a pod watcher (for DaemonSets too)
+//! that records the order pods were updated in, how many were unavailable at once, and whether
+//! any was updated twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -69,6 +69,17 @@ pub fn image_of(pod: &Pod) -> &str {
         .unwrap_or_default()
 }
 
+/// Watches the pods labelled `app=<app>` for the move to `image`, one per name.
+pub fn watch_pods(
+    client: &Client,
+    ns: &str,
+    app: &str,
+    replicas: usize,
+    image: &str,
+) -> Arc<Mutex<PodHistory>> {
+    watch_updates(client, ns, app, replicas, image, |p| p.name_any())
+}
+
 fn ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod
@@ -78,31 +89,33 @@ fn ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// What a pod watcher saw from its start.
+/// What a pod watcher saw from its start, by the key it watches (a pod's name, a node).
 #[derive(Default, Debug, Clone)]
 pub struct PodHistory {
-    /// The most pods not Ready (or missing) at once.
+    /// The most of the `expected` keys without a Ready pod at once.
     pub most_unavailable: usize,
-    /// Pods in the order they first ran Ready on the new image.
+    /// Keys in the order they first had a Ready pod of the new image.
     pub updated: Vec<String>,
-    /// The uids each pod name ran the new image under: one, unless a pod was updated twice.
+    /// The uids of the new image's pods under each key: one, unless it was updated twice.
     pub new_uids: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl PodHistory {
-    /// Whether some pod ran the new image under two uids.
+    /// Whether some key ran the new image under two uids.
     pub fn updated_twice(&self) -> bool {
         self.new_uids.values().any(|uids| uids.len() > 1)
     }
 }
 
-/// Watches the pods labelled `app=<app>` (of `replicas`) for the move to `image`.
-pub fn watch_pods(
+/// Watches the pods labelled `app=<app>`, each under `key(pod)` (of `expected` keys), for the
+/// move to `image`.
+pub fn watch_updates(
     client: &Client,
     ns: &str,
     app: &str,
-    replicas: usize,
+    expected: usize,
     image: &str,
+    key: fn(&Pod) -> String,
 ) -> Arc<Mutex<PodHistory>> {
     let seen = Arc::new(Mutex::new(PodHistory::default()));
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -110,7 +123,8 @@ pub fn watch_pods(
     let record = seen.clone();
     let image = image.to_string();
     tokio::spawn(async move {
-        let mut up: BTreeMap<String, bool> = BTreeMap::new();
+        // Per pod uid: its key and whether it is Ready.
+        let mut up: BTreeMap<String, (String, bool)> = BTreeMap::new();
         let mut listed = false;
         let mut events = std::pin::pin!(watcher(api, config));
         while let Some(event) = events.next().await {
@@ -123,28 +137,32 @@ pub fn watch_pods(
                 }
                 Ok(watcher::Event::InitDone) => listed = true,
                 Ok(watcher::Event::InitApply(p) | watcher::Event::Apply(p)) => {
-                    let name = p.name_any();
+                    let at = key(&p);
+                    let uid = p.uid().unwrap_or_default();
                     if image_of(&p) == image && ready(&p) {
-                        if !seen.updated.contains(&name) {
-                            seen.updated.push(name.clone());
+                        if !seen.updated.contains(&at) {
+                            seen.updated.push(at.clone());
                         }
-                        let uid = p.uid().unwrap_or_default();
-                        seen.new_uids.entry(name.clone()).or_default().insert(uid);
+                        seen.new_uids
+                            .entry(at.clone())
+                            .or_default()
+                            .insert(uid.clone());
                     }
-                    up.insert(name, ready(&p));
+                    up.insert(uid, (at, ready(&p)));
                 }
                 Ok(watcher::Event::Delete(p)) => {
-                    up.remove(&p.name_any());
+                    up.remove(&p.uid().unwrap_or_default());
                 }
                 Err(_) => continue,
             }
             if !listed {
                 continue;
             }
-            let available = up.values().filter(|r| **r).count();
+            let covered: BTreeSet<&String> =
+                up.values().filter(|(_, r)| *r).map(|(k, _)| k).collect();
             seen.most_unavailable = seen
                 .most_unavailable
-                .max(replicas.saturating_sub(available));
+                .max(expected.saturating_sub(covered.len()));
         }
     });
     seen

@@ -1272,6 +1272,28 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
     }
 }
 
+/// `rolling-update TARGET` to V2, two pods at a time, with short waits and JSON events.
+fn in_place_args(cluster: &TestCluster, ns: &str, target: &str) -> Vec<String> {
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap();
+    let image = format!("--image={V2}");
+    [
+        "rolling-update",
+        target,
+        &image,
+        "--max-unavailable=2",
+        "--poll-interval=200ms",
+        "--timeout=60s",
+        "--kubeconfig",
+        kubeconfig,
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 const PARTITION_LINES: &[&str] = &[
     "partition-update-started",
     "partition-set",
@@ -1298,23 +1320,7 @@ async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
     create_sts(&client, ns, "db", replicas, V1, original.clone()).await;
     let history = watch_pods(&client, ns, "db", replicas as usize, V2);
-    let args: Vec<String> = [
-        "rolling-update",
-        "sts/db",
-        &format!("--image={V2}"),
-        "--max-unavailable=2",
-        "--poll-interval=200ms",
-        "--timeout=60s",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "-n",
-        ns,
-        "-o",
-        "json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = in_place_args(cluster, ns, "sts/db");
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let handle = tokio::runtime::Handle::current();
     let outcome = chaos_loop(
@@ -1389,23 +1395,7 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
     create_ds(&client, ns, "agent", ns, nodes, V1, original.clone()).await;
     let history = watch_nodes(&client, ns, "agent", nodes as usize, V2);
-    let args: Vec<String> = [
-        "rolling-update",
-        "ds/agent",
-        &format!("--image={V2}"),
-        "--max-unavailable=2",
-        "--poll-interval=200ms",
-        "--timeout=60s",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "-n",
-        ns,
-        "-o",
-        "json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = in_place_args(cluster, ns, "ds/agent");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let handle = tokio::runtime::Handle::current();
     let outcome = chaos_loop(

@@ -3,7 +3,7 @@
 //! zone-spread hook gives, and a pod watcher checks the unavailability budget.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::Client;
@@ -12,7 +12,14 @@ use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::daemon::{create_ds, wait_ds, watch_nodes};
 use rollout_ext_e2e::stateful::image_of;
 use rollout_ext_e2e::workloads::create_namespace;
-use rollout_ext_e2e::{plugin_binary, wasm_module};
+use rollout_ext_e2e::{
+    described as text, events_named as events, output as run, plugin_binary, rolling_update,
+    wasm_module,
+};
+
+fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
+    rolling_update(&cluster.kubeconfig, ns, args)
+}
 use serde_json::{Value, json};
 
 const V1: &str = "registry.invalid/agent:1";
@@ -30,39 +37,6 @@ async fn setup(cluster: &TestCluster, ns: &str, zones: &[&str], per_zone: usize)
     }
     create_namespace(&client, ns).await;
     client
-}
-
-fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(plugin_binary());
-    cmd.arg("rolling-update")
-        .args(args)
-        .args(["--poll-interval=1s", "--timeout=90s", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .args(["-n", ns]);
-    cmd
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn events(out: &Output, kind: &str) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["event"] == kind)
-        .collect()
 }
 
 async fn get(client: &Client, ns: &str, name: &str) -> Value {
@@ -152,6 +126,18 @@ async fn six_nodes_in_three_zones_roll_two_at_a_time_in_zone_spread_order() {
         .collect();
     assert_eq!(planned, expected.map(|s| json!(s)), "{plan}");
     assert_eq!(plan["steps"][0]["orderedBy"], "hook/zone-spread");
+    let out = run(plugin(
+        cluster,
+        ns,
+        &[&args[..], &["--dry-run=server"]].concat(),
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("server dry run: the API server accepts"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(
         get(&client, ns, "agent").await["metadata"]["resourceVersion"],
         before["metadata"]["resourceVersion"],

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,7 +14,14 @@ use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::stateful::{create_sts, image_of, wait_all_on, watch_pods};
 use rollout_ext_e2e::workloads::create_namespace;
-use rollout_ext_e2e::{plugin_binary, wasm_module};
+use rollout_ext_e2e::{
+    described as text, events_named as events, output as run, plugin_binary, rolling_update,
+    wasm_module,
+};
+
+fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
+    rolling_update(&cluster.kubeconfig, ns, args)
+}
 use serde_json::{Value, json};
 
 const V1: &str = "registry.invalid/db:1";
@@ -31,40 +38,6 @@ async fn setup(cluster: &TestCluster, ns: &str) -> Client {
         .unwrap();
     create_namespace(&client, ns).await;
     client
-}
-
-/// `rolling-update ARGS -n ns`, with short waits.
-fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(plugin_binary());
-    cmd.arg("rolling-update")
-        .args(args)
-        .args(["--poll-interval=1s", "--timeout=90s", "--kubeconfig"])
-        .arg(&cluster.kubeconfig)
-        .args(["-n", ns]);
-    cmd
-}
-
-async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn events(out: &Output, kind: &str) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["event"] == kind)
-        .collect()
 }
 
 async fn get(client: &Client, ns: &str, name: &str) -> Value {
@@ -130,6 +103,19 @@ async fn five_replicas_roll_through_partitions_four_two_zero_highest_ordinals_fi
         ]
     );
     assert_eq!(plan["steps"][0]["canary"], true);
+    // The API server accepts the write that starts the update, as a dry run.
+    let out = run(plugin(
+        cluster,
+        ns,
+        &["sts/web", &image, "--max-unavailable=2", "--dry-run=server"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("server dry run: the API server accepts"),
+        "{}",
+        text(&out)
+    );
     let after_plan = get(&client, ns, "web").await;
     assert_eq!(
         before["metadata"]["resourceVersion"],
@@ -398,7 +384,7 @@ fn a_plan_from_a_snapshot_resumes_from_the_partition_on_the_object() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_operator_pauses_aborts_and_resumes_a_stateful_set_update_from_another_terminal() {
+async fn an_operator_pauses_aborts_and_resumes_a_stateful_set_update_held_by_its_lock() {
     let cluster = TestCluster::shared();
     let ns = "sts-ops";
     let client = setup(cluster, ns).await;
@@ -444,6 +430,25 @@ async fn an_operator_pauses_aborts_and_resumes_a_stateful_set_update_from_anothe
     let (code, stderr) = rollout_ext_e2e::run_watching(args.clone(), move |event| {
         if event["event"] == "paused" {
             assert_eq!(event["reason"], "db maintenance", "{event}");
+            // Held here, the run keeps its lock: a second run of the same StatefulSet is refused.
+            let second = Command::new(plugin_binary())
+                .args([
+                    "rolling-update",
+                    "sts/q",
+                    &format!("--image={V2}"),
+                    "-n",
+                    "sts-ops",
+                ])
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&second.stderr);
+            assert_eq!(second.status.code(), Some(4), "{said}");
+            assert!(
+                said.contains("another run holds the lock sts-ops/rollout-ext-sts-q"),
+                "{said}"
+            );
             let out = Command::new(plugin_binary())
                 .args(["abort", "sts/q", "--reason", "bad night", "-n", "sts-ops"])
                 .arg("--kubeconfig")

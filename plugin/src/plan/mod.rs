@@ -222,6 +222,39 @@ impl PauseStep {
     }
 }
 
+/// The pauses a plan simulates: each moves the plan's clock; past a week the plan stops.
+#[derive(Debug, Default)]
+pub(crate) struct SimulatedPauses {
+    total: i64,
+    /// The pause to show before the next step.
+    pub pending: Option<PauseStep>,
+}
+
+impl SimulatedPauses {
+    /// Moves `ctx`'s clock on by a pause of `by`; false, with a warning, once the pauses pass
+    /// a week.
+    pub fn add(
+        &mut self,
+        ctx: &mut hook::CallContext,
+        seconds: u32,
+        reason: String,
+        by: DecidedBy,
+        warnings: &mut Vec<String>,
+    ) -> bool {
+        self.total += i64::from(seconds);
+        ctx.now += i64::from(seconds);
+        let who = by.to_string();
+        PauseStep::add_to(&mut self.pending, seconds, reason, by);
+        if self.total > MAX_SIMULATED_PAUSE {
+            warnings.push(format!(
+                "{who} kept pausing for more than 7 days; the plan stops here"
+            ));
+            return false;
+        }
+        true
+    }
+}
+
 /// A gate's verdict as a plan shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

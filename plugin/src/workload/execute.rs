@@ -128,6 +128,33 @@ impl Updater<'_> {
         }
     }
 
+    /// Asks the hooks through `ask` (off the async threads, since hooks run synchronously),
+    /// then reports the warnings it left, the decision (`describe` says who took it and what it
+    /// was) and what shadow hooks would have said, for step `at`.
+    pub(super) fn asked<D>(
+        &mut self,
+        (point, phase): (HookPoint, Option<Phase>),
+        at: (u32, u32),
+        ask: impl FnOnce(
+            &mut [Box<dyn Hook>],
+            &CallContext,
+            &mut Vec<String>,
+        ) -> Result<(D, Vec<ShadowDecision>), HookFailed>,
+        describe: impl Fn(&D) -> (DecidedBy, String),
+    ) -> Result<D, UpdateError> {
+        let ctx = self.ctx();
+        let mut warnings = Vec::new();
+        let hooks = &mut *self.hooks;
+        let (decision, said) = tokio::task::block_in_place(|| ask(hooks, &ctx, &mut warnings))?;
+        for message in warnings {
+            self.reporter.report(Event::Warning { message });
+        }
+        let (by, text) = describe(&decision);
+        self.decided(point, phase, at, &by, text);
+        self.shadowed(at, said);
+        Ok(decision)
+    }
+
     /// Reports a wait and sleeps through it.
     pub(super) async fn hold(&self, duration: Duration, reason: String) {
         self.reporter.report(Event::Waiting {

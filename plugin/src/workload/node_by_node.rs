@@ -205,17 +205,15 @@ impl Updater<'_> {
                 Step::Ask(Question::Order { pending }) => {
                     if with_hooks {
                         let candidates = in_order(&candidates, &pending);
-                        let ctx = self.ctx();
-                        let mut warnings = Vec::new();
-                        let hooks = &mut *self.hooks;
-                        let (order, by, said) = tokio::task::block_in_place(|| {
-                            ask_order(hooks, &ctx, &at, &candidates, &mut warnings)
-                        })?;
-                        self.warn(warnings);
-                        let step = (at.steps_done, 0);
-                        let text = format!("order {}", order.join(", "));
-                        self.decided(HookPoint::Select, None, step, &by, text);
-                        self.shadowed(step, said);
+                        let (order, by) = self.asked(
+                            (HookPoint::Select, None),
+                            (at.steps_done, 0),
+                            |hooks, ctx, warnings| {
+                                ask_order(hooks, ctx, &at, &candidates, warnings)
+                                    .map(|(order, by, said)| ((order, by), said))
+                            },
+                            |(order, by)| (by.clone(), format!("order {}", order.join(", "))),
+                        )?;
                         Input::Ordered(order, by)
                     } else {
                         Input::Ordered(pending, DecidedBy::BuiltIn)
@@ -309,12 +307,6 @@ impl Updater<'_> {
         }
     }
 
-    fn warn(&self, warnings: Vec<String>) {
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
-    }
-
     async fn node_step_size(
         &mut self,
         at: &Stand<'_>,
@@ -330,23 +322,12 @@ impl Updater<'_> {
                 by: DecidedBy::BuiltIn,
             });
         }
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) = tokio::task::block_in_place(|| {
-            ask_size(hooks, &ctx, at, candidates, max, &mut warnings)
-        })?;
-        self.warn(warnings);
-        let step = (at.steps_done, attempt);
-        self.decided(
-            HookPoint::Batch,
-            None,
-            step,
-            decision.by(),
-            decision.to_string(),
-        );
-        self.shadowed(step, said);
-        Ok(decision)
+        self.asked(
+            (HookPoint::Batch, None),
+            (at.steps_done, attempt),
+            |hooks, ctx, warnings| ask_size(hooks, ctx, at, candidates, max, warnings),
+            |d| (d.by().clone(), d.to_string()),
+        )
     }
 
     async fn node_gate(
@@ -371,18 +352,12 @@ impl Updater<'_> {
             .filter(|p| !p.ready && !p.terminating)
             .count() as u32;
         let total = seen.pods.len() as i32;
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (gate, said) = tokio::task::block_in_place(|| {
-            ask_gate(hooks, &ctx, batch, total, not_ready, &mut warnings)
-        })?;
-        self.warn(warnings);
-        let at = (batch.index, batch.attempt);
-        let text = gate.verdict.to_string();
-        self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
-        self.shadowed(at, said);
-        Ok(gate)
+        self.asked(
+            (HookPoint::Gate, Some(Phase::AfterBatch)),
+            (batch.index, batch.attempt),
+            |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, total, not_ready, warnings),
+            |g| (g.by.clone(), g.verdict.to_string()),
+        )
     }
 
     /// Waits until replacing `count` more pods keeps the unavailable ones within `max`.

@@ -334,24 +334,12 @@ impl Updater<'_> {
             });
         }
         let pods = self.set_pods(ns, set).await?;
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) =
-            tokio::task::block_in_place(|| ask_size(hooks, &ctx, at, &pods, max, &mut warnings))?;
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
-        let step = (at.steps_done, attempt);
-        self.decided(
-            HookPoint::Batch,
-            None,
-            step,
-            decision.by(),
-            decision.to_string(),
-        );
-        self.shadowed(step, said);
-        Ok(decision)
+        self.asked(
+            (HookPoint::Batch, None),
+            (at.steps_done, attempt),
+            |hooks, ctx, warnings| ask_size(hooks, ctx, at, &pods, max, warnings),
+            |d| (d.by().clone(), d.to_string()),
+        )
     }
 
     async fn judge_step(
@@ -369,21 +357,13 @@ impl Updater<'_> {
         }
         let pods = self.set_pods(ns, set).await?;
         let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
         let replicas = set.replicas();
-        let (gate, said) = tokio::task::block_in_place(|| {
-            ask_gate(hooks, &ctx, batch, replicas, not_ready, &mut warnings)
-        })?;
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
-        let at = (batch.index, batch.attempt);
-        let text = gate.verdict.to_string();
-        self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
-        self.shadowed(at, said);
-        Ok(gate)
+        self.asked(
+            (HookPoint::Gate, Some(Phase::AfterBatch)),
+            (batch.index, batch.attempt),
+            |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, replicas, not_ready, warnings),
+            |g| (g.by.clone(), g.verdict.to_string()),
+        )
     }
 
     async fn set_partition(

@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use super::in_place::{InPlace, LiveRequest, action, check_flags, run_live};
+use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live, step_note};
 use super::{
     Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
     policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
+use crate::cluster::Cluster;
 use crate::cluster::controllers::Write;
-use crate::cluster::{Cluster, LiveObjects};
-use crate::hooks::{ObjectSource, SnapshotObjects};
+use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
@@ -46,21 +46,8 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
     }
     let runtime = super::super::tokio_runtime()?;
     runtime.block_on(async {
-        let cluster = Cluster::connect(&kube.connect_options()?).await?;
-        let namespace = kube
-            .namespace
-            .clone()
-            .unwrap_or_else(|| cluster.default_namespace.clone());
-        if dry_run == DryRun::None {
-            cluster
-                .check_access(&crate::cluster::access::for_daemon_set_update(&namespace))
-                .await?;
-        }
-        let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
-            cluster: cluster.clone(),
-            handle: tokio::runtime::Handle::current(),
-        });
-        let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
+        let access = crate::cluster::access::for_daemon_set_update;
+        let (cluster, namespace, mut hooks) = connect(kube, &policy, dry_run, access).await?;
         if dry_run != DryRun::None {
             let set = cluster
                 .get_daemon_set(&namespace, &name)
@@ -250,33 +237,18 @@ fn print(plan: &NodePlan, format: OutputFormat) -> Result<(), Failure> {
                 "NOTE".into(),
             ]];
             for (i, step) in plan.steps.iter().enumerate() {
-                let mut note = Vec::new();
-                if let Some(reason) = &step.size_reason {
-                    note.push(format!("size: {reason}"));
-                }
-                if let Some(p) = &step.pause {
-                    note.push(format!(
-                        "after a {}s pause ({}): {}",
-                        p.seconds, p.decided_by, p.reason
-                    ));
-                }
-                if let Some(g) = &step.gate {
-                    note.push(format!(
-                        "gate {} ({}){}",
-                        g.verdict,
-                        g.decided_by,
-                        g.reason
-                            .as_ref()
-                            .map(|r| format!(": {r}"))
-                            .unwrap_or_default()
-                    ));
-                }
+                let note = step_note(
+                    false,
+                    step.size_reason.as_deref(),
+                    step.pause.as_ref(),
+                    step.gate.as_ref(),
+                );
                 rows.push(vec![
                     (i + 1).to_string(),
                     step.nodes.join(","),
                     step.decided_by.to_string(),
                     step.ordered_by.to_string(),
-                    note.join("; "),
+                    note,
                 ]);
             }
             print!("{}", output::align(&rows));

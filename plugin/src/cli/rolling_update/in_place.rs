@@ -4,15 +4,23 @@
 
 use std::sync::Arc;
 
-use super::{Failure, OnAbort, RESUME, RollingUpdateArgs, failure, reporter};
+use super::{
+    Failure, KubeFlags, OnAbort, RESUME, RollingUpdateArgs, failure, load_hooks, reporter,
+};
+use crate::cli::nodes::DryRun;
 use crate::cli::rotate_cmd::{identity, take_lock};
 use crate::cluster::Cluster;
+use crate::cluster::LiveObjects;
+use crate::cluster::access::Permission;
 use crate::cluster::lock::LeaseRef;
 use crate::cluster::recorder::{EventRecorder, Scope};
+use crate::hooks::ObjectSource;
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::template::TemplateChange;
+use crate::plan::{GateStep, PauseStep};
 use crate::policy::IntOrPercent;
+use crate::policy::Policy;
 use crate::workload::execute::{Settings, Updater};
 use crate::workload::node_by_node::NodeRequest;
 use crate::workload::partitioned::PartitionRequest;
@@ -123,6 +131,61 @@ pub fn action(args: &RollingUpdateArgs, kind: InPlace) -> Result<PartitionAction
     }
 }
 
+/// The cluster, the namespace (`-n`, else the kubeconfig's), and the hooks loaded against the
+/// live cluster; a live run (`dry_run` none) first checks every permission in `access`.
+pub async fn connect(
+    kube: &KubeFlags,
+    policy: &Policy,
+    dry_run: DryRun,
+    access: fn(&str) -> Vec<Permission>,
+) -> Result<(Cluster, String, Vec<Box<dyn Hook>>), Failure> {
+    let cluster = Cluster::connect(&kube.connect_options()?).await?;
+    let namespace = kube
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.default_namespace.clone());
+    if dry_run == DryRun::None {
+        cluster.check_access(&access(&namespace)).await?;
+    }
+    let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
+        cluster: cluster.clone(),
+        handle: tokio::runtime::Handle::current(),
+    });
+    let hooks = tokio::task::block_in_place(|| load_hooks(policy, objects))?;
+    Ok((cluster, namespace, hooks))
+}
+
+/// The NOTE column of a plan's step: canary, the size's reason, the pause before, the gate.
+pub fn step_note(
+    canary: bool,
+    size_reason: Option<&str>,
+    pause: Option<&PauseStep>,
+    gate: Option<&GateStep>,
+) -> String {
+    let mut note = Vec::new();
+    if canary {
+        note.push("canary".to_string());
+    }
+    if let Some(reason) = size_reason {
+        note.push(format!("size: {reason}"));
+    }
+    if let Some(p) = pause {
+        note.push(format!(
+            "after a {}s pause ({}): {}",
+            p.seconds, p.decided_by, p.reason
+        ));
+    }
+    if let Some(g) = gate {
+        let reason = g
+            .reason
+            .as_ref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        note.push(format!("gate {} ({}){reason}", g.verdict, g.decided_by));
+    }
+    note.join("; ")
+}
+
 /// An update to run live.
 pub enum LiveRequest {
     Partition(PartitionRequest),
@@ -154,7 +217,7 @@ pub async fn run_live(
     let reporter = reporter(args.output);
     let identity = identity();
     let lease = LeaseRef::workload(kind.short(), namespace, name);
-    let lock = take_lock(cluster, &lease, &identity, false, &*reporter).await?;
+    let lock = take_lock(cluster, &lease, &identity, args.force_unlock, &*reporter).await?;
     let scope = Scope::Workload {
         kind: kind.kind(),
         api_version: "apps/v1",

@@ -3,13 +3,15 @@
 //! `--dry-run`. A StatefulSet (`sts/NAME`) is rolled through its partition instead
 //! ([`stateful_set`]), a DaemonSet (`ds/NAME`) node by node ([`daemon_set`]).
 
+mod controller_plan;
 mod daemon_set;
 mod in_place;
 mod stateful_set;
 
 pub use in_place::{InPlace, named as in_place_named};
 
-use std::fmt::Write as _;
+use controller_plan::{SnapshotView, plan_from, print, server_dry_run};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +23,9 @@ use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
-use crate::plan::hook::{CallContext, Hook};
+use crate::plan::hook::Hook;
 use crate::plan::rolling_update::controller::{Controller, Kind};
-use crate::plan::rolling_update::planner::{self, PlanInput, RollingUpdatePlan, Side};
-use crate::plan::rolling_update::pods::PodInfo;
-use crate::plan::rolling_update::prepare::{NextSource, PairView, view_pair};
-use crate::plan::rolling_update::steps;
+use crate::plan::rolling_update::prepare::NextSource;
 use crate::policy::{IntOrPercent, Policy, parse_duration};
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
@@ -97,6 +96,11 @@ pub struct RollingUpdateArgs {
     /// sts/NAME: pods in a first step of their own, before the others (0: none).
     #[arg(long, value_name = "N")]
     pub canary: Option<u32>,
+
+    /// sts/NAME, ds/NAME: take over the update's lock from a holder that stopped renewing it
+    /// (a run killed on another machine).
+    #[arg(long)]
+    pub force_unlock: bool,
 
     /// `client`: print the plan. `server`: also send the next controller's creation to the API
     /// server as a dry run. `none` (the default): perform the update.
@@ -204,6 +208,11 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         Some((InPlace::StatefulSet, name)) => return stateful_set::run(kube, args, name),
         Some((InPlace::DaemonSet, name)) => return daemon_set::run(kube, args, name),
         None => {}
+    }
+    if args.force_unlock {
+        return Err(Failure::usage(
+            "--force-unlock is for StatefulSets and DaemonSets (sts/NAME, ds/NAME): a controller rolling update holds no lock",
+        ));
     }
     if args.canary.is_some() {
         return Err(Failure::usage(
@@ -385,264 +394,4 @@ fn load_hooks(
     let runtime = HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
     Ok(crate::hooks::load_all(runtime, policy, objects)?)
-}
-
-/// The objects a plan is made from: the two controllers (if they exist) and the pods.
-struct SnapshotView {
-    controllers: Vec<Controller>,
-    pods: Vec<PodInfo>,
-}
-
-impl SnapshotView {
-    fn from_list(list: &serde_json::Value, namespace: &str) -> Result<SnapshotView, String> {
-        let items = list["items"]
-            .as_array()
-            .ok_or("not a v1 List: there is no items array")?;
-        let in_namespace = |item: &&serde_json::Value| {
-            item["metadata"]["namespace"]
-                .as_str()
-                .is_none_or(|n| n == namespace)
-        };
-        Ok(SnapshotView {
-            controllers: items
-                .iter()
-                .filter(in_namespace)
-                .filter_map(|i| Controller::from_value(i.clone()).ok())
-                .collect(),
-            pods: items
-                .iter()
-                .filter(in_namespace)
-                .filter(|i| i["kind"] == "Pod")
-                .map(PodInfo::from_value)
-                .collect(),
-        })
-    }
-
-    async fn live(
-        cluster: &Cluster,
-        kind: Kind,
-        namespace: &str,
-        old_name: &str,
-        args: &RollingUpdateArgs,
-    ) -> Result<SnapshotView, Failure> {
-        let mut controllers = Vec::new();
-        let old = cluster.get_controller(kind, namespace, old_name).await?;
-        let next_name = args.next_name().or_else(|| {
-            old.as_ref()
-                .and_then(|o| o.annotation(crate::keys::LEGACY_NEXT_CONTROLLER))
-                .map(String::from)
-        });
-        let mut pods = Vec::new();
-        if let Some(old) = old {
-            pods.extend(
-                cluster
-                    .list_pods(namespace, &old.selector_string())
-                    .await?
-                    .into_iter()
-                    .map(|(_, p)| p),
-            );
-            controllers.push(old);
-        }
-        if let Some(name) = next_name
-            && let Some(next) = cluster.get_controller(kind, namespace, &name).await?
-        {
-            pods.extend(
-                cluster
-                    .list_pods(namespace, &next.selector_string())
-                    .await?
-                    .into_iter()
-                    .map(|(_, p)| p),
-            );
-            controllers.push(next);
-        }
-        Ok(SnapshotView { controllers, pods })
-    }
-
-    fn find(&self, kind: Kind, name: &str) -> Option<&Controller> {
-        self.controllers
-            .iter()
-            .find(|c| c.kind == kind && c.name() == name)
-    }
-}
-
-fn plan_from(
-    view: &SnapshotView,
-    kind: Kind,
-    old_name: &str,
-    args: &RollingUpdateArgs,
-    source: Option<&NextSource>,
-    mut hooks: Vec<Box<dyn Hook>>,
-) -> Result<(RollingUpdatePlan, PairView), Failure> {
-    let old = view.find(kind, old_name).ok_or_else(|| {
-        Failure::usage(format!(
-            "{} {old_name:?} not found{}",
-            kind.as_str(),
-            if args.from_snapshot.is_some() {
-                " in the snapshot"
-            } else {
-                ""
-            }
-        ))
-    })?;
-    let next_name = args.next_name().or_else(|| {
-        old.annotation(crate::keys::LEGACY_NEXT_CONTROLLER)
-            .map(String::from)
-    });
-    let existing = next_name.as_deref().and_then(|n| view.find(kind, n));
-    let pair = view_pair(
-        old,
-        next_name.as_deref(),
-        existing,
-        source,
-        args.deployment_label_key(),
-        planner::Cleanup::for_next(args.next.is_some()),
-    )
-    .map_err(Failure::usage)?;
-    let input = PlanInput {
-        old: &pair.from,
-        old_pods: &view.pods,
-        next_name: pair.to_name.clone(),
-        next_replicas: pair.to_replicas,
-        next_exists: pair.to_exists,
-        desired: pair.desired,
-        budgets: steps::budgets(
-            args.max_surge(),
-            args.max_unavailable(),
-            pair.desired,
-            pair.from.replicas(),
-        ),
-        cleanup: pair.cleanup,
-        ctx: CallContext {
-            now: jiff::Timestamp::now().as_second(),
-            run_id: "plan".into(),
-            dry_run: true,
-        },
-    };
-    let plan = planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
-    Ok((plan, pair))
-}
-
-/// Sends what initialization would write (the next controller's creation, the old one's
-/// annotation) as server dry runs; nothing when the next controller exists already.
-async fn server_dry_run(
-    cluster: &Cluster,
-    pair: &PairView,
-    namespace: &str,
-) -> Result<(), Failure> {
-    let Some(next) = &pair.to_create else {
-        return Ok(());
-    };
-    use crate::cluster::controllers::Write;
-    let old = &pair.from;
-    cluster
-        .create_controller(namespace, next, Write::ServerDryRun)
-        .await?;
-    cluster
-        .patch_controller(
-            old.kind,
-            namespace,
-            old.name(),
-            &serde_json::json!({"metadata": {"annotations": {crate::keys::LEGACY_NEXT_CONTROLLER: next.name()}}}),
-            Write::ServerDryRun,
-        )
-        .await?;
-    eprintln!(
-        "server dry run: the API server accepts creating {} and annotating {}",
-        next.display(),
-        old.display()
-    );
-    Ok(())
-}
-
-fn print(plan: &RollingUpdatePlan, format: OutputFormat) -> Result<(), Failure> {
-    for w in &plan.warnings {
-        crate::report::log(crate::report::Level::Warn, w);
-    }
-    match format {
-        OutputFormat::Json | OutputFormat::Yaml => super::print_structured(plan, format),
-        OutputFormat::Table | OutputFormat::Wide => {
-            println!(
-                "Rolling {} {} ({} replicas) to {} ({}, {} desired); maxSurge {}, maxUnavailable {}",
-                plan.old.kind.as_str(),
-                plan.old.name,
-                plan.old.replicas,
-                plan.next.name,
-                if plan.next.exists {
-                    format!("exists with {} replicas", plan.next.replicas)
-                } else {
-                    "to be created".to_string()
-                },
-                plan.next.desired,
-                plan.max_surge,
-                plan.max_unavailable
-            );
-            let mut rows = vec![vec![
-                "STEP".to_string(),
-                "CONTROLLER".into(),
-                "REPLICAS".into(),
-                "DECIDED BY".into(),
-                "NOTE".into(),
-            ]];
-            for (i, step) in plan.steps.iter().enumerate() {
-                let mut note = Vec::new();
-                if let Some(p) = &step.pause {
-                    note.push(format!(
-                        "after a {}s pause ({}): {}",
-                        p.seconds, p.decided_by, p.reason
-                    ));
-                }
-                if let Some(g) = &step.gate {
-                    note.push(format!(
-                        "gate {} ({}){}",
-                        g.verdict,
-                        g.decided_by,
-                        g.reason
-                            .as_ref()
-                            .map(|r| format!(": {r}"))
-                            .unwrap_or_default()
-                    ));
-                }
-                rows.push(vec![
-                    (i + 1).to_string(),
-                    match step.controller {
-                        Side::Old => plan.old.name.clone(),
-                        Side::Next => plan.next.name.clone(),
-                    },
-                    step.replicas.to_string(),
-                    step.decided_by.to_string(),
-                    note.join("; "),
-                ]);
-            }
-            print!("{}", output::align(&rows));
-            if let Some(order) = &plan.deletion_order {
-                println!(
-                    "Old pods go in the order of {}: {}",
-                    order.decided_by,
-                    order.pods.join(", ")
-                );
-            }
-            let mut shadow = String::new();
-            output::shadow_lines(&mut shadow, "  ", &plan.shadow);
-            for (i, step) in plan.steps.iter().enumerate() {
-                if !step.shadow.is_empty() {
-                    let _ = writeln!(shadow, "  step {}:", i + 1);
-                    output::shadow_lines(&mut shadow, "    ", &step.shadow);
-                }
-            }
-            if !shadow.is_empty() {
-                print!("Shadow hooks (reported, never acted on):\n{shadow}");
-            }
-            match &plan.stopped {
-                Some(reason) => println!("Stops: {reason}"),
-                None => match plan.cleanup {
-                    planner::Cleanup::Rename => println!(
-                        "Then: delete {} and rename {} to {}",
-                        plan.old.name, plan.next.name, plan.old.name
-                    ),
-                    planner::Cleanup::DeleteOld => println!("Then: delete {}", plan.old.name),
-                },
-            }
-            Ok(())
-        }
-    }
 }

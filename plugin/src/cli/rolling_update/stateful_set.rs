@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use super::in_place::{InPlace, LiveRequest, action, check_flags, run_live};
+use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live, step_note};
 use super::{
     Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
     policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
-use crate::cluster::{Cluster, LiveObjects};
-use crate::hooks::{ObjectSource, SnapshotObjects};
+use crate::cluster::Cluster;
+use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
 use crate::plan::rolling_update::pods::PodInfo;
@@ -39,21 +39,8 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
     }
     let runtime = super::super::tokio_runtime()?;
     runtime.block_on(async {
-        let cluster = Cluster::connect(&kube.connect_options()?).await?;
-        let namespace = kube
-            .namespace
-            .clone()
-            .unwrap_or_else(|| cluster.default_namespace.clone());
-        if dry_run == DryRun::None {
-            cluster
-                .check_access(&crate::cluster::access::for_stateful_set_update(&namespace))
-                .await?;
-        }
-        let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
-            cluster: cluster.clone(),
-            handle: tokio::runtime::Handle::current(),
-        });
-        let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
+        let access = crate::cluster::access::for_stateful_set_update;
+        let (cluster, namespace, mut hooks) = connect(kube, &policy, dry_run, access).await?;
         if dry_run != DryRun::None {
             let set = cluster
                 .get_stateful_set(&namespace, &name)
@@ -218,36 +205,18 @@ fn print(plan: &PartitionPlan, format: OutputFormat) -> Result<(), Failure> {
                 "NOTE".into(),
             ]];
             for (i, step) in plan.steps.iter().enumerate() {
-                let mut note = Vec::new();
-                if step.canary {
-                    note.push("canary".to_string());
-                }
-                if let Some(reason) = &step.size_reason {
-                    note.push(format!("size: {reason}"));
-                }
-                if let Some(p) = &step.pause {
-                    note.push(format!(
-                        "after a {}s pause ({}): {}",
-                        p.seconds, p.decided_by, p.reason
-                    ));
-                }
-                if let Some(g) = &step.gate {
-                    note.push(format!(
-                        "gate {} ({}){}",
-                        g.verdict,
-                        g.decided_by,
-                        g.reason
-                            .as_ref()
-                            .map(|r| format!(": {r}"))
-                            .unwrap_or_default()
-                    ));
-                }
+                let note = step_note(
+                    step.canary,
+                    step.size_reason.as_deref(),
+                    step.pause.as_ref(),
+                    step.gate.as_ref(),
+                );
                 rows.push(vec![
                     (i + 1).to_string(),
                     step.partition.to_string(),
                     step.pods.join(","),
                     step.decided_by.to_string(),
-                    note.join("; "),
+                    note,
                 ]);
             }
             print!("{}", output::align(&rows));

@@ -6,12 +6,12 @@
 use serde::Serialize;
 
 use super::node_loop::{Action, Input, NodeLoop, Outcome, Question, Step};
-use super::partition_planner::ask_gate;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
+use super::partition_planner::{as_planned, ask_gate};
+use crate::plan::decide::{self, BatchDecision, HookFailed};
 use crate::plan::hook::{BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, Instances};
 use crate::plan::hook::{Phase, Progress};
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PauseStep, Role};
+use crate::plan::{GateStep, PauseStep, Role, SimulatedPauses};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [{"nodes"}, ...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -152,8 +152,7 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
     let names = input.candidates.iter().map(|c| c.name.clone()).collect();
     let mut machine = NodeLoop::new(names, input.max_unavailable);
     let mut ctx = input.ctx.clone();
-    let mut paused = 0i64;
-    let mut pending_pause: Option<PauseStep> = None;
+    let mut pauses = SimulatedPauses::default();
     let mut said = Vec::new();
     let mut sized_by = DecidedBy::BuiltIn;
     let mut steps_done = 0;
@@ -186,14 +185,8 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
                 reason,
                 decided_by,
             }) => {
-                paused += i64::from(seconds);
-                ctx.now += i64::from(seconds);
-                let who = decided_by.clone();
-                PauseStep::add_to(&mut pending_pause, seconds, reason, decided_by);
-                if paused > MAX_SIMULATED_PAUSE {
-                    plan.warnings.push(format!(
-                        "{who} kept pausing for more than 7 days; the plan stops here"
-                    ));
+                // Only a pause comes here in a plan: a gate's wait is assumed to clear.
+                if !pauses.add(&mut ctx, seconds, reason, decided_by, &mut plan.warnings) {
                     return Ok(plan);
                 }
                 Input::Done
@@ -210,7 +203,7 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
                     decided_by: sized_by.clone(),
                     ordered_by,
                     size_reason: by_hook.then_some(size_reason),
-                    pause: pending_pause.take(),
+                    pause: pauses.pending.take(),
                     gate: None,
                     shadow: std::mem::take(&mut said),
                 });
@@ -236,13 +229,7 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
                     last.shadow.extend(shadow);
                 }
                 steps_done = step + 1;
-                match decision.verdict {
-                    Verdict::Wait { .. } => Input::Judged(GateDecision {
-                        verdict: Verdict::Proceed,
-                        by: DecidedBy::BuiltIn,
-                    }),
-                    _ => Input::Judged(decision),
-                }
+                Input::Judged(as_planned(decision))
             }
             Step::Done(Outcome::Finished) => return Ok(plan),
             Step::Done(Outcome::Aborted {

@@ -12,7 +12,7 @@ use super::steps::Budgets;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Instances, Phase};
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PauseStep};
+use crate::plan::{GateStep, PauseStep, SimulatedPauses};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -142,6 +142,17 @@ pub fn ask_gate(
     Ok((decision, said))
 }
 
+/// A gate's verdict as a plan goes on with it: a wait is assumed to clear.
+pub fn as_planned(decision: GateDecision) -> GateDecision {
+    match decision.verdict {
+        Verdict::Wait { .. } => GateDecision {
+            verdict: Verdict::Proceed,
+            by: DecidedBy::BuiltIn,
+        },
+        _ => decision,
+    }
+}
+
 /// Plans the update `input` describes with `hooks`.
 pub fn plan(
     input: &PartitionInput,
@@ -167,8 +178,8 @@ pub fn plan(
         input.max_unavailable,
         input.canary,
     );
-    let (mut partition, mut steps_done, mut paused) = (input.partition, 0u32, 0i64);
-    let mut pending_pause: Option<PauseStep> = None;
+    let (mut partition, mut steps_done) = (input.partition, 0u32);
+    let mut pauses = SimulatedPauses::default();
     let mut step_shadow = Vec::new();
     let mut step = machine.step(Input::Start);
     loop {
@@ -192,14 +203,7 @@ pub fn plan(
                 decided_by,
             }) => {
                 // Only a pause comes here in a plan: a gate's wait is assumed to clear.
-                paused += i64::from(seconds);
-                ctx.now += i64::from(seconds);
-                let who = decided_by.clone();
-                PauseStep::add_to(&mut pending_pause, seconds, reason, decided_by);
-                if paused > MAX_SIMULATED_PAUSE {
-                    plan.warnings.push(format!(
-                        "{who} kept pausing for more than 7 days; the plan stops here"
-                    ));
+                if !pauses.add(&mut ctx, seconds, reason, decided_by, &mut plan.warnings) {
                     return Ok(plan);
                 }
                 Input::Done
@@ -220,7 +224,7 @@ pub fn plan(
                     canary,
                     decided_by,
                     size_reason: by_hook.then_some(reason),
-                    pause: pending_pause.take(),
+                    pause: pauses.pending.take(),
                     gate: None,
                     shadow: std::mem::take(&mut step_shadow),
                 });
@@ -251,13 +255,7 @@ pub fn plan(
                     last.shadow.extend(said);
                 }
                 steps_done = step + 1;
-                match decision.verdict {
-                    Verdict::Wait { .. } => Input::Judged(GateDecision {
-                        verdict: Verdict::Proceed,
-                        by: DecidedBy::BuiltIn,
-                    }),
-                    _ => Input::Judged(decision),
-                }
+                Input::Judged(as_planned(decision))
             }
             Step::Done(Outcome::Finished) => return Ok(plan),
             Step::Done(Outcome::Aborted {

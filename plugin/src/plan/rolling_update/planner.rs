@@ -16,7 +16,7 @@ use crate::plan::hook::{
     Progress,
 };
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Role};
+use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role, SimulatedPauses};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -280,8 +280,7 @@ struct Simulation<'a> {
     next: i32,
     steps: Vec<ScaleStep>,
     /// Pauses asked for before the next step, and how long the loop paused in all.
-    pause: Option<PauseStep>,
-    paused: i64,
+    pauses: SimulatedPauses,
     sized_by: DecidedBy,
     size_reason: String,
     /// What shadow hooks said about the next step.
@@ -304,8 +303,7 @@ fn simulate(
         old: input.old.replicas(),
         next: input.next_replicas,
         steps: Vec::new(),
-        pause: None,
-        paused: 0,
+        pauses: SimulatedPauses::default(),
         sized_by: DecidedBy::BuiltIn,
         size_reason: String::new(),
         shadow: Vec::new(),
@@ -400,7 +398,7 @@ impl Simulation<'_> {
             replicas,
             decided_by: self.sized_by.clone(),
             size_reason: (self.sized_by != DecidedBy::BuiltIn).then(|| self.size_reason.clone()),
-            pause: self.pause.take(),
+            pause: self.pauses.pending.take(),
             gate: GateStep::from_decision(Phase::AfterBatch, gate.clone()),
             shadow: std::mem::take(&mut self.shadow),
         });
@@ -421,17 +419,8 @@ impl Simulation<'_> {
         by: DecidedBy,
         warnings: &mut Vec<String>,
     ) -> bool {
-        self.paused += i64::from(seconds);
-        self.ctx.now += i64::from(seconds);
-        let who = by.clone();
-        PauseStep::add_to(&mut self.pause, seconds, reason, by);
-        if self.paused > MAX_SIMULATED_PAUSE {
-            warnings.push(format!(
-                "{who} kept pausing for more than 7 days; the plan stops here"
-            ));
-            return false;
-        }
-        true
+        self.pauses
+            .add(&mut self.ctx, seconds, reason, by, warnings)
     }
 }
 
