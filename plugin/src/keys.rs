@@ -33,6 +33,10 @@ pub const PHASE: &str = "rollout-ext.io/phase";
 /// restored at the end.
 pub const ORIGINAL_UPDATE_STRATEGY: &str = "rollout-ext.io/original-update-strategy";
 
+/// On a StatefulSet or DaemonSet this tool is rolling back: set when the template was pointed
+/// back, so that a resumed run goes on back rather than forward.
+pub const ROLLING_BACK: &str = "rollout-ext.io/rolling-back";
+
 /// On the rotation's Lease: what the running rotation waits for now, and since when (JSON
 /// `{"what", "since"}`), so that `status` from any machine says what holds it.
 pub const HOLDING: &str = "rollout-ext.io/holding";

@@ -47,13 +47,17 @@ pub async fn create_sts(
     wait_all_on(&api, name, replicas).await;
 }
 
-/// Waits until every pod of `name` is Ready on its update revision.
+/// Waits until every pod of `name` is Ready on its update revision, as its controller says.
 pub async fn wait_all_on(api: &Api<StatefulSet>, name: &str, n: i32) {
+    // Not currentRevision: an OnDelete StatefulSet's does not move.
     let done = move |obj: Option<&StatefulSet>| {
-        obj.and_then(|s| s.status.as_ref()).is_some_and(|s| {
-            s.ready_replicas == Some(n)
-                && s.updated_replicas == Some(n)
-                && s.current_revision == s.update_revision
+        obj.is_some_and(|o| {
+            let generation = o.metadata.generation;
+            o.status.as_ref().is_some_and(|s| {
+                s.observed_generation >= generation
+                    && s.ready_replicas == Some(n)
+                    && s.updated_replicas == Some(n)
+            })
         })
     };
     tokio::time::timeout(WAIT, await_condition(api.clone(), name, done))

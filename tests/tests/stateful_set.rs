@@ -201,10 +201,11 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
         stderr.contains("hook/stopper") && stderr.contains("with the partition at 2"),
         "{stderr}"
     );
+    // OnDelete stays: the tool deleted the canary's pod itself, and nothing else moves.
     let stopped = get(&client, ns, "db").await;
     assert_eq!(
-        stopped["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
-        2
+        stopped["spec"]["updateStrategy"],
+        json!({"type": "OnDelete"})
     );
     assert_eq!(
         stopped["metadata"]["annotations"][STRATEGY],
@@ -259,6 +260,38 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
     assert_eq!(
         get(&client, ns, "db").await["metadata"]["resourceVersion"],
         version
+    );
+
+    // The whole roll of an OnDelete StatefulSet: the tool deletes each step's pods, highest
+    // ordinal first; OnDelete all along.
+    let seen = watch_pods(&client, ns, "db", 3, V2);
+    let out = run(plugin(
+        cluster,
+        ns,
+        &["sts/db", &image, "--max-unavailable=2", "-o", "json"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let steps: Vec<Value> = events(&out, "partition-set")
+        .iter()
+        .map(|e| e["pods"].clone())
+        .collect();
+    assert_eq!(steps, [json!(["db-2"]), json!(["db-1", "db-0"])]);
+    wait_all_on(&api, "db", 3).await;
+    // Within a step the controller starts the deleted pods again in its own order.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.updated.first().map(String::as_str),
+        Some("db-2"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.updated.len(), 3, "{seen:?}");
+    assert!((1..=2).contains(&seen.most_unavailable), "{seen:?}");
+    let done = get(&client, ns, "db").await;
+    assert_eq!(done["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+    assert!(
+        done["metadata"]["annotations"][STRATEGY].is_null(),
+        "{done}"
     );
 }
 

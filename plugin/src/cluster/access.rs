@@ -141,7 +141,8 @@ pub fn for_stateful_set_update(namespace: &str) -> Vec<Permission> {
         .collect();
     // The template a rollback goes back to.
     needed.push(here("get", "controllerrevisions.apps"));
-    needed.extend(["list", "watch"].map(|verb| here(verb, "pods")));
+    // An OnDelete StatefulSet's pods are deleted by the run itself.
+    needed.extend(["list", "watch", "delete"].map(|verb| here(verb, "pods")));
     // The update's own lock, beside the StatefulSet.
     needed.extend(
         ["get", "create", "update", "delete"].map(|verb| here(verb, "leases.coordination.k8s.io")),

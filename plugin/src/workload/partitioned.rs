@@ -1,8 +1,9 @@
 //! The executor of a StatefulSet's partitioned update: drives [`PartitionLoop`] against the
 //! cluster. The new template goes in with the partition at the replica count (nothing moves)
 //! and the original update strategy recorded on the object, in one write; each step lowers the
-//! partition, awaits the pods it updates Ready on the new revision, then asks the gates; the
-//! strategy is restored at the end. The partition and revisions on the object are the state:
+//! partition (for an `OnDelete` StatefulSet: deletes the step's pods itself, highest first),
+//! awaits the pods it updates Ready on the new revision, then asks the gates; the strategy is
+//! restored at the end. The partition and revisions on the object are the state:
 //! the same command, run again, goes on from them. A rollback is the same loop towards the
 //! revision the pods ran before, read from its ControllerRevision.
 
@@ -126,7 +127,7 @@ impl Updater<'_> {
                         ),
                     });
                 }
-                self.begin(ns, set, template).await
+                self.begin(ns, set, template, false).await
             }
             Start::Revert(revision) => {
                 let template = self
@@ -143,7 +144,7 @@ impl Updater<'_> {
                     controller: set.display(),
                     replicas: set.replicas(),
                 });
-                self.begin(ns, set, Some(template)).await
+                self.begin(ns, set, Some(template), true).await
             }
         }
     }
@@ -154,11 +155,12 @@ impl Updater<'_> {
         ns: &str,
         set: StatefulSet,
         template: Option<Value>,
+        rollback: bool,
     ) -> Result<StatefulSet, UpdateError> {
         use crate::cluster::controllers::Write;
         Ok(self
             .cluster
-            .replace_stateful_set(ns, &set.begun(template), Write::Apply)
+            .replace_stateful_set(ns, &set.begun(template, rollback), Write::Apply)
             .await?)
     }
 
@@ -176,12 +178,13 @@ impl Updater<'_> {
         let revision = set.update_revision().unwrap_or_default().to_string();
         let pods = self.set_pods(ns, &set).await?;
         let floor = stateful_set::floor(&set, &pods, &revision);
+        let at = stateful_set::partition_of(&set, &pods, &revision);
         let replicas = set.replicas();
         let max_unavailable = pods_at_a_time(self.settings.max_unavailable, replicas);
         self.reporter.report(Event::PartitionUpdateStarted {
             workload: set.display(),
             replicas,
-            partition: set.partition(),
+            partition: at,
             floor,
             revision: revision.clone(),
             max_unavailable,
@@ -191,9 +194,8 @@ impl Updater<'_> {
                 self.reporter.report(Event::Warning { message });
             }
         }
-        let mut machine =
-            PartitionLoop::new(replicas, set.partition(), floor, max_unavailable, canary);
-        let mut partition = set.partition();
+        let mut machine = PartitionLoop::new(replicas, at, floor, max_unavailable, canary);
+        let mut partition = at;
         let mut steps_done = 0;
         let mut input = Input::Start;
         loop {
@@ -235,7 +237,7 @@ impl Updater<'_> {
                         canary,
                         decided_by: decided_by.to_string(),
                     });
-                    self.set_partition(ns, &set, to).await?;
+                    self.set_partition(ns, &set, to, from).await?;
                     partition = to;
                     Input::Done
                 }
@@ -249,7 +251,7 @@ impl Updater<'_> {
                         canary: false,
                         decided_by: DecidedBy::BuiltIn.to_string(),
                     });
-                    self.set_partition(ns, &set, 0).await?;
+                    self.set_partition(ns, &set, 0, from).await?;
                     partition = 0;
                     Input::Done
                 }
@@ -366,12 +368,27 @@ impl Updater<'_> {
         )
     }
 
+    /// Lowers the partition from `from` to `partition`; for an `OnDelete` StatefulSet, deletes
+    /// the pods of those ordinals not on the update revision, highest first (the controller
+    /// starts them again on it).
     async fn set_partition(
         &self,
         ns: &str,
         set: &StatefulSet,
         partition: i32,
+        from: i32,
     ) -> Result<(), UpdateError> {
+        if set.on_delete() {
+            let set = self
+                .observed(ns, self.stateful_set(ns, set.name()).await?)
+                .await?;
+            let revision = set.update_revision().unwrap_or_default().to_string();
+            let pods = self.set_pods(ns, &set).await?;
+            for pod in stateful_set::to_delete(&set, &pods, partition, from, &revision) {
+                self.cluster.delete_pod_named(ns, &pod).await?;
+            }
+            return Ok(());
+        }
         let patch =
             json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}}});
         self.cluster

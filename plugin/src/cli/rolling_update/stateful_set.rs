@@ -11,6 +11,7 @@ use super::{
 };
 use crate::cli::nodes::DryRun;
 use crate::cluster::Cluster;
+use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
@@ -117,7 +118,10 @@ fn plan(
     let replicas = set.replicas();
     let update = set.update_revision().unwrap_or_default();
     let (partition, floor) = match &start {
-        Start::Resume => (set.partition(), stateful_set::floor(set, pods, update)),
+        Start::Resume => (
+            stateful_set::partition_of(set, pods, update),
+            stateful_set::floor(set, pods, update),
+        ),
         // A new template's revision is named by the controller once it is written: every pod
         // is taken to need it.
         Start::Write(Some(_)) => (replicas, 0),
@@ -148,7 +152,7 @@ fn plan(
     }
     if set.on_delete() {
         plan.warnings.push(format!(
-            "{} updates OnDelete: the run switches it to partitioned RollingUpdate for the steps and back to OnDelete at the end",
+            "{} updates OnDelete: the run deletes the pods of each step itself, highest ordinal first",
             set.display()
         ));
     }
@@ -164,24 +168,33 @@ async fn server_dry_run(
     pods: &[PodInfo],
     action: &PartitionAction,
 ) -> Result<(), Failure> {
-    let template = match stateful_set::start(set, pods, action).map_err(Failure::usage)? {
-        Start::Resume => return Ok(()),
-        Start::Write(template) => template,
-        Start::Revert(revision) => Some(
-            cluster
-                .revision_template(namespace, &revision)
-                .await?
-                .ok_or_else(|| Failure::usage(format!("the revision {revision} is gone")))?,
-        ),
-    };
-    use crate::cluster::controllers::Write;
+    let (template, rollback) =
+        match stateful_set::start(set, pods, action).map_err(Failure::usage)? {
+            Start::Resume => return Ok(()),
+            Start::Write(template) => (template, false),
+            Start::Revert(revision) => {
+                let template = cluster
+                    .revision_template(namespace, &revision)
+                    .await?
+                    .ok_or_else(|| Failure::usage(format!("the revision {revision} is gone")))?;
+                (Some(template), true)
+            }
+        };
     cluster
-        .replace_stateful_set(namespace, &set.begun(template), Write::ServerDryRun)
+        .replace_stateful_set(
+            namespace,
+            &set.begun(template, rollback),
+            Write::ServerDryRun,
+        )
         .await?;
+    let holding = if set.on_delete() {
+        "OnDelete, so nothing moves before the run deletes a pod".to_string()
+    } else {
+        format!("the partition at {}", set.replicas())
+    };
     eprintln!(
-        "server dry run: the API server accepts the new template of {} with the partition at {}",
-        set.display(),
-        set.replicas()
+        "server dry run: the API server accepts the new template of {} with {holding}",
+        set.display()
     );
     Ok(())
 }

@@ -12,9 +12,7 @@ use crate::plan::{Role, groups};
 use crate::policy::IntOrPercent;
 use crate::snapshot::{Node, parse_timestamp};
 
-/// On a DaemonSet being rolled back by this tool: set when the template was pointed back, so
-/// that a resumed run goes on back rather than forward.
-pub const ROLLING_BACK: &str = "rollout-ext.io/rolling-back";
+pub use crate::keys::ROLLING_BACK;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonSet {

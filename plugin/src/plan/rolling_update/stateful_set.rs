@@ -49,6 +49,9 @@ pub fn start(
             let template = set.next_template(change)?;
             if !set.has_template(&template) {
                 Ok(Start::Write(Some(template)))
+            } else if set.rolling_back() {
+                // Rolling back to this very template: it goes on, as an update now.
+                Ok(Start::Write(None))
             } else if ours {
                 Ok(Start::Resume)
             } else if floor(set, pods, update) >= set.replicas() {
@@ -62,18 +65,25 @@ pub fn start(
                 Ok(Start::Write(None))
             }
         }
+        // Pointed back already by a run that stopped.
+        PartitionAction::Rollback if set.rolling_back() => Ok(Start::Resume),
         PartitionAction::Rollback => {
-            let current = set.current_revision().unwrap_or_default();
-            if current != update {
-                Ok(Start::Revert(current.to_string()))
-            } else if ours {
-                // Pointed back already by a run that stopped.
-                Ok(Start::Resume)
-            } else {
-                Err(format!(
-                    "{} has no update in progress to roll back: its pods are meant to run revision {current}",
+            // The revision the pods not yet updated run (an OnDelete StatefulSet's
+            // currentRevision does not move, so the pods say it).
+            let slots = by_ordinal(set, pods);
+            let old = slots
+                .iter()
+                .flatten()
+                .filter(|p| !p.terminating)
+                .filter_map(|p| p.labels.get(REVISION_LABEL))
+                .find(|r| r.as_str() != update);
+            match old {
+                Some(old) => Ok(Start::Revert(old.clone())),
+                None if ours => Ok(Start::Resume),
+                None => Err(format!(
+                    "{} has no update in progress to roll back: its pods run revision {update}",
                     set.display()
-                ))
+                )),
             }
         }
     }
@@ -167,19 +177,31 @@ impl StatefulSet {
     }
 
     /// The StatefulSet as an update starts it, in one write: `template` (when given), the
-    /// partition at the replica count so that nothing moves yet, and the original strategy
+    /// partition at the replica count so that nothing moves yet (an `OnDelete` StatefulSet
+    /// stays so: nothing moves until this tool deletes a pod), and the original strategy
     /// recorded (kept when an earlier run recorded it).
-    pub fn begun(&self, template: Option<Value>) -> StatefulSet {
+    pub fn begun(&self, template: Option<Value>, rollback: bool) -> StatefulSet {
         let original = self.recorded_strategy().unwrap_or_else(|| self.strategy());
         let mut next = self.clone();
         if let Some(template) = template {
             next.object["spec"]["template"] = template;
         }
-        next.object["spec"]["updateStrategy"] =
-            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}});
-        next.object["metadata"]["annotations"][keys::ORIGINAL_UPDATE_STRATEGY] =
-            json!(original.to_string());
+        if !self.on_delete() {
+            next.object["spec"]["updateStrategy"] =
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}});
+        }
+        let annotations = &mut next.object["metadata"]["annotations"];
+        annotations[keys::ORIGINAL_UPDATE_STRATEGY] = json!(original.to_string());
+        if rollback {
+            annotations[keys::ROLLING_BACK] = json!("true");
+        } else if let Some(map) = annotations.as_object_mut() {
+            map.remove(keys::ROLLING_BACK);
+        }
         next
+    }
+
+    pub fn rolling_back(&self) -> bool {
+        self.annotation(keys::ROLLING_BACK).is_some()
     }
 
     /// The patch that puts the recorded strategy back and forgets the record; `None` when
@@ -187,7 +209,7 @@ impl StatefulSet {
     pub fn restoring(&self) -> Option<Value> {
         let original = self.recorded_strategy()?;
         Some(json!({
-            "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null}},
+            "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null, keys::ROLLING_BACK: null}},
             "spec": {"updateStrategy": template::restoring_strategy(&original)},
         }))
     }
@@ -223,6 +245,39 @@ pub fn on_revision(pod: Option<&PodInfo>, revision: &str) -> bool {
     pod.is_some_and(|p| {
         !p.terminating && p.labels.get(REVISION_LABEL).map(String::as_str) == Some(revision)
     })
+}
+
+/// Where the update stands: the partition, or for an `OnDelete` StatefulSet (whose pods this
+/// tool deletes itself) the lowest of the top ordinals that all run `revision`.
+pub fn partition_of(set: &StatefulSet, pods: &[PodInfo], revision: &str) -> i32 {
+    if !set.on_delete() {
+        return set.partition();
+    }
+    let slots = by_ordinal(set, pods);
+    let updated_on_top = slots
+        .iter()
+        .rev()
+        .take_while(|p| on_revision(**p, revision))
+        .count();
+    set.replicas() - i32::try_from(updated_on_top).unwrap_or(0)
+}
+
+/// The pods an `OnDelete` step deletes to update the ordinals `to..from`: those not on
+/// `revision` yet (nor on their way out), highest ordinal first.
+pub fn to_delete(
+    set: &StatefulSet,
+    pods: &[PodInfo],
+    to: i32,
+    from: i32,
+    revision: &str,
+) -> Vec<String> {
+    let slots = by_ordinal(set, pods);
+    (to.max(0)..from)
+        .rev()
+        .filter_map(|o| slots.get(usize::try_from(o).ok()?).copied().flatten())
+        .filter(|p| !p.terminating && !on_revision(Some(p), revision))
+        .map(|p| p.name.clone())
+        .collect()
 }
 
 /// The lowest ordinal not on `revision` (the replica count when all are): the ordinals below
@@ -300,6 +355,24 @@ mod tests {
     }
 
     #[test]
+    fn an_on_delete_update_stands_where_its_top_ordinals_run_the_revision() {
+        let mut s = set(4);
+        s.object["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        let pods = [
+            pod("web-0", "web-1", true),
+            pod("web-1", "web-1", true),
+            pod("web-2", "web-2", true),
+            pod("web-3", "web-2", true),
+        ];
+        assert_eq!(partition_of(&s, &pods, "web-2"), 2);
+        assert_eq!(partition_of(&s, &pods, "web-1"), 4);
+        assert_eq!(to_delete(&s, &pods, 0, 4, "web-2"), ["web-1", "web-0"]);
+        assert_eq!(to_delete(&s, &pods, 2, 4, "web-2"), Vec::<String>::new());
+        // A RollingUpdate StatefulSet stands at its partition.
+        assert_eq!(partition_of(&set(4), &pods, "web-2"), 0);
+    }
+
+    #[test]
     fn a_step_waits_for_its_pods_ready_on_the_revision_highest_first() {
         let s = set(4);
         let pods = [
@@ -338,13 +411,17 @@ mod tests {
     fn an_update_records_the_strategy_once_and_restoring_puts_it_back() {
         let mut s = set(3);
         s.object["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-        let begun = s.begun(None);
-        assert_eq!(begun.partition(), 3);
-        assert!(!begun.on_delete());
+        let begun = s.begun(None, false);
+        assert!(
+            begun.on_delete(),
+            "OnDelete stays: this tool deletes the pods"
+        );
         assert_eq!(begun.recorded_strategy(), Some(json!({"type": "OnDelete"})));
+        let rolling = set(3).begun(None, false);
+        assert_eq!(rolling.partition(), 3);
         // A second start keeps the first record.
         assert_eq!(
-            begun.begun(None).recorded_strategy(),
+            begun.begun(None, false).recorded_strategy(),
             Some(json!({"type": "OnDelete"}))
         );
         let patch = begun.restoring().unwrap();
@@ -377,21 +454,26 @@ mod tests {
             start(&s, &on("web-1"), &image("app:1")),
             Ok(Start::Write(None))
         );
-        let ours = s.begun(None);
+        let ours = s.begun(None, false);
         assert_eq!(
             start(&ours, &on("web-1"), &image("app:1")),
             Ok(Start::Resume)
         );
-        // Revisions differ: a rollback reverts to the current one.
+        // Pods on another revision than the update's: a rollback reverts to theirs.
         assert_eq!(
-            start(&s, &[], &PartitionAction::Rollback),
+            start(&s, &on("web-1"), &PartitionAction::Rollback),
             Ok(Start::Revert("web-1".into()))
         );
-        let mut same = s.clone();
-        same.object["status"]["currentRevision"] = json!("web-2");
-        assert!(start(&same, &[], &PartitionAction::Rollback).is_err());
+        let err = start(&s, &on("web-2"), &PartitionAction::Rollback).unwrap_err();
+        assert!(err.contains("no update in progress"), "{err}");
         assert_eq!(
-            start(&same.begun(None), &[], &PartitionAction::Rollback),
+            start(&ours, &on("web-2"), &PartitionAction::Rollback),
+            Ok(Start::Resume)
+        );
+        // Pointed back: a rollback resumes rather than reverting to what it left.
+        let back = s.begun(None, true);
+        assert_eq!(
+            start(&back, &on("web-1"), &PartitionAction::Rollback),
             Ok(Start::Resume)
         );
     }
