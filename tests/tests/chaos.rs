@@ -1303,13 +1303,24 @@ const PARTITION_LINES: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_budget() {
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    stateful_set_chaos("sts-chaos", original).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_delete_stateful_set_update_killed_anywhere_deletes_each_pod_once() {
+    stateful_set_chaos("sts-chaos-ondelete", json!({"type": "OnDelete"})).await;
+}
+
+/// Kills runs updating a 10-replica StatefulSet of update strategy `original`, two pods at a
+/// time, until one finishes; each pod updated once, the budget kept, the strategy restored.
+async fn stateful_set_chaos(ns: &'static str, original: serde_json::Value) {
     use k8s_openapi::api::apps::v1::StatefulSet;
-    use rollout_ext_e2e::stateful::{create_sts, wait_all_on, watch_pods};
+    use rollout_ext_e2e::stateful::{create_sts, image_of, wait_all_on, watch_pods};
     let _serial = SERIAL.lock().await;
-    let mut rng = seed_banner("statefulset chaos");
+    let mut rng = seed_banner(ns);
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
-    let ns = "sts-chaos";
     let replicas = 10;
     cluster
         .nodes
@@ -1317,11 +1328,12 @@ async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_
         .await
         .unwrap();
     create_namespace(&client, ns).await;
-    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    let on_delete = original["type"] == "OnDelete";
     create_sts(&client, ns, "db", replicas, V1, original.clone()).await;
     let history = watch_pods(&client, ns, "db", replicas as usize, V2);
     let args = in_place_args(cluster, ns, "sts/db");
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let handle = tokio::runtime::Handle::current();
     let outcome = chaos_loop(
         args,
@@ -1330,19 +1342,30 @@ async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_
         Duration::from_millis(1500),
         MIN_UPDATE_KILLS,
         None,
-        // A step per ordinal the partition has let go (the controller goes on updating them
-        // while no run is alive, so updated pods run ahead of the runs).
+        // A step per updated pod; with a partition, per ordinal it has let go (the controller
+        // goes on updating those while no run is alive, so updated pods run ahead of the runs).
         || {
-            let sets = sets.clone();
-            let set = tokio::task::block_in_place(|| {
-                handle.block_on(async move { sets.get_opt("db").await })
+            let (sets, pods) = (sets.clone(), pods.clone());
+            let (set, list) = tokio::task::block_in_place(|| {
+                handle.block_on(async move {
+                    (
+                        sets.get_opt("db").await,
+                        pods.list(&ListParams::default()).await,
+                    )
+                })
             });
             let set = serde_json::to_value(set.ok().flatten()).unwrap_or_default();
             let started = set["spec"]["template"]["spec"]["containers"][0]["image"] == V2;
-            let partition = set["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
-                .as_u64()
-                .unwrap_or(0) as usize;
-            let done = if started {
+            let done = if on_delete {
+                list.map(|l| l.items)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && image_of(p) == V2)
+                    .count()
+            } else if started {
+                let partition = set["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+                    .as_u64()
+                    .unwrap_or(0) as usize;
                 (replicas as usize).saturating_sub(partition)
             } else {
                 0
@@ -1358,8 +1381,12 @@ async fn a_stateful_set_update_killed_anywhere_updates_each_pod_once_within_its_
     let seen = history.lock().unwrap().clone();
     assert!(!seen.updated_twice(), "no pod updated twice: {seen:?}");
     assert!(seen.most_unavailable <= 2, "within the budget: {seen:?}");
-    let order: Vec<String> = (0..replicas).rev().map(|o| format!("db-{o}")).collect();
-    assert_eq!(seen.updated, order, "highest ordinals first");
+    assert_eq!(seen.updated.len(), replicas as usize, "{seen:?}");
+    if !on_delete {
+        // (An OnDelete step's deleted pods are started again in the controller's order.)
+        let order: Vec<String> = (0..replicas).rev().map(|o| format!("db-{o}")).collect();
+        assert_eq!(seen.updated, order, "highest ordinals first");
+    }
     let after = serde_json::to_value(sets.get("db").await.unwrap()).unwrap();
     assert_eq!(after["spec"]["updateStrategy"], original);
     assert!(

@@ -237,7 +237,8 @@ impl Updater<'_> {
                         canary,
                         decided_by: decided_by.to_string(),
                     });
-                    self.set_partition(ns, &set, to, from).await?;
+                    self.set_partition(ns, &set, (to, from), max_unavailable)
+                        .await?;
                     partition = to;
                     Input::Done
                 }
@@ -251,7 +252,8 @@ impl Updater<'_> {
                         canary: false,
                         decided_by: DecidedBy::BuiltIn.to_string(),
                     });
-                    self.set_partition(ns, &set, 0, from).await?;
+                    self.set_partition(ns, &set, (0, from), max_unavailable)
+                        .await?;
                     partition = 0;
                     Input::Done
                 }
@@ -370,24 +372,51 @@ impl Updater<'_> {
 
     /// Lowers the partition from `from` to `partition`; for an `OnDelete` StatefulSet, deletes
     /// the pods of those ordinals not on the update revision, highest first (the controller
-    /// starts them again on it).
+    /// starts them again on it), once that keeps at most `max_unavailable` pods unavailable
+    /// (a run stopped mid-step leaves pods starting).
     async fn set_partition(
         &self,
         ns: &str,
         set: &StatefulSet,
-        partition: i32,
-        from: i32,
+        (partition, from): (i32, i32),
+        max_unavailable: u32,
     ) -> Result<(), UpdateError> {
         if set.on_delete() {
-            let set = self
-                .observed(ns, self.stateful_set(ns, set.name()).await?)
-                .await?;
-            let revision = set.update_revision().unwrap_or_default().to_string();
-            let pods = self.set_pods(ns, &set).await?;
-            for pod in stateful_set::to_delete(&set, &pods, partition, from, &revision) {
-                self.cluster.delete_pod_named(ns, &pod).await?;
+            let started = Instant::now();
+            loop {
+                let set = self
+                    .observed(ns, self.stateful_set(ns, set.name()).await?)
+                    .await?;
+                let revision = set.update_revision().unwrap_or_default().to_string();
+                let pods = self.set_pods(ns, &set).await?;
+                let doomed = stateful_set::to_delete(&set, &pods, partition, from, &revision);
+                let others_down = stateful_set::unavailable_besides(
+                    &set,
+                    &pods,
+                    &doomed,
+                    jiff::Timestamp::now().as_second(),
+                );
+                if others_down + doomed.len() <= max_unavailable as usize {
+                    for pod in doomed {
+                        self.cluster.delete_pod_named(ns, &pod).await?;
+                    }
+                    return Ok(());
+                }
+                if started.elapsed() > self.settings.timeout {
+                    return Err(UpdateError::NoProgress(self.settings.timeout));
+                }
+                self.reporter.report(Event::Waiting {
+                    seconds: self.settings.poll_interval.as_secs(),
+                    reason: format!(
+                        "{others_down} pods of {} are unavailable: deleting {} more would pass maxUnavailable {max_unavailable}",
+                        set.display(),
+                        doomed.len()
+                    ),
+                });
+                self.cluster
+                    .wait_pod_change(ns, &set.selector_string(), self.settings.poll_interval)
+                    .await;
             }
-            return Ok(());
         }
         let patch =
             json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}}});

@@ -280,6 +280,24 @@ pub fn to_delete(
         .collect()
 }
 
+/// The ordinals without an available pod (missing, starting, not Ready, on their way out),
+/// but those of `besides`.
+pub fn unavailable_besides(
+    set: &StatefulSet,
+    pods: &[PodInfo],
+    besides: &[String],
+    now: i64,
+) -> usize {
+    by_ordinal(set, pods)
+        .iter()
+        .enumerate()
+        .filter(|(o, p)| {
+            !besides.contains(&format!("{}-{o}", set.name()))
+                && !p.is_some_and(|p| p.available(set.min_ready_seconds(), now))
+        })
+        .count()
+}
+
 /// The lowest ordinal not on `revision` (the replica count when all are): the ordinals below
 /// it need no step.
 pub fn floor(set: &StatefulSet, pods: &[PodInfo], revision: &str) -> i32 {
@@ -368,6 +386,12 @@ mod tests {
         assert_eq!(partition_of(&s, &pods, "web-1"), 4);
         assert_eq!(to_delete(&s, &pods, 0, 4, "web-2"), ["web-1", "web-0"]);
         assert_eq!(to_delete(&s, &pods, 2, 4, "web-2"), Vec::<String>::new());
+        let mut starting = pods.clone();
+        starting[3] = pod("web-3", "web-2", false);
+        assert_eq!(unavailable_besides(&s, &starting, &[], 0), 1);
+        assert_eq!(unavailable_besides(&s, &starting, &["web-3".into()], 0), 0);
+        // A missing ordinal is unavailable too.
+        assert_eq!(unavailable_besides(&s, &pods[..3], &[], 0), 1);
         // A RollingUpdate StatefulSet stands at its partition.
         assert_eq!(partition_of(&set(4), &pods, "web-2"), 0);
     }
