@@ -13,6 +13,9 @@ use rollout_ext_e2e::helper_binary;
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// One rotation at a time: they share the test cluster's rotation lock.
+static ROTATIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn live(cluster: &TestCluster) -> Cluster {
     cluster.live().await
 }
@@ -129,6 +132,7 @@ async fn delete_node_removes_the_node_object_and_cannot_surge() {
 
 #[tokio::test]
 async fn a_template_for_another_cloud_stops_the_run_before_the_group_is_touched() {
+    let _one = ROTATIONS.lock().await;
     let cluster = TestCluster::shared();
     let originals = cluster.outdated_group("wrongcloud", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -163,4 +167,66 @@ async fn a_template_for_another_cloud_stops_the_run_before_the_group_is_touched(
         assert_ne!(spec.unschedulable, Some(true), "{name}");
     }
     assert!(cluster.cloud.terminated("wrongcloud").is_empty());
+}
+
+#[tokio::test]
+async fn a_group_uses_its_own_provider_and_a_group_without_one_stops_the_run_before_any_change() {
+    let _one = ROTATIONS.lock().await;
+    let cluster = TestCluster::shared();
+    let mixa = cluster.outdated_group("mixa", 2).await.unwrap();
+    let mixb = cluster.outdated_group("mixb", 2).await.unwrap();
+    let cloud = |verb: &str| {
+        let words: Vec<String> = sim_cloud(cluster, verb)
+            .iter()
+            .map(|w| format!("{w:?}"))
+            .collect();
+        format!("[{}]", words.join(", "))
+    };
+    let group_a = format!(
+        "  groups:\n  - name: mixa\n    provider:\n      exec:\n        terminate: {}\n        detach: {}\n",
+        cloud("terminate"),
+        cloud("detach")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+
+    // Without spec.provider, the group lacking one stops the run before any group is touched.
+    std::fs::write(
+        &policy,
+        format!("apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n{group_a}"),
+    )
+    .unwrap();
+    let mut args = cluster.rotate_args(&policy, "mixa");
+    let at = args.iter().position(|a| a == "mixa").unwrap();
+    args[at] = "mixa,mixb".into();
+    let out = rollout_ext_e2e::run_plugin(args).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("group mixb has no provider"), "{stderr}");
+    assert!(cluster.cordoned("mixa").await.is_empty());
+    assert!(cluster.cloud.terminated("mixa").is_empty());
+
+    // With a policy-wide provider for another cloud, mixa still goes through its own.
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  provider:\n    exec:\n      terminate: [aws, ec2, terminate-instances, --instance-ids, \"{{aws.instanceID}}\"]\n{group_a}"
+        ),
+    )
+    .unwrap();
+    let out = rollout_ext_e2e::run_plugin(cluster.rotate_args(&policy, "mixa")).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut terminated = cluster.cloud.terminated("mixa");
+    terminated.sort();
+    assert_eq!(terminated, mixa);
+    // mixb falls to the policy-wide provider, whose template does not fit its nodes.
+    let out = rollout_ext_e2e::run_plugin(cluster.rotate_args(&policy, "mixb")).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("{aws.instanceID}"), "{stderr}");
+    assert!(cluster.cloud.terminated("mixb").is_empty(), "{mixb:?}");
 }

@@ -17,7 +17,7 @@ use crate::plan::PlanOptions;
 use crate::plan::hook::Hook;
 use crate::policy::Policy;
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
-use crate::provider::Provider;
+use crate::provider::{Provider, Providers};
 use crate::rotate::{RotateSettings, Rotation, Steps};
 
 /// Kops waits this long between two successful validations.
@@ -95,15 +95,16 @@ pub fn run(
     policy: &Policy,
     plan: PlanOptions,
 ) -> Result<(), Failure> {
-    let provider = match (args.provider, &policy.provider) {
-        (Some(ProviderArg::DeleteNode), _) => Provider::DeleteNode,
-        (None, Some(spec)) => Provider::from_spec(spec).map_err(Failure::usage)?,
-        (None, None) => {
-            return Err(Failure::usage(
-                "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
-                 or pass --provider delete-node",
-            ));
-        }
+    let providers = match args.provider {
+        Some(ProviderArg::DeleteNode) => Providers::one(Provider::DeleteNode),
+        None => Providers::from_policy(policy)
+            .map_err(Failure::usage)?
+            .ok_or_else(|| {
+                Failure::usage(
+                    "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
+                     or pass --provider delete-node",
+                )
+            })?,
     };
     use std::io::IsTerminal;
     let reporter: Arc<dyn Reporter> = match args.output {
@@ -151,7 +152,7 @@ pub fn run(
             hooks,
             args,
             plan,
-            &provider,
+            &providers,
             &recorder,
             &lock,
             policy_version,
@@ -183,7 +184,7 @@ async fn rotate(
     mut hooks: Vec<Box<dyn Hook>>,
     args: &NodesArgs,
     plan: PlanOptions,
-    provider: &Provider,
+    providers: &Providers,
     reporter: &dyn Reporter,
     lock: &crate::cluster::lock::LockGuard,
     policy_version: &'static str,
@@ -216,7 +217,7 @@ async fn rotate(
         policy,
         settings: &settings,
         hooks: &mut hooks,
-        provider,
+        providers,
         reporter,
         lock,
         steps: &steps,
@@ -257,6 +258,7 @@ async fn rotate(
         Err(crate::rotate::RotateError::Plan(
             e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }),
         )) => Err(Failure::usage(e.to_string())),
+        Err(e @ crate::rotate::RotateError::NoProvider(_)) => Err(Failure::usage(e.to_string())),
         Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
     }
 }

@@ -72,6 +72,9 @@ pub struct GroupOverride {
     pub max_surge_line: u32,
     /// How long to hold after each batch of this group (over the policy's `soakTime`).
     pub soak: Option<Duration>,
+    /// How this group's instances are terminated and surged (over the policy's `provider`):
+    /// a cluster mixing clouds or node managers.
+    pub provider: Option<ProviderSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -228,6 +231,8 @@ struct RawGroup {
     #[serde(default)]
     rolling_update: Option<RawGroupRollingUpdate>,
     soak_time: Option<Spanned<String>>,
+    #[serde(default)]
+    provider: Option<Spanned<ProviderSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -291,12 +296,20 @@ impl Located<'_> {
                 .as_ref()
                 .map(|s| self.soak(s))
                 .transpose()?;
+            let provider = match g.value.provider {
+                Some(p) => {
+                    p.value.validate().map_err(|m| self.of(&p, m))?;
+                    Some(p.value)
+                }
+                None => None,
+            };
             let ru = g.value.rolling_update;
             let max_surge = ru.as_ref().and_then(|r| r.max_surge.as_ref());
             groups.push(GroupOverride {
                 name: g.value.name,
                 max_surge_line: max_surge.map_or(line, |s| s.referenced.line() as u32),
                 soak,
+                provider,
                 rolling_update: RollingUpdate {
                     max_surge: max_surge.map(|s| s.value),
                     max_unavailable: ru.and_then(|r| r.max_unavailable),

@@ -383,3 +383,36 @@ fn metrics_mistakes_name_their_line() {
         assert!(err.message.contains(says), "{to}: {err}");
     }
 }
+
+#[test]
+fn a_group_may_name_its_own_provider_checked_at_its_line() {
+    let text = "\
+apiVersion: rollout-ext/v1alpha1
+kind: RolloutPolicy
+spec:
+  groups:
+  - name: gpu
+    provider:
+      exec:
+        terminate: [gcloud, compute, \"{gce.instance}\"]
+  - name: spot
+    provider:
+      deleteNode: {}
+";
+    let policy = parse(text).unwrap();
+    assert!(policy.provider.is_none());
+    assert!(matches!(
+        policy.groups[0].provider,
+        Some(ProviderSpec::Exec(_))
+    ));
+    assert!(matches!(
+        policy.groups[1].provider,
+        Some(ProviderSpec::DeleteNode {})
+    ));
+    let bad = text.replace("[gcloud, compute, \"{gce.instance}\"]", "[]");
+    let err = parse(&bad).unwrap_err().to_string();
+    assert!(
+        err.starts_with("policy.yaml:7:") && err.contains("the command is empty"),
+        "{err}"
+    );
+}

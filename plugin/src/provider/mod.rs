@@ -41,6 +41,10 @@ pub enum ProviderError {
     #[error(transparent)]
     ProviderId(Box<UnfitProviderId>),
     #[error(
+        "group {group} has no provider: set spec.provider, or a provider for it under spec.groups, in the policy file, or pass --provider delete-node"
+    )]
+    None { group: String },
+    #[error(
         "the {0} provider cannot surge: set maxSurge to 0, or use an exec provider with a detach command"
     )]
     CannotSurge(&'static str),
@@ -69,6 +73,50 @@ pub enum Provider {
         timeout: Duration,
     },
     DeleteNode,
+}
+
+/// The provider of each group: its own (`groups[].provider`), else the policy's
+/// (`spec.provider`), else none; `--provider` stands for every group.
+#[derive(Debug, Clone)]
+pub struct Providers {
+    default: Option<Provider>,
+    by_group: std::collections::BTreeMap<String, Provider>,
+}
+
+impl Providers {
+    /// One provider for every group.
+    pub fn one(provider: Provider) -> Providers {
+        Providers {
+            default: Some(provider),
+            by_group: Default::default(),
+        }
+    }
+
+    /// The providers `policy` names; `None` when it names none at all.
+    pub fn from_policy(policy: &crate::policy::Policy) -> Result<Option<Providers>, String> {
+        let default = policy
+            .provider
+            .as_ref()
+            .map(Provider::from_spec)
+            .transpose()?;
+        let mut by_group = std::collections::BTreeMap::new();
+        for g in &policy.groups {
+            if let Some(spec) = &g.provider {
+                by_group.insert(g.name.clone(), Provider::from_spec(spec)?);
+            }
+        }
+        Ok((default.is_some() || !by_group.is_empty()).then_some(Providers { default, by_group }))
+    }
+
+    /// The provider of `group`.
+    pub fn for_group(&self, group: &str) -> Result<&Provider, ProviderError> {
+        self.by_group
+            .get(group)
+            .or(self.default.as_ref())
+            .ok_or_else(|| ProviderError::None {
+                group: group.to_string(),
+            })
+    }
 }
 
 impl Provider {

@@ -34,7 +34,7 @@ use crate::plan::hook::{Hook, Phase};
 use crate::plan::prepare::{self, Prepared};
 use crate::plan::{PlanError, PlanOptions, Role};
 use crate::policy::Policy;
-use crate::provider::{Provider, ProviderError};
+use crate::provider::{ProviderError, Providers};
 use crate::snapshot::Snapshot;
 
 /// Everything that shapes a rotation besides the policy.
@@ -72,6 +72,8 @@ pub enum RotateError {
         #[source]
         source: ProviderError,
     },
+    #[error(transparent)]
+    NoProvider(ProviderError),
     #[error("aborted by {by} {at}: {reason}")]
     Aborted {
         by: String,
@@ -118,7 +120,7 @@ pub struct Rotation<'a> {
     pub policy: &'a Policy,
     pub settings: &'a RotateSettings,
     pub hooks: &'a mut [Box<dyn Hook>],
-    pub provider: &'a Provider,
+    pub providers: &'a Providers,
     pub reporter: &'a dyn Reporter,
     pub lock: &'a LockGuard,
     pub steps: &'a Steps,
@@ -209,6 +211,12 @@ impl Rotation<'_> {
                 )),
                 Prepared::Disabled(_) => {}
                 Prepared::Ready(_) => groups.push((group.name.clone(), group.role)),
+            }
+        }
+        // Every group has a provider before the first is touched.
+        for (group, _) in &groups {
+            if let Err(source) = self.providers.for_group(group) {
+                return Err(RotateError::NoProvider(source));
             }
         }
         for (group, role) in groups {
@@ -338,8 +346,9 @@ impl Rotation<'_> {
         // The provider's commands must fit every node before any is touched.
         for node in instances {
             let target = records::target(&run.latest, &run.name, node);
-            self.provider
-                .check(&target)
+            self.providers
+                .for_group(&run.name)
+                .and_then(|p| p.check(&target))
                 .map_err(|source| RotateError::Provider {
                     node: node.clone(),
                     source,

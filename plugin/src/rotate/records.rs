@@ -264,14 +264,17 @@ impl Rotation<'_> {
     /// Terminates one instance through the provider, removes its termination record `record`,
     /// and only then reports it: a run stopped after the report has nothing left to finish.
     pub(super) async fn terminate(&self, target: &Target, record: &str) -> Result<(), RotateError> {
-        let output = self
-            .provider
-            .terminate(self.cluster, target)
-            .await
-            .map_err(|source| RotateError::Provider {
-                node: target.node.clone(),
-                source,
-            })?;
+        let output = async {
+            self.providers
+                .for_group(&target.group)?
+                .terminate(self.cluster, target)
+                .await
+        }
+        .await
+        .map_err(|source| RotateError::Provider {
+            node: target.node.clone(),
+            source,
+        })?;
         self.lock.set_state(record, None).await?;
         self.reporter.report(Event::Terminated {
             node: target.node.clone(),
@@ -282,13 +285,17 @@ impl Rotation<'_> {
 
     /// Detaches one instance through the provider, then marks its node detached.
     pub(super) async fn detach(&self, target: &Target) -> Result<(), RotateError> {
-        self.provider
-            .detach(target)
-            .await
-            .map_err(|source| RotateError::Provider {
-                node: target.node.clone(),
-                source,
-            })?;
+        async {
+            self.providers
+                .for_group(&target.group)?
+                .detach(target)
+                .await
+        }
+        .await
+        .map_err(|source| RotateError::Provider {
+            node: target.node.clone(),
+            source,
+        })?;
         self.cluster
             .annotate_node(&target.node, keys::DETACHED, "true")
             .await?;
