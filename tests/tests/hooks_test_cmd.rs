@@ -439,3 +439,21 @@ fn the_slo_gate_is_tested_on_recorded_metrics_without_a_prometheus() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_fixture_that_is_not_one_is_named_with_its_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = dir.path().join("fixture.yaml");
+    std::fs::write(&fixture, "snapshot: s.json\npoint: select\n").unwrap();
+    let out = hooks_test("zone-spread", &["--expect", fixture.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: {}: line 2 column 1: unknown field `point`",
+            fixture.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+}

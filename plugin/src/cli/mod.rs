@@ -122,6 +122,15 @@ impl KubeFlags {
     }
 }
 
+/// A file the command reads (`path`) that is not the YAML it should be: a usage error naming the
+/// file and the parser's first line (without its own `error:`, which the command's adds).
+pub fn bad_yaml(path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    Failure::usage(format!("{}: {first}", path.display()))
+}
+
 /// The async runtime for commands that talk to the cluster.
 pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()

@@ -52,13 +52,7 @@ pub(super) struct Expected {
 pub(super) fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-    serde_saphyr::from_str(&text).map_err(|e| {
-        Failure::usage(format!(
-            "{}: {}",
-            file.display(),
-            e.to_string().lines().next().unwrap_or_default()
-        ))
-    })
+    serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(file, e))
 }
 
 /// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.

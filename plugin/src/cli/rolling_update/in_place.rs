@@ -111,8 +111,8 @@ pub fn action(args: &RollingUpdateArgs, kind: InPlace) -> Result<PartitionAction
         (None, Some(path), false) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
-            let value: serde_json::Value = serde_saphyr::from_str(&text)
-                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let value: serde_json::Value =
+                serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(path, e))?;
             if value["kind"] != kind.kind() {
                 return Err(Failure::usage(format!(
                     "{} holds a {}, but {} names a {}",

@@ -181,8 +181,8 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
         (None, Some(path), false) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
-            let value: serde_json::Value = serde_saphyr::from_str(&text)
-                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let value: serde_json::Value =
+                serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(path, e))?;
             let file = Controller::from_value(value)
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             if file.kind != kind {
