@@ -345,3 +345,37 @@ fn a_plan_from_a_snapshot_names_only_the_nodes_on_an_old_revision() {
     let back = plan(&["--rollback"]);
     assert_eq!(nodes(&back), [vec!["n1"]]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_pod_is_down_is_replaced_within_a_budget_of_one() {
+    let cluster = TestCluster::shared();
+    let ns = "ds-down";
+    let client = setup(cluster, ns, &["a"], 2).await;
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
+    create_ds(&client, ns, "fix", ns, 2, V1, original).await;
+    // The pod on the first node fails its readiness probe: the update is the fix.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels("app=fix"))
+        .await
+        .unwrap();
+    let down = list
+        .items
+        .iter()
+        .find(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some("ds-down-a1"))
+        .unwrap();
+    let name = down.metadata.name.clone().unwrap();
+    cluster.nodes.set_pod_ready(ns, &name, false).await.unwrap();
+
+    // Its own pod counts once against the budget: the step that replaces it goes.
+    let image = format!("--image={V2}");
+    let out = run(plugin(cluster, ns, &["ds/fix", &image, "-o", "json"])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let replaced: Vec<Value> = events(&out, "nodes-replacing")
+        .iter()
+        .map(|e| e["nodes"].clone())
+        .collect();
+    assert_eq!(replaced, [json!(["ds-down-a1"]), json!(["ds-down-a2"])]);
+    let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    wait_ds(&api, "fix", 2).await;
+}

@@ -521,3 +521,47 @@ async fn an_operator_pauses_aborts_and_resumes_a_stateful_set_update_held_by_its
     wait_all_on(&api, "q", 2).await;
     assert!(images(&client, ns, "q").await.values().all(|i| i == V2));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_run_asks_the_gate_about_what_moved_before_moving_more() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-regate";
+    let client = setup(cluster, ns).await;
+    create_sts(&client, ns, "rg", 4, V1, json!({"type": "RollingUpdate"})).await;
+    let image = format!("--image={V2}");
+    let lines = run_until(plugin(cluster, ns, &["sts/rg", &image]), "step 1 done").await;
+    assert!(lines.iter().any(|l| l.contains("step 1 done")), "{lines:?}");
+    let at = get(&client, ns, "rg").await["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+        .clone();
+
+    // Rerun with a gate that aborts: it is asked about the pods that moved before anything
+    // else moves, so the partition stays where the killed run left it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
+    )
+    .unwrap();
+    let out = run(plugin(
+        cluster,
+        ns,
+        &[
+            "sts/rg",
+            &image,
+            "--policy",
+            policy.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(events(&out, "partition-set").is_empty(), "{}", text(&out));
+    let after = get(&client, ns, "rg").await;
+    assert_eq!(
+        after["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        at
+    );
+}

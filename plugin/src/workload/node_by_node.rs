@@ -46,17 +46,18 @@ impl Observed {
         daemon_set::newest(&self.revisions).map_or_else(String::new, |r| r.hash.clone())
     }
 
-    /// Pods counted against the budget: not Ready, or on their way out.
-    fn unavailable(&self) -> usize {
+    /// Nodes counted against the budget, but those of `step`: without a Ready pod (none yet,
+    /// one not Ready, one on its way out).
+    fn unavailable_besides(&self, step: &[String]) -> usize {
         let desired = self.set.object["status"]["desiredNumberScheduled"]
             .as_u64()
             .unwrap_or(0) as usize;
         let up = self
             .pods
             .iter()
-            .filter(|p| p.ready && !p.terminating)
+            .filter(|p| p.ready && !p.terminating && !step.contains(&p.node))
             .count();
-        desired.saturating_sub(up)
+        desired.saturating_sub(step.len()).saturating_sub(up)
     }
 }
 
@@ -65,17 +66,21 @@ impl Updater<'_> {
     pub async fn run_node_by_node(&mut self, request: &NodeRequest) -> Result<(), UpdateError> {
         let ns = request.namespace.as_str();
         let set = self.daemon_set(ns, &request.name).await?;
-        let set = self.start_nodes(ns, set, &request.action).await?;
+        let (set, resumed) = self.start_nodes(ns, set, &request.action).await?;
         let rollback = matches!(request.action, UpdateAction::Rollback);
         let max = request.max_unavailable;
-        match self.node_steps(ns, set, true, rollback, max).await {
+        match self
+            .node_steps(ns, set, (true, resumed), rollback, max)
+            .await
+        {
             Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
                 self.reporter.report(Event::RollingBackOnAbort {
                     reason: reason.clone(),
                 });
                 let set = self.daemon_set(ns, &request.name).await?;
-                let set = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
-                self.node_steps(ns, set, false, true, max).await?;
+                let (set, resumed) = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
+                self.node_steps(ns, set, (false, resumed), true, max)
+                    .await?;
                 Err(UpdateError::Aborted(format!("{reason}; rolled back")))
             }
             other => other,
@@ -109,13 +114,13 @@ impl Updater<'_> {
         })
     }
 
-    /// Starts the update `action` asks for, or finds it under way.
+    /// Starts the update `action` asks for, or finds it under way (then true).
     async fn start_nodes(
         &self,
         ns: &str,
         set: DaemonSet,
         action: &UpdateAction,
-    ) -> Result<DaemonSet, UpdateError> {
+    ) -> Result<(DaemonSet, bool), UpdateError> {
         let seen = self.observe_daemon_set(ns, set).await?;
         let start = daemon_set::start(&seen.set, &seen.pods, &seen.revisions, action)
             .map_err(UpdateError::Invalid)?;
@@ -125,7 +130,7 @@ impl Updater<'_> {
                 self.reporter.report(Event::UpdateContinued {
                     controller: set.display(),
                 });
-                return Ok(set);
+                return Ok((set, true));
             }
             Start::Write(template) => set.begun(template, false),
             Start::Revert(revision) => {
@@ -136,19 +141,21 @@ impl Updater<'_> {
                 set.begun(Some(revision.template), true)
             }
         };
-        Ok(self
+        let set = self
             .cluster
             .replace_daemon_set(ns, &next, Write::Apply)
-            .await?)
+            .await?;
+        Ok((set, false))
     }
 
     /// Replaces the old pods node by node, then restores the strategy; `with_hooks` false for
-    /// a rollback after an abort, whose every answer is the built-in one.
+    /// a rollback after an abort, whose every answer is the built-in one; `resumed` for an
+    /// update under way, whose replaced nodes are awaited and gated first.
     async fn node_steps(
         &mut self,
         ns: &str,
         set: DaemonSet,
-        with_hooks: bool,
+        (with_hooks, resumed): (bool, bool),
         rollback: bool,
         max: Option<IntOrPercent>,
     ) -> Result<(), UpdateError> {
@@ -167,10 +174,8 @@ impl Updater<'_> {
         let desired = seen.set.object["status"]["desiredNumberScheduled"]
             .as_i64()
             .unwrap_or(pending.len() as i64) as i32;
-        let max_unavailable = pods_at_a_time(
-            max.unwrap_or_else(|| seen.set.own_max_unavailable()),
-            desired,
-        );
+        let budget = seen.set.budget(max).map_err(UpdateError::Invalid)?;
+        let max_unavailable = pods_at_a_time(budget, desired);
         let display = seen.set.display();
         self.reporter.report(Event::NodeUpdateStarted {
             workload: display.clone(),
@@ -184,7 +189,12 @@ impl Updater<'_> {
             max_unavailable,
             steps_done: 0,
         };
-        let mut machine = NodeLoop::new(pending, max_unavailable);
+        let updated = if resumed {
+            daemon_set::updated_nodes(&seen.pods, &hash)
+        } else {
+            Vec::new()
+        };
+        let mut machine = NodeLoop::new(pending, updated, max_unavailable);
         let mut sized_by = DecidedBy::BuiltIn;
         let mut input = Input::Start;
         loop {
@@ -228,7 +238,7 @@ impl Updater<'_> {
                     let at_step = format!("before step {} of the update of {display}", step + 1);
                     let w = Workload::DaemonSet(name.clone());
                     self.checkpoint(&w, ns, &at_step).await?;
-                    self.within_budget(ns, &name, nodes.len(), max_unavailable)
+                    self.within_budget(ns, &name, &nodes, max_unavailable)
                         .await?;
                     self.reporter.report(Event::NodesReplacing {
                         step,
@@ -360,20 +370,22 @@ impl Updater<'_> {
         )
     }
 
-    /// Waits until replacing `count` more pods keeps the unavailable ones within `max`.
+    /// Waits until replacing the pods on `nodes` keeps the unavailable ones within `max`
+    /// (those nodes' own pods count once, whether they are up or not).
     async fn within_budget(
         &self,
         ns: &str,
         name: &str,
-        count: usize,
+        nodes: &[String],
         max: u32,
     ) -> Result<(), UpdateError> {
+        let count = nodes.len();
         let started = Instant::now();
         loop {
             let seen = self
                 .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
                 .await?;
-            let unavailable = seen.unavailable();
+            let unavailable = seen.unavailable_besides(nodes);
             if unavailable + count <= max as usize {
                 return Ok(());
             }

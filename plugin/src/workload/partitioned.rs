@@ -370,10 +370,11 @@ impl Updater<'_> {
         )
     }
 
-    /// Lowers the partition from `from` to `partition`; for an `OnDelete` StatefulSet, deletes
-    /// the pods of those ordinals not on the update revision, highest first (the controller
-    /// starts them again on it), once that keeps at most `max_unavailable` pods unavailable
-    /// (a run stopped mid-step leaves pods starting).
+    /// Lowers the partition from `from` to `partition` (for an `OnDelete` StatefulSet: deletes
+    /// the pods of those ordinals not on the update revision, highest first, and the
+    /// controller starts them again on it), once the pods that step takes down and those
+    /// unavailable besides them (a pod that fails, a run stopped mid-step leaving pods
+    /// starting) keep within `max_unavailable`.
     async fn set_partition(
         &self,
         ns: &str,
@@ -381,42 +382,41 @@ impl Updater<'_> {
         (partition, from): (i32, i32),
         max_unavailable: u32,
     ) -> Result<(), UpdateError> {
-        if set.on_delete() {
-            let started = Instant::now();
-            loop {
-                let set = self
-                    .observed(ns, self.stateful_set(ns, set.name()).await?)
-                    .await?;
-                let revision = set.update_revision().unwrap_or_default().to_string();
-                let pods = self.set_pods(ns, &set).await?;
-                let doomed = stateful_set::to_delete(&set, &pods, partition, from, &revision);
-                let others_down = stateful_set::unavailable_besides(
-                    &set,
-                    &pods,
-                    &doomed,
-                    jiff::Timestamp::now().as_second(),
-                );
-                if others_down + doomed.len() <= max_unavailable as usize {
-                    for pod in doomed {
-                        self.cluster.delete_pod_named(ns, &pod).await?;
-                    }
-                    return Ok(());
-                }
-                if started.elapsed() > self.settings.timeout {
-                    return Err(UpdateError::NoProgress(self.settings.timeout));
-                }
-                self.reporter.report(Event::Waiting {
-                    seconds: self.settings.poll_interval.as_secs(),
-                    reason: format!(
-                        "{others_down} pods of {} are unavailable: deleting {} more would pass maxUnavailable {max_unavailable}",
-                        set.display(),
-                        doomed.len()
-                    ),
-                });
-                self.cluster
-                    .wait_pod_change(ns, &set.selector_string(), self.settings.poll_interval)
-                    .await;
+        let started = Instant::now();
+        let doomed = loop {
+            let set = self
+                .observed(ns, self.stateful_set(ns, set.name()).await?)
+                .await?;
+            let revision = set.update_revision().unwrap_or_default().to_string();
+            let pods = self.set_pods(ns, &set).await?;
+            let doomed = stateful_set::to_delete(&set, &pods, partition, from, &revision);
+            let now = jiff::Timestamp::now().as_second();
+            let others_down = stateful_set::unavailable_besides(&set, &pods, &doomed, now);
+            // A step that takes nothing down (the settling of ordinals on the revision already)
+            // never waits.
+            if doomed.is_empty() || others_down + doomed.len() <= max_unavailable as usize {
+                break doomed;
             }
+            if started.elapsed() > self.settings.timeout {
+                return Err(UpdateError::NoProgress(self.settings.timeout));
+            }
+            self.reporter.report(Event::Waiting {
+                seconds: self.settings.poll_interval.as_secs(),
+                reason: format!(
+                    "{others_down} pods of {} are unavailable: updating {} more would pass maxUnavailable {max_unavailable}",
+                    set.display(),
+                    doomed.len()
+                ),
+            });
+            self.cluster
+                .wait_pod_change(ns, &set.selector_string(), self.settings.poll_interval)
+                .await;
+        };
+        if set.on_delete() {
+            for pod in doomed {
+                self.cluster.delete_pod_named(ns, &pod).await?;
+            }
+            return Ok(());
         }
         let patch =
             json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}}});

@@ -174,12 +174,18 @@ fn plan(
     let desired = view.set.object["status"]["desiredNumberScheduled"]
         .as_i64()
         .unwrap_or(view.pods.len() as i64) as i32;
-    let max = args
-        .max_unavailable
-        .unwrap_or_else(|| view.set.own_max_unavailable());
+    let max = view
+        .set
+        .budget(args.max_unavailable)
+        .map_err(Failure::usage)?;
+    let updated = match start {
+        Start::Resume => daemon_set::updated_nodes(&view.pods, newest),
+        _ => Vec::new(),
+    };
     let input = NodeInput {
         name: view.set.name(),
         candidates: &candidates,
+        updated,
         max_unavailable: pods_at_a_time(max, desired),
         ctx: CallContext {
             now: jiff::Timestamp::now().as_second(),

@@ -90,6 +90,13 @@ pub fn check_flags(args: &RollingUpdateArgs, kind: InPlace, name: &str) -> Resul
             "--deployment-label-key: it tells its revisions apart itself",
         ),
         (
+            matches!(
+                args.max_unavailable,
+                Some(IntOrPercent::Int(0) | IntOrPercent::Percent(0))
+            ),
+            "--max-unavailable 0: a step must let at least one pod go",
+        ),
+        (
             kind == InPlace::DaemonSet && args.canary.is_some(),
             "--canary: a DaemonSet's steps are sized by --max-unavailable and the hooks",
         ),
@@ -217,7 +224,7 @@ pub async fn run_live(
     let reporter = reporter(args.output);
     let identity = identity();
     let lease = LeaseRef::workload(kind.short(), namespace, name);
-    let lock = take_lock(cluster, &lease, &identity, args.force_unlock, &*reporter).await?;
+    let mut lock = take_lock(cluster, &lease, &identity, args.force_unlock, &*reporter).await?;
     let scope = Scope::Workload {
         kind: kind.kind(),
         api_version: "apps/v1",
@@ -240,6 +247,10 @@ pub async fn run_live(
     let result = tokio::select! {
         result = run => result.map_err(failure),
         _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+        // Two runs must never drive one workload: a run that lost its lock stops at once.
+        _ = lock.wait_lost() => Err(Failure::failed(format!(
+            "the lock {lease} was taken over by another run; stopping here"
+        ))),
     };
     let released = lock.release().await.map_err(Failure::from);
     recorder.finish(None).await;

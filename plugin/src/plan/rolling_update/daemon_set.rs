@@ -109,6 +109,18 @@ impl DaemonSet {
         }
     }
 
+    /// The nodes a step may take: `given` (`--max-unavailable`), else the DaemonSet's own
+    /// maxUnavailable, which must then let at least one pod go.
+    pub fn budget(&self, given: Option<IntOrPercent>) -> Result<IntOrPercent, String> {
+        match given.unwrap_or_else(|| self.own_max_unavailable()) {
+            IntOrPercent::Int(0) | IntOrPercent::Percent(0) => Err(format!(
+                "{} allows no unavailable pod (its maxUnavailable is 0; it surges instead): give --max-unavailable to replace its pods node by node",
+                self.display()
+            )),
+            budget => Ok(budget),
+        }
+    }
+
     pub fn min_ready_seconds(&self) -> i64 {
         self.object["spec"]["minReadySeconds"].as_i64().unwrap_or(0)
     }
@@ -239,6 +251,20 @@ pub fn pending_nodes(pods: &[DaemonPod], hash: &str) -> Vec<String> {
     nodes
 }
 
+/// The nodes running a pod of `hash` and none other but on its way out: the ones an update
+/// towards `hash` replaced already.
+pub fn updated_nodes(pods: &[DaemonPod], hash: &str) -> Vec<String> {
+    let pending = pending_nodes(pods, hash);
+    let mut nodes: Vec<String> = pods
+        .iter()
+        .filter(|p| !p.node.is_empty() && !pending.contains(&p.node))
+        .map(|p| p.node.clone())
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
 /// The nodes of `nodes` without a pod available on revision `hash` yet.
 pub fn waiting_for(
     pods: &[DaemonPod],
@@ -270,7 +296,12 @@ pub fn start(
     match action {
         UpdateAction::Roll(change) => {
             let template = set.next_template(change)?;
-            if !set.has_template(&template) || set.rolling_back() {
+            if set.rolling_back() && !set.has_template(&template) {
+                Err(format!(
+                    "{} is being rolled back: finish that with --rollback, then run the update again",
+                    set.display()
+                ))
+            } else if !set.has_template(&template) || set.rolling_back() {
                 Ok(Start::Write(
                     (!set.has_template(&template)).then_some(template),
                 ))
@@ -378,6 +409,7 @@ mod tests {
     fn pending_nodes_run_another_revision_and_a_step_waits_for_new_ready_pods() {
         let pods = [pod("n2", "a"), pod("n1", "a"), pod("n3", "b")];
         assert_eq!(pending_nodes(&pods, "b"), ["n1", "n2"]);
+        assert_eq!(updated_nodes(&pods, "b"), ["n3"]);
         let nodes = ["n1".to_string(), "n3".to_string()];
         assert_eq!(waiting_for(&pods, &nodes, "b", 0, 10), ["n1"]);
         // Ready, but not for minReadySeconds yet.
@@ -423,6 +455,19 @@ mod tests {
     fn the_strategy_is_recorded_once_switched_to_on_delete_and_restored() {
         let s = set();
         assert_eq!(s.own_max_unavailable(), IntOrPercent::Int(2));
+        let mut surging = s.clone();
+        surging.object["spec"]["updateStrategy"]["rollingUpdate"] =
+            json!({"maxUnavailable": 0, "maxSurge": 1});
+        assert!(
+            surging
+                .budget(None)
+                .unwrap_err()
+                .contains("give --max-unavailable")
+        );
+        assert_eq!(
+            surging.budget(Some(IntOrPercent::Int(1))),
+            Ok(IntOrPercent::Int(1))
+        );
         let begun = s.begun(None, true);
         assert_eq!(
             begun.object["spec"]["updateStrategy"],

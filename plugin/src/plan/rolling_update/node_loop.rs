@@ -103,19 +103,24 @@ pub struct NodeLoop {
     attempt: u32,
     /// The step at hand: its nodes.
     batch: Vec<String>,
+    /// Whether the update order was asked.
+    ordered: bool,
 }
 
 impl NodeLoop {
     /// The update of the pods on `pending` (the nodes running an old pod), at most
-    /// `max_unavailable` (at least 1) nodes per step.
-    pub fn new(pending: Vec<String>, max_unavailable: u32) -> Self {
+    /// `max_unavailable` (at least 1) nodes per step. `updated` are the nodes an update that
+    /// resumes replaced already: their new pods are awaited and the gate asked about them
+    /// before anything else moves (a run stopped during a step's wait or gate).
+    pub fn new(pending: Vec<String>, updated: Vec<String>, max_unavailable: u32) -> Self {
         NodeLoop {
             pending,
             max_unavailable: max_unavailable.max(1),
             state: State::New,
             steps: 0,
             attempt: 0,
-            batch: Vec::new(),
+            batch: updated,
+            ordered: false,
             ordered_by: DecidedBy::BuiltIn,
         }
     }
@@ -126,13 +131,13 @@ impl NodeLoop {
     /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     pub fn step(&mut self, input: Input) -> Step {
         let step = match (self.state, input) {
-            (State::New, Input::Start) if self.pending.is_empty() => Step::Done(Outcome::Finished),
-            (State::New, Input::Start) => {
-                self.state = State::Ordering;
-                Step::Ask(Question::Order {
-                    pending: self.pending.clone(),
+            (State::New, Input::Start) if !self.batch.is_empty() => {
+                self.state = State::Awaiting;
+                Step::Do(Action::AwaitReplaced {
+                    nodes: self.batch.clone(),
                 })
             }
+            (State::New, Input::Start) => self.next(),
             (State::Sizing, Input::Sized(decision)) => self.sized(decision),
             (State::Pausing, Input::Done) => {
                 self.attempt += 1;
@@ -164,6 +169,12 @@ impl NodeLoop {
             return Step::Done(Outcome::Finished);
         }
         self.attempt = 0;
+        if !self.ordered {
+            self.state = State::Ordering;
+            return Step::Ask(Question::Order {
+                pending: self.pending.clone(),
+            });
+        }
         self.size()
     }
 
@@ -223,6 +234,7 @@ impl NodeLoop {
         }
         self.pending = update;
         self.ordered_by = by;
+        self.ordered = true;
     }
 
     fn gate(&mut self, attempt: u32) -> Step {
@@ -304,19 +316,44 @@ mod tests {
     fn every_node_goes_once_in_the_order_given_at_most_max_per_step() {
         let pending = names(&["a", "b", "c", "d", "e"]);
         assert_eq!(
-            batches(NodeLoop::new(pending.clone(), 2,), false),
+            batches(NodeLoop::new(pending.clone(), Vec::new(), 2), false),
             [names(&["a", "b"]), names(&["c", "d"]), names(&["e"])]
         );
         assert_eq!(
-            batches(NodeLoop::new(pending, 2), true),
+            batches(NodeLoop::new(pending, Vec::new(), 2), true),
             [names(&["e", "d"]), names(&["c", "b"]), names(&["a"])]
         );
-        assert!(batches(NodeLoop::new(Vec::new(), 2), false).is_empty());
+        assert!(batches(NodeLoop::new(Vec::new(), Vec::new(), 2), false).is_empty());
+    }
+
+    #[test]
+    fn a_resumed_update_first_awaits_and_gates_the_nodes_it_replaced() {
+        let mut m = NodeLoop::new(names(&["c"]), names(&["a", "b"]), 2);
+        assert_eq!(
+            m.step(Input::Start),
+            Step::Do(Action::AwaitReplaced {
+                nodes: names(&["a", "b"])
+            })
+        );
+        assert!(matches!(
+            m.step(Input::Done),
+            Step::Ask(Question::Gate { step: 0, ref nodes, .. }) if nodes == &names(&["a", "b"])
+        ));
+        let order = m.step(Input::Judged(GateDecision {
+            verdict: Verdict::Proceed,
+            by: DecidedBy::BuiltIn,
+        }));
+        assert_eq!(
+            order,
+            Step::Ask(Question::Order {
+                pending: names(&["c"])
+            })
+        );
     }
 
     #[test]
     fn nodes_an_order_leaves_out_come_last_and_a_gate_abort_leaves_the_rest() {
-        let mut m = NodeLoop::new(names(&["a", "b", "c"]), 1);
+        let mut m = NodeLoop::new(names(&["a", "b", "c"]), Vec::new(), 1);
         m.step(Input::Start);
         let size = m.step(Input::Ordered(
             names(&["c", "z"]),
@@ -327,7 +364,7 @@ mod tests {
             "{size:?}"
         );
 
-        let mut m = NodeLoop::new(names(&["a", "b"]), 1);
+        let mut m = NodeLoop::new(names(&["a", "b"]), Vec::new(), 1);
         m.step(Input::Start);
         m.step(Input::Ordered(names(&["b", "a"]), DecidedBy::BuiltIn));
         let replace = m.step(Input::Sized(BatchDecision::Size {

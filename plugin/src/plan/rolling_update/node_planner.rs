@@ -57,6 +57,8 @@ pub struct NodeInput<'a> {
     pub name: &'a str,
     /// The nodes running an old pod, as candidates, in the built-in order.
     pub candidates: &'a [Candidate],
+    /// The nodes an update that resumes replaced already (awaited and gated first).
+    pub updated: Vec<String>,
     pub max_unavailable: u32,
     pub ctx: CallContext,
 }
@@ -150,7 +152,7 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
         stopped: None,
     };
     let names = input.candidates.iter().map(|c| c.name.clone()).collect();
-    let mut machine = NodeLoop::new(names, input.max_unavailable);
+    let mut machine = NodeLoop::new(names, input.updated.clone(), input.max_unavailable);
     let mut ctx = input.ctx.clone();
     let mut pauses = SimulatedPauses::default();
     let mut said = Vec::new();
@@ -265,6 +267,7 @@ mod tests {
         let input = NodeInput {
             name: "agent",
             candidates: &candidates,
+            updated: Vec::new(),
             max_unavailable: 2,
             ctx: CallContext {
                 now: 0,

@@ -107,6 +107,9 @@ pub struct PartitionLoop {
     attempt: u32,
     /// The step at hand: the partition it left and where it started.
     from: i32,
+    /// Where an update that resumes stood: its updated pods are awaited and the gate asked
+    /// about them before anything else moves (a run stopped during a step's wait or gate).
+    resumed_from: Option<i32>,
 }
 
 impl PartitionLoop {
@@ -137,6 +140,7 @@ impl PartitionLoop {
             steps: 0,
             attempt: 0,
             from: partition,
+            resumed_from: (partition < replicas).then_some(replicas),
         }
     }
 
@@ -146,7 +150,17 @@ impl PartitionLoop {
     /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     pub fn step(&mut self, input: Input) -> Step {
         let step = match (self.state, input) {
-            (State::New, Input::Start) => self.next(),
+            (State::New, Input::Start) => match self.resumed_from {
+                // The step a stopped run was in: its pods, then its gate, again.
+                Some(top) => {
+                    self.from = top;
+                    self.state = State::Awaiting;
+                    Step::Do(Action::AwaitUpdated {
+                        partition: self.partition,
+                    })
+                }
+                None => self.next(),
+            },
             (State::Sizing, Input::Sized(decision)) => self.sized(decision),
             (State::Pausing, Input::Done) => {
                 self.attempt += 1;
@@ -331,6 +345,29 @@ mod tests {
             partitions(PartitionLoop::new(1, 1, 0, 1, 1)),
             [(1, 0, false)]
         );
+    }
+
+    #[test]
+    fn a_resumed_update_first_awaits_and_gates_what_moved_then_goes_on() {
+        let mut m = PartitionLoop::new(5, 3, 0, 2, 1);
+        assert_eq!(
+            m.step(Input::Start),
+            Step::Do(Action::AwaitUpdated { partition: 3 })
+        );
+        assert_eq!(
+            m.step(Input::Done),
+            Step::Ask(Question::Gate {
+                step: 0,
+                ordinals: 3..5,
+                canary: false,
+                attempt: 0
+            })
+        );
+        let stop = m.step(verdict(Verdict::Abort("still failing".into())));
+        assert!(matches!(
+            stop,
+            Step::Done(Outcome::Aborted { partition: 3, .. })
+        ));
     }
 
     #[test]

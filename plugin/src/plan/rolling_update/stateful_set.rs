@@ -44,10 +44,24 @@ pub fn start(
 ) -> Result<Start, String> {
     let ours = set.recorded_strategy().is_some();
     let update = set.update_revision().unwrap_or_default();
+    if set.object["spec"]["ordinals"]["start"]
+        .as_i64()
+        .is_some_and(|s| s != 0)
+    {
+        return Err(format!(
+            "{} numbers its pods from spec.ordinals.start, which this tool does not roll yet",
+            set.display()
+        ));
+    }
     match action {
         PartitionAction::Roll(change) => {
             let template = set.next_template(change)?;
-            if !set.has_template(&template) {
+            if set.rolling_back() && !set.has_template(&template) {
+                Err(format!(
+                    "{} is being rolled back: finish that with --rollback, then run the update again",
+                    set.display()
+                ))
+            } else if !set.has_template(&template) {
                 Ok(Start::Write(Some(template)))
             } else if set.rolling_back() {
                 // Rolling back to this very template: it goes on, as an update now.
@@ -68,21 +82,32 @@ pub fn start(
         // Pointed back already by a run that stopped.
         PartitionAction::Rollback if set.rolling_back() => Ok(Start::Resume),
         PartitionAction::Rollback => {
-            // The revision the pods not yet updated run (an OnDelete StatefulSet's
-            // currentRevision does not move, so the pods say it).
-            let slots = by_ordinal(set, pods);
-            let old = slots
-                .iter()
-                .flatten()
-                .filter(|p| !p.terminating)
-                .filter_map(|p| p.labels.get(REVISION_LABEL))
-                .find(|r| r.as_str() != update);
+            // The revision the pods not yet updated run: the controller's currentRevision for
+            // RollingUpdate; for OnDelete (whose currentRevision does not move), the one of the
+            // highest such ordinal, next to the updated ones.
+            let current = set
+                .current_revision()
+                .filter(|c| *c != update && !set.on_delete());
+            let old = current.map(String::from).or_else(|| {
+                by_ordinal(set, pods)
+                    .iter()
+                    .rev()
+                    .flatten()
+                    .filter(|p| !p.terminating)
+                    .filter_map(|p| p.labels.get(REVISION_LABEL))
+                    .find(|r| r.as_str() != update)
+                    .cloned()
+            });
             match old {
-                Some(old) => Ok(Start::Revert(old.clone())),
-                None if ours => Ok(Start::Resume),
+                Some(old) => Ok(Start::Revert(old)),
                 None => Err(format!(
-                    "{} has no update in progress to roll back: its pods run revision {update}",
-                    set.display()
+                    "{} has no update in progress to roll back: its pods run revision {update}{}",
+                    set.display(),
+                    if ours {
+                        " (the update finished; running its command again restores the update strategy)"
+                    } else {
+                        ""
+                    }
                 )),
             }
         }
@@ -488,18 +513,36 @@ mod tests {
             start(&s, &on("web-1"), &PartitionAction::Rollback),
             Ok(Start::Revert("web-1".into()))
         );
-        let err = start(&s, &on("web-2"), &PartitionAction::Rollback).unwrap_err();
+        // Every pod on the update revision, which the controller then calls current.
+        let mut done = s.clone();
+        done.object["status"]["currentRevision"] = json!("web-2");
+        let err = start(&done, &on("web-2"), &PartitionAction::Rollback).unwrap_err();
         assert!(err.contains("no update in progress"), "{err}");
+        let err = start(
+            &done.begun(None, false),
+            &on("web-2"),
+            &PartitionAction::Rollback,
+        )
+        .unwrap_err();
+        assert!(err.contains("the update finished"), "{err}");
+        // OnDelete: the revision of the highest ordinal not updated, not currentRevision.
+        let mut on_delete = s.clone();
+        on_delete.object["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        on_delete.object["status"]["currentRevision"] = json!("web-0");
+        let mixed = [pod("web-0", "web-0", true), pod("web-1", "web-1", true)];
         assert_eq!(
-            start(&ours, &on("web-2"), &PartitionAction::Rollback),
-            Ok(Start::Resume)
+            start(&on_delete, &mixed, &PartitionAction::Rollback),
+            Ok(Start::Revert("web-1".into()))
         );
-        // Pointed back: a rollback resumes rather than reverting to what it left.
+        // Pointed back: a rollback resumes rather than reverting to what it left, and the
+        // update's command is refused until it is over.
         let back = s.begun(None, true);
         assert_eq!(
             start(&back, &on("web-1"), &PartitionAction::Rollback),
             Ok(Start::Resume)
         );
+        let err = start(&back, &on("web-1"), &image("app:3")).unwrap_err();
+        assert!(err.contains("is being rolled back"), "{err}");
     }
 
     #[test]
