@@ -84,6 +84,20 @@ pub fn events_named(out: &std::process::Output, kind: &str) -> Vec<serde_json::V
         .collect()
 }
 
+/// Writes `policy.yaml` into `dir`: one hook, `stopper`, whose gate always aborts ("hostile
+/// gate says stop").
+pub fn aborting_gate_policy(dir: &std::path::Path) -> PathBuf {
+    std::fs::copy(wasm_module("hostile-hook"), dir.join("hostile.wasm"))
+        .expect("the hostile hook is built");
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
+    )
+    .expect("the policy is written");
+    policy
+}
+
 /// The plan of the run `args` would make: the same command without `--yes`.
 pub fn plan_of(args: &[String]) -> Vec<String> {
     args.iter().filter(|a| *a != "--yes").cloned().collect()

@@ -184,13 +184,7 @@ async fn a_gate_abort_leaves_it_on_delete_and_rollback_restores_template_and_str
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
     create_ds(&client, ns, "probe", ns, 3, V1, original.clone()).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
-    )
-    .unwrap();
+    let policy = rollout_ext_e2e::aborting_gate_policy(dir.path());
     let policy = policy.to_str().unwrap();
     let image = format!("--image={V2}");
 

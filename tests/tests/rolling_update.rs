@@ -584,13 +584,7 @@ async fn rollback_restores_the_original_and_a_gate_abort_stops_or_rolls_back() {
     create_rc(&client, ns, "api", 3).await;
     let api: Api<ReplicationController> = Api::namespaced(client.clone(), ns);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
-    )
-    .unwrap();
+    let policy = rollout_ext_e2e::aborting_gate_policy(dir.path());
     let policy = policy.to_str().unwrap().to_string();
 
     // A gate abort stops after the first step, resumable, exit 3.

@@ -16,7 +16,6 @@ use rollout_ext_e2e::stateful::{create_sts, image_of, wait_all_on, watch_pods};
 use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{
     described as text, events_named as events, output as run, plugin_binary, rolling_update,
-    wasm_module,
 };
 
 fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
@@ -183,13 +182,7 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
     let client = setup(cluster, ns).await;
     create_sts(&client, ns, "db", 3, V1, json!({"type": "OnDelete"})).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
-    )
-    .unwrap();
+    let policy = rollout_ext_e2e::aborting_gate_policy(dir.path());
     let policy = policy.to_str().unwrap();
     let image = format!("--image={V2}");
 
@@ -537,13 +530,7 @@ async fn a_resumed_run_asks_the_gate_about_what_moved_before_moving_more() {
     // Rerun with a gate that aborts: it is asked about the pods that moved before anything
     // else moves, so the partition stays where the killed run left it.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: stopper, module: hostile.wasm, points: [gate], config: {gate: abort}}\n",
-    )
-    .unwrap();
+    let policy = rollout_ext_e2e::aborting_gate_policy(dir.path());
     let out = run(plugin(
         cluster,
         ns,
