@@ -53,15 +53,18 @@ pub struct RollingUpdateArgs {
     pub container: Option<String>,
 
     /// The next controller, from a file (JSON or YAML); its selector must differ from the old
-    /// one's in the value of some key.
+    /// one's in the value of some key. For sts/NAME and ds/NAME: a workload of that kind whose
+    /// pod template to roll to.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub filename: Option<PathBuf>,
 
-    /// Roll an update in progress back to the old controller, at its original size.
+    /// Roll an update in progress back to the old controller, at its original size (sts/NAME,
+    /// ds/NAME: to the revision the pods not yet updated run).
     #[arg(long, conflicts_with_all = ["image", "filename"])]
     pub rollback: bool,
 
-    /// Time to wait between scaling up and scaling down [default: 1m; not for sts/NAME].
+    /// Time to wait between scaling up and scaling down [default: 1m; not for sts/NAME or
+    /// ds/NAME].
     #[arg(long, value_parser = parse_duration)]
     pub update_period: Option<Duration>,
 
@@ -74,7 +77,7 @@ pub struct RollingUpdateArgs {
     pub timeout: Duration,
 
     /// The label that tells the old pods from the new ones [default: deployment; not for
-    /// sts/NAME].
+    /// sts/NAME or ds/NAME].
     #[arg(long, value_name = "KEY")]
     pub deployment_label_key: Option<String>,
 
@@ -83,7 +86,7 @@ pub struct RollingUpdateArgs {
     pub image_pull_policy: Option<PullPolicy>,
 
     /// Pods above the desired count during the update (count or percent, rounded up)
-    /// [default: 1; not for sts/NAME, which updates pods in place].
+    /// [default: 1; not for sts/NAME or ds/NAME, which update pods in place].
     #[arg(long, allow_negative_numbers = true, value_parser = str::parse::<IntOrPercent>)]
     pub max_surge: Option<IntOrPercent>,
 
@@ -102,13 +105,13 @@ pub struct RollingUpdateArgs {
     #[arg(long)]
     pub force_unlock: bool,
 
-    /// `client`: print the plan. `server`: also send the next controller's creation to the API
-    /// server as a dry run. `none` (the default): perform the update.
+    /// `client`: print the plan. `server`: also send the first write (the next controller's
+    /// creation; the workload's new template) to the API server as a dry run. `none` (the default): perform the update.
     #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "client")]
     pub dry_run: Option<DryRun>,
 
-    /// Plan offline from a v1 List holding the controllers and their pods (implies
-    /// --dry-run=client).
+    /// Plan offline from a v1 List holding the controllers (or the StatefulSet or DaemonSet, its
+    /// ControllerRevisions and nodes) and their pods (implies --dry-run=client).
     #[arg(long, value_name = "FILE")]
     pub from_snapshot: Option<PathBuf>,
 
