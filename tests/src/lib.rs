@@ -84,6 +84,42 @@ pub fn events_named(out: &std::process::Output, kind: &str) -> Vec<serde_json::V
         .collect()
 }
 
+/// A progress line without the timestamp the plain reporter puts before it.
+pub fn without_timestamp(line: &str) -> &str {
+    match line.split_once(' ') {
+        Some((time, rest)) if time.parse::<jiff::Timestamp>().is_ok() => rest,
+        _ => line,
+    }
+}
+
+/// Runs `cmd` and SIGKILLs it at the first progress line containing `at`; returns the progress
+/// lines, without their timestamps.
+pub async fn run_until(mut cmd: std::process::Command, at: &'static str) -> Vec<String> {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = without_timestamp(&line.unwrap()).to_string();
+            let stop = line.contains(at);
+            seen.push(line);
+            if stop {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+        seen
+    })
+    .await
+    .unwrap()
+}
+
 /// Writes `policy.yaml` into `dir`: one hook, `stopper`, whose gate always aborts ("hostile
 /// gate says stop").
 pub fn aborting_gate_policy(dir: &std::path::Path) -> PathBuf {

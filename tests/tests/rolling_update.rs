@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::workloads::create_namespace;
-use rollout_ext_e2e::{plugin_binary, wasm_module};
+use rollout_ext_e2e::{plugin_binary, run_until, wasm_module, without_timestamp};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -99,46 +99,12 @@ async fn run(mut cmd: Command) -> Output {
         .unwrap()
 }
 
-/// A progress line without the timestamp the plain reporter puts before it.
-fn message(line: &str) -> &str {
-    match line.split_once(' ') {
-        Some((time, rest)) if time.parse::<jiff::Timestamp>().is_ok() => rest,
-        _ => line,
-    }
-}
-
 /// The progress lines (on stderr), without their timestamps.
 fn messages(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stderr)
         .lines()
-        .map(|l| message(l).to_string())
+        .map(|l| without_timestamp(l).to_string())
         .collect()
-}
-
-/// Runs the command and SIGKILLs it at the first progress line containing `at`; returns the
-/// progress lines, without their timestamps.
-async fn run_until(mut cmd: Command, at: &'static str) -> Vec<String> {
-    tokio::task::spawn_blocking(move || {
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut seen = Vec::new();
-        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = message(&line.unwrap()).to_string();
-            let stop = line.contains(at);
-            seen.push(line);
-            if stop {
-                child.kill().unwrap();
-                break;
-            }
-        }
-        child.wait().unwrap();
-        seen
-    })
-    .await
-    .unwrap()
 }
 
 fn text(out: &Output) -> String {
@@ -1060,7 +1026,7 @@ async fn a_rolling_update_is_paused_and_aborted_from_another_terminal_then_resum
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
         let mut lines = Vec::new();
         for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = message(&line.unwrap()).to_string();
+            let line = without_timestamp(&line.unwrap()).to_string();
             if line.starts_with("scaled ")
                 && !lines.iter().any(|l: &String| l.starts_with("scaled "))
             {

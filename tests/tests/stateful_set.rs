@@ -3,8 +3,7 @@
 //! on a simulated node, and a pod watcher checks the order and the unavailability budget.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -16,6 +15,7 @@ use rollout_ext_e2e::stateful::{create_sts, image_of, wait_all_on, watch_pods};
 use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{
     described as text, events_named as events, output as run, plugin_binary, rolling_update,
+    run_until,
 };
 
 fn plugin(cluster: &TestCluster, ns: &str, args: &[&str]) -> Command {
@@ -286,31 +286,6 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
         done["metadata"]["annotations"][STRATEGY].is_null(),
         "{done}"
     );
-}
-
-/// Runs `cmd` and SIGKILLs it at the first stderr line containing `at`.
-async fn run_until(mut cmd: Command, at: &'static str) -> Vec<String> {
-    tokio::task::spawn_blocking(move || {
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut seen = Vec::new();
-        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = line.unwrap();
-            let stop = line.contains(at);
-            seen.push(line);
-            if stop {
-                child.kill().unwrap();
-                break;
-            }
-        }
-        child.wait().unwrap();
-        seen
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
