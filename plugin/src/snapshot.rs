@@ -5,6 +5,8 @@
 //! one we plan with, so a 150,000-pod snapshot costs little more than reading it. This module does
 //! no I/O: it turns bytes into a [`Snapshot`].
 
+mod machines;
+
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -37,12 +39,17 @@ pub enum SnapshotError {
     },
 }
 
-/// Nodes, pods and PodDisruptionBudgets at one instant.
+pub use machines::{Machine, MachineRef};
+
+/// Nodes, pods and PodDisruptionBudgets at one instant; with Cluster API, its Machines too.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
+    /// The instances: every Node, and every Machine no Node registered for (see
+    /// [`Snapshot::link_machines`]).
     pub nodes: Vec<Node>,
     pub pods: Vec<Pod>,
     pub pdbs: Vec<Pdb>,
+    pub machines: Vec<Machine>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -67,6 +74,10 @@ pub struct Node {
     /// `status.allocatable` (CPU and memory); none when the snapshot does not say, and such a
     /// node counts as unlimited. A resource missing from it is unlimited too.
     pub allocatable: Option<Resources>,
+    /// The Cluster API Machine behind it, which also names its group.
+    pub machine: Option<MachineRef>,
+    /// A Node object exists: false for a Machine whose Node never registered.
+    pub registered: bool,
 }
 
 /// The controller that owns a pod, if any.
@@ -130,11 +141,13 @@ impl Snapshot {
     pub fn from_json(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         let mut snapshot = Snapshot::default();
         snapshot.extend_from_json(bytes)?;
+        snapshot.link_machines();
         Ok(snapshot)
     }
 
     /// Adds the items of one list (a `v1` `List`, or a page of an API list such as `NodeList`,
     /// whose items carry no kind of their own). Returns the list's `continue` token, if any.
+    /// Once every list is in, [`Snapshot::link_machines`] makes Machines instances.
     pub fn extend_from_json(&mut self, bytes: &[u8]) -> Result<Option<String>, SnapshotError> {
         let list: RawList = serde_json::from_slice(bytes).map_err(SnapshotError::Json)?;
         let Some(item_kind) = list.kind.strip_suffix("List") else {
@@ -154,6 +167,9 @@ impl Snapshot {
             let result = match kind {
                 "Node" => item.parse::<Node>().map(|n| self.nodes.push(n)),
                 "Pod" => item.parse::<Pod>().map(|p| self.pods.push(p)),
+                "Machine" if api_version.starts_with(machines::API_GROUP) => {
+                    item.parse::<Machine>().map(|m| self.machines.push(m))
+                }
                 "PodDisruptionBudget" => {
                     let v1beta1 = api_version.ends_with("v1beta1");
                     item.parse::<PdbBody>()
@@ -352,6 +368,8 @@ impl FromParts for Node {
                 .allocatable
                 .filter(|a| !a.is_empty())
                 .map(|a| a.or(u64::MAX)),
+            machine: None,
+            registered: true,
         }
     }
 }

@@ -222,6 +222,7 @@ pub mod daemon;
 pub mod fingerprint;
 pub mod invariants;
 pub mod metrics;
+pub mod observer;
 pub mod stateful;
 pub mod synthetic;
 pub mod workloads;

@@ -8,24 +8,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::invariants::{Budget, Checker, End, Pdb, Seen, SplitMix64, chaos_seed};
+use rollout_ext_e2e::invariants::{Budget, Pdb, SplitMix64, chaos_seed};
+use rollout_ext_e2e::observer::{InstanceCall, Observer, Verb};
 use rollout_ext_e2e::plugin_binary;
 use rollout_ext_e2e::workloads::create_namespace;
 use serde_json::json;
-use tokio::sync::mpsc::UnboundedSender;
 
 const WAIT: Duration = Duration::from_secs(120);
 /// Kills of the rotation under chaos, at least (the bar for a CI run).
@@ -33,352 +29,69 @@ const MIN_KILLS: usize = 20;
 /// Kills of the controller rolling update under chaos, at least (on top of the rotation's).
 const MIN_UPDATE_KILLS: usize = 10;
 const GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
-/// How long a termination's judgement waits for the node watch to deliver the node's deletion;
-/// a build that terminates a node without deleting it first is judged after this.
-const NODE_GONE_WAIT: Duration = Duration::from_secs(20);
 
 /// One cluster-changing scenario at a time: rotations share the cluster's lock, and the fault
 /// tests restart the API server everyone uses.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------------------------------------
-// The observer: watches feed the invariant checker.
+// What the observer hears of the simulated cloud.
 
-fn node_seen(node: &Node) -> Seen {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    Seen::Node {
-        name: node.name_any(),
-        ready,
-        unschedulable: node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false),
-    }
+/// The nodes of `group`, as a label selector.
+fn group_nodes(group: &str) -> String {
+    format!("{GROUP_LABEL}={group}")
 }
 
-fn pod_key(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn pod_seen(pod: &Pod) -> Seen {
-    Seen::Pod {
-        key: pod_key(pod),
-        labels: pod.labels().clone(),
-        ready: pod_ready(pod),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-    }
-}
-
-/// How one kind's watch events become observations.
-struct Mapping<K> {
-    key: fn(&K) -> String,
-    seen: fn(&K) -> Seen,
-    /// A deletion the watch delivered.
-    gone: fn(String) -> Seen,
-    /// An object missing when the watch listed again (see [`Seen::NodeLost`]).
-    lost: fn(String) -> Seen,
-    /// Sent when a listing starts, and when it is complete.
-    listing: Seen,
-    synced: Seen,
-}
-
-/// Forwards a watch as observations. A re-list (after the watch broke, e.g. while the API
-/// server restarted) reports what disappeared in the meantime as lost.
-async fn forward<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    mapping: Mapping<K>,
-    tx: UnboundedSender<Seen>,
-) where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let mut known = BTreeSet::new();
-    let mut relisted: Option<BTreeSet<String>> = None;
-    let Mapping {
-        key,
-        seen,
-        gone,
-        lost,
-        listing,
-        synced,
-    } = mapping;
-    let mut events = watcher(api, config).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        let Ok(event) = event else { continue };
-        let sent = match event {
-            watcher::Event::Init => {
-                relisted = Some(BTreeSet::new());
-                tx.send(listing.clone())
-            }
-            watcher::Event::InitApply(o) => {
-                relisted.get_or_insert_default().insert(key(&o));
-                known.insert(key(&o));
-                tx.send(seen(&o))
-            }
-            watcher::Event::InitDone => {
-                let listed = relisted.take().unwrap_or_default();
-                // Only a listing after an interruption can miss a known object: it went while
-                // the watch was away.
-                for name in known.difference(&listed) {
-                    let _ = tx.send(lost(name.clone()));
-                }
-                known = listed;
-                tx.send(synced.clone())
-            }
-            watcher::Event::Apply(o) => {
-                known.insert(key(&o));
-                tx.send(seen(&o))
-            }
-            watcher::Event::Delete(o) => {
-                known.remove(&key(&o));
-                tx.send(gone(key(&o)))
-            }
-        };
-        if sent.is_err() {
-            return;
-        }
-    }
-}
-
-/// The pods still running on `node` (not terminating, not DaemonSet or mirror pods): what a
-/// drain must have moved. Read from the API server (a consistent read), so it is exactly the
-/// state when the cloud was asked to terminate, whatever the watches have delivered yet.
-async fn pods_left_on(client: &Client, node: &str) -> Vec<String> {
-    let api: Api<Pod> = Api::all(client.clone());
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    // The API server may be down for a moment in the fault tests: try again until it answers.
-    let mut backoff = Duration::from_millis(50);
-    let deadline = Instant::now() + WAIT;
-    let pods = loop {
-        match api.list(&params).await {
-            Ok(list) => break list.items,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("observer: listing pods on {node}: {e}; again in {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => panic!("observer: cannot list pods on {node}: {e}"),
-        }
-    };
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            !p.owner_references()
-                .iter()
-                .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
-        })
-        .filter(|p| !p.annotations().contains_key("kubernetes.io/config.mirror"))
-        .map(pod_key)
-        .collect()
-}
-
-/// The observer of one group's rotation: node and pod watches plus the cloud's calls, folded
-/// into a [`Checker`] as they arrive.
-struct Observer {
-    checker: Arc<Mutex<Checker>>,
-    cloud_calls: tokio::sync::watch::Receiver<usize>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    events: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Observer {
-    async fn start(
-        cluster: &TestCluster,
-        group: &str,
-        namespace: &str,
-        budget: Budget,
-        pdbs: Vec<Pdb>,
-    ) -> Observer {
-        let client = cluster.client().await;
-        let checker = Arc::new(Mutex::new(Checker::new(budget, pdbs)));
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
-        let (calls_tx, cloud_calls) = tokio::sync::watch::channel(0usize);
-        // Nodes whose deletion the checker has seen (see the cloud task below).
-        let (gone_tx, gone) = tokio::sync::watch::channel(BTreeSet::<String>::new());
-        let mut tasks = Vec::new();
-
-        let record = checker.clone();
-        let log = events.clone();
-        tasks.push(tokio::spawn(async move {
-            while let Some(seen) = rx.recv().await {
-                let call = matches!(seen, Seen::Terminate { .. } | Seen::Detach { .. });
-                if let Seen::NodeGone { name } | Seen::NodeLost { name } = &seen {
-                    gone_tx.send_modify(|g| {
-                        g.insert(name.clone());
-                    });
-                }
-                log.lock().unwrap().push(seen.clone());
-                record.lock().unwrap().observe(seen);
-                if call {
-                    calls_tx.send_modify(|n| *n += 1);
-                }
-            }
-        }));
-        tasks.push(tokio::spawn(forward(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default().labels(&format!("{GROUP_LABEL}={group}")),
-            Mapping {
-                key: |n| n.name_any(),
-                seen: node_seen,
-                gone: |name| Seen::NodeGone { name },
-                lost: |name| Seen::NodeLost { name },
-                listing: Seen::NodesListing,
-                synced: Seen::NodesSynced,
-            },
-            tx.clone(),
-        )));
-        tasks.push(tokio::spawn(forward(
-            Api::<Pod>::namespaced(client.clone(), namespace),
-            watcher::Config::default(),
-            Mapping {
-                key: pod_key,
-                seen: pod_seen,
-                gone: |key| Seen::PodGone { key },
-                lost: |key| Seen::PodGone { key },
-                listing: Seen::PodsListing,
-                synced: Seen::PodsSynced,
-            },
-            tx.clone(),
-        )));
-        let mut feed = cluster.cloud.subscribe();
-        let prefix = format!("{group}-");
-        tasks.push(tokio::spawn(async move {
+/// The simulated cloud's terminate and detach calls for `group` that changed something (a
+/// repeated termination of an instance already gone does not), as they arrive.
+fn cloud_calls(
+    cluster: &TestCluster,
+    group: &str,
+) -> impl futures::Stream<Item = InstanceCall> + Send + 'static {
+    let prefix = format!("{group}-");
+    futures::stream::unfold(cluster.cloud.subscribe(), move |mut feed| {
+        let prefix = prefix.clone();
+        async move {
             loop {
                 let call = match feed.recv().await {
                     Ok(call) => call,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         panic!("observer: missed {n} cloud calls")
                     }
-                    Err(_) => return,
+                    Err(_) => return None,
                 };
-                // A repeated termination of an instance already gone changes nothing.
                 if !call.target.starts_with(&prefix) || !call.effective {
                     continue;
                 }
-                let seen = match call.verb.as_str() {
-                    "terminate" => {
-                        let pods_left = pods_left_on(&client, &call.target).await;
-                        // The rotation deletes a Node before it terminates the instance, and
-                        // the node watch delivers everything up to that deletion in order, even
-                        // across an API server restart (it resumes from where it was). Waiting
-                        // for the deletion makes the checker judge the termination with the
-                        // node's whole story, not with a watch that is still catching up.
-                        let mut gone = gone.clone();
-                        let _ = tokio::time::timeout(
-                            NODE_GONE_WAIT,
-                            gone.wait_for(|g| g.contains(&call.target)),
-                        )
-                        .await;
-                        Seen::Terminate {
-                            pods_left,
-                            node: call.target,
-                        }
-                    }
-                    "detach" => Seen::Detach { node: call.target },
+                let verb = match call.verb.as_str() {
+                    "terminate" => Verb::Terminate,
+                    "detach" => Verb::Detach,
                     _ => continue,
                 };
-                if tx.send(seen).is_err() {
-                    return;
-                }
+                let heard = InstanceCall {
+                    verb,
+                    node: call.target,
+                };
+                return Some((heard, feed));
             }
-        }));
-        Observer {
-            checker,
-            cloud_calls,
-            tasks,
-            events,
         }
-    }
+    })
+}
 
-    /// Waits until every terminate and detach call the cloud received for `group` has been
-    /// observed, then checks the end state and returns the checker's report.
-    async fn finish(
-        mut self,
-        cluster: &TestCluster,
-        group: &str,
-    ) -> (Option<String>, Option<usize>) {
-        let prefix = format!("{group}-");
-        let expected = cluster
-            .cloud
-            .calls()
-            .iter()
-            .filter(|c| {
-                c.target.starts_with(&prefix)
-                    && c.effective
-                    && (c.verb == "terminate" || c.verb == "detach")
-            })
-            .count();
-        tokio::time::timeout(WAIT, self.cloud_calls.wait_for(|n| *n >= expected))
-            .await
-            .expect("the observer sees every cloud call")
-            .unwrap();
-        let client = cluster.client().await;
-        let nodes = Api::<Node>::all(client.clone())
-            .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={group}")))
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|n| match node_seen(n) {
-                Seen::Node {
-                    name,
-                    ready,
-                    unschedulable,
-                } => (name, ready, unschedulable),
-                _ => unreachable!(),
-            })
-            .collect();
-        let lock = Api::<Lease>::namespaced(client, "kube-system")
-            .get_opt("rollout-ext")
-            .await
-            .unwrap()
-            .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default());
-        let end = End {
-            nodes,
-            instances: cluster.nodes.nodes_of(group),
-            lock,
-        };
-        for task in &self.tasks {
-            task.abort();
-        }
-        let mut checker = self.checker.lock().unwrap();
-        checker.finish(&end);
-        // What led up to a violation: the observations, as recorded.
-        let report = checker.report().map(|report| {
-            let events = self.events.lock().unwrap();
-            let tail: Vec<String> = events
-                .iter()
-                .skip(events.len().saturating_sub(40))
-                .map(|e| format!("  {e:?}"))
-                .collect();
-            let calls: Vec<String> = cluster
-                .cloud
-                .calls()
-                .into_iter()
-                .filter(|c| c.target.starts_with(&prefix))
-                .map(|c| format!("{} {}", c.verb, c.target))
-                .collect();
-            format!(
-                "{report}\ncloud calls: {}\nlast observations:\n{}",
-                calls.join(", "),
-                tail.join("\n")
-            )
-        });
-        (report, checker.fewest_available)
-    }
+/// The calls [`cloud_calls`] yielded for `group` so far, one line each.
+fn cloud_calls_made(cluster: &TestCluster, group: &str) -> Vec<String> {
+    let prefix = format!("{group}-");
+    cluster
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| {
+            c.target.starts_with(&prefix)
+                && c.effective
+                && (c.verb == "terminate" || c.verb == "detach")
+        })
+        .map(|c| format!("{} {}", c.verb, c.target))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -721,7 +434,15 @@ async fn observed_rotation(
         match_labels: [("app".to_string(), "web".to_string())].into(),
         min_available: 6,
     };
-    let observer = Observer::start(cluster, group, group, budget, vec![pdb]).await;
+    let observer = Observer::start(
+        cluster,
+        &group_nodes(group),
+        group,
+        budget,
+        vec![pdb],
+        cloud_calls(cluster, group),
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let policy = cluster.exec_policy(dir.path(), "");
     let args = rotate_args(cluster, &policy, group);
@@ -751,7 +472,13 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         "rotation chaos",
         started,
         outcome,
-        observer.finish(cluster, group).await,
+        observer
+            .finish(
+                cluster,
+                cloud_calls_made(cluster, group),
+                cluster.nodes.nodes_of(group),
+            )
+            .await,
     );
     assert!(kills >= MIN_KILLS, "{kills} kills");
     assert!(
@@ -908,7 +635,13 @@ async fn a_rotation_paused_and_aborted_anywhere_stays_safe() {
             other => panic!("round {round}: the run exited with {other:?}\n{stderr}"),
         }
     }
-    let (report, _) = observer.finish(cluster, group).await;
+    let (report, _) = observer
+        .finish(
+            cluster,
+            cloud_calls_made(cluster, group),
+            cluster.nodes.nodes_of(group),
+        )
+        .await;
     assert!(report.is_none(), "{}", report.unwrap_or_default());
     assert!(finished, "no run finished");
     assert!(
@@ -975,7 +708,15 @@ async fn observed_group(cluster: &'static TestCluster, group: &str, n: usize) ->
         match_labels: [("app".to_string(), "web".to_string())].into(),
         min_available: keep,
     };
-    Observer::start(cluster, group, group, budget, vec![pdb]).await
+    Observer::start(
+        cluster,
+        &group_nodes(group),
+        group,
+        budget,
+        vec![pdb],
+        cloud_calls(cluster, group),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1004,7 +745,13 @@ async fn a_rotation_rides_out_an_api_server_restart() {
         "every retry is said: {}",
         run.stderr
     );
-    let (report, _) = observer.finish(cluster, group).await;
+    let (report, _) = observer
+        .finish(
+            cluster,
+            cloud_calls_made(cluster, group),
+            cluster.nodes.nodes_of(group),
+        )
+        .await;
     assert_eq!(report, None, "each node terminated once, within the budget");
     assert_eq!(terminated(cluster, group).len(), 4);
 }
@@ -1063,7 +810,13 @@ async fn a_rotation_stops_resumably_when_the_api_server_fails_for_too_long() {
     .await
     .unwrap();
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    let (report, _) = observer.finish(cluster, group).await;
+    let (report, _) = observer
+        .finish(
+            cluster,
+            cloud_calls_made(cluster, group),
+            cluster.nodes.nodes_of(group),
+        )
+        .await;
     assert_eq!(report, None, "each node terminated once, within the budget");
 }
 
@@ -1135,7 +888,15 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         match_labels: [("app".to_string(), "app".to_string())].into(),
         min_available: replicas as usize,
     };
-    let observer = Observer::start(cluster, "no-nodes", ns, budget, vec![pdb]).await;
+    let observer = Observer::start(
+        cluster,
+        &group_nodes("no-nodes"),
+        ns,
+        budget,
+        vec![pdb],
+        cloud_calls(cluster, "no-nodes"),
+    )
+    .await;
 
     let args: Vec<String> = [
         "rolling-update",
@@ -1210,7 +971,13 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         "rolling-update chaos",
         started,
         outcome,
-        observer.finish(cluster, "no-nodes").await,
+        observer
+            .finish(
+                cluster,
+                cloud_calls_made(cluster, "no-nodes"),
+                cluster.nodes.nodes_of("no-nodes"),
+            )
+            .await,
     );
     assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
 

@@ -35,6 +35,7 @@ fn target(node: &str, group: &str) -> Target {
         node: node.into(),
         provider_id: format!("sim:///{group}/{node}"),
         group: group.into(),
+        machine: None,
     }
 }
 
@@ -73,7 +74,10 @@ async fn exec_terminates_and_detaches_through_the_cloud() {
     .unwrap();
     assert!(nodes.get_opt("exec-1").await.unwrap().is_none());
 
-    provider.detach(&target("exec-2", "exec")).await.unwrap();
+    provider
+        .detach(&live, &target("exec-2", "exec"))
+        .await
+        .unwrap();
     let verbs: Vec<(String, String)> = cluster
         .cloud
         .calls()
@@ -125,7 +129,7 @@ async fn delete_node_removes_the_node_object_and_cannot_surge() {
     .expect("the node object goes")
     .unwrap();
     assert!(matches!(
-        provider.detach(&target("del-1", "del")).await,
+        provider.detach(&live, &target("del-1", "del")).await,
         Err(ProviderError::CannotSurge("deleteNode"))
     ));
 }

@@ -50,6 +50,7 @@ fn target(provider_id: &str) -> Target {
         node: "node-1".into(),
         provider_id: provider_id.into(),
         group: "nodes".into(),
+        machine: None,
     }
 }
 
@@ -96,7 +97,7 @@ async fn every_recipe_runs_the_commands_its_cloud_expects() {
 
         provider.check(target).unwrap();
         if surges {
-            let printed = provider.detach(target).await.unwrap();
+            let printed = provider.detach(&live, target).await.unwrap();
             let answer: Value = serde_json::from_str(&printed).unwrap();
             assert_eq!(
                 answer["Activities"][0]["Description"],

@@ -193,6 +193,46 @@ pub enum DryRun {
 pub enum ProviderArg {
     /// Delete the Node object; an autoscaler or machine controller replaces it.
     DeleteNode,
+    /// Cluster API: scale each Machine's MachineDeployment down (removing exactly that
+    /// Machine) and back up.
+    ClusterApi,
+}
+
+impl ProviderArg {
+    /// The providers this flag stands for, for every group.
+    pub fn providers(self) -> crate::provider::Providers {
+        use crate::provider::{CapiTerminate, Provider, Providers};
+        Providers::one(match self {
+            ProviderArg::DeleteNode => Provider::DeleteNode,
+            ProviderArg::ClusterApi => Provider::ClusterApi {
+                terminate: CapiTerminate::ScaleDown,
+                timeout: std::time::Duration::from_secs(600),
+            },
+        })
+    }
+}
+
+/// Connects for a plan: with the cluster's Cluster API Machines when a provider the run
+/// would use works with them (`--provider cluster-api`, or a `clusterAPI` provider in the
+/// policy), so that the plan shows the groups and instances the run would see.
+pub(super) async fn connect(
+    kube: &KubeFlags,
+    args: &NodesArgs,
+    policy: &Policy,
+) -> Result<Cluster, Failure> {
+    let cluster = Cluster::connect(&kube.connect_options()?).await?;
+    let reads_machines = match args.provider {
+        Some(arg) => arg.providers().reads_machines(),
+        None => crate::provider::Providers::from_policy(policy)
+            .ok()
+            .flatten()
+            .is_some_and(|p| p.reads_machines()),
+    };
+    Ok(if reads_machines {
+        cluster.with_machines()
+    } else {
+        cluster
+    })
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -258,7 +298,7 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         }
         None => {
             let runtime = super::tokio_runtime()?;
-            let cluster = runtime.block_on(Cluster::connect(&kube.connect_options()?))?;
+            let cluster = runtime.block_on(connect(kube, args, &policy))?;
             let snapshot = runtime.block_on(cluster.snapshot())?;
             let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
                 cluster,

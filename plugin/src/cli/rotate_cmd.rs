@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::nodes::{NodesArgs, ProviderArg};
+use super::nodes::NodesArgs;
 use super::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
@@ -17,7 +17,7 @@ use crate::plan::PlanOptions;
 use crate::plan::hook::Hook;
 use crate::policy::Policy;
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
-use crate::provider::{Provider, Providers};
+use crate::provider::Providers;
 use crate::rotate::{RotateSettings, Rotation, Steps};
 
 /// Kops waits this long between two successful validations.
@@ -96,13 +96,13 @@ pub fn run(
     plan: PlanOptions,
 ) -> Result<(), Failure> {
     let providers = match args.provider {
-        Some(ProviderArg::DeleteNode) => Providers::one(Provider::DeleteNode),
+        Some(arg) => arg.providers(),
         None => Providers::from_policy(policy)
             .map_err(Failure::usage)?
             .ok_or_else(|| {
                 Failure::usage(
                     "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
-                     or pass --provider delete-node",
+                     or pass --provider delete-node or --provider cluster-api",
                 )
             })?,
     };
@@ -118,15 +118,15 @@ pub fn run(
     plan.dry_run = false;
     let runtime = tokio_runtime()?;
     runtime.block_on(async {
-        let cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let mut cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let mut needed = access::for_rotation(args.cloud_only, args.disable_eviction);
+        if providers.reads_machines() {
+            cluster = cluster.with_machines();
+            needed.extend(access::for_cluster_api());
+        }
         // Nothing changes before every permission the run needs is known to be granted, and
         // every hook has loaded.
-        cluster
-            .check_access(&access::for_rotation(
-                args.cloud_only,
-                args.disable_eviction,
-            ))
-            .await?;
+        cluster.check_access(&needed).await?;
         let policy_version = cluster.policy_version().await?;
         let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
             cluster: cluster.clone(),

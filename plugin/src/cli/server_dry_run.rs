@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::nodes::NodesArgs;
 use super::{Failure, KubeFlags, OutputFormat, output, tokio_runtime};
+use crate::cluster::LiveObjects;
 use crate::cluster::eviction::Eviction;
-use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::ObjectSource;
 use crate::plan::PlanOptions;
 use crate::plan::drain::{PodFate, classify, ladder_in_words};
@@ -34,7 +34,7 @@ pub fn run(
         _ => Box::new(Lines),
     };
     let runtime = tokio_runtime()?;
-    let cluster = runtime.block_on(Cluster::connect(&kube.connect_options()?))?;
+    let cluster = runtime.block_on(super::nodes::connect(kube, args, policy))?;
     let snapshot = runtime.block_on(cluster.snapshot())?;
     let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
         cluster: cluster.clone(),

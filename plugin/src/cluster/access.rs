@@ -118,6 +118,23 @@ pub fn for_rotation(cloud_only: bool, disable_eviction: bool) -> Vec<Permission>
     needed
 }
 
+/// What the `clusterAPI` provider uses besides a rotation's own needs: Machines read with the
+/// nodes, marked and removed; MachineDeployments and MachineSets read and scaled.
+pub fn for_cluster_api() -> Vec<Permission> {
+    let all = |verb, resource| Permission::new(verb, resource, None);
+    let mut needed: Vec<Permission> = ["get", "list", "watch", "patch", "delete"]
+        .into_iter()
+        .map(|verb| all(verb, "machines.cluster.x-k8s.io"))
+        .collect();
+    for resource in [
+        "machinedeployments.cluster.x-k8s.io",
+        "machinesets.cluster.x-k8s.io",
+    ] {
+        needed.extend(["get", "update"].map(|verb| all(verb, resource)));
+    }
+    needed
+}
+
 /// What a live `rolling-update` of a `kind` in `namespace` uses.
 pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
     let here = |verb, resource| Permission::new(verb, resource, Some(namespace));

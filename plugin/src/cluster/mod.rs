@@ -8,6 +8,7 @@ pub mod controls;
 pub mod drain;
 pub mod eviction;
 pub mod lock;
+pub mod machines;
 pub mod nodes;
 mod objects;
 pub mod recorder;
@@ -132,6 +133,8 @@ pub struct Cluster {
     policy_version: std::sync::Arc<tokio::sync::OnceCell<&'static str>>,
     /// One eviction request at a time per namespace (see [`eviction`]).
     evictions: eviction::Turns,
+    /// Snapshots include Cluster API Machines (see [`Cluster::with_machines`]).
+    machines: bool,
 }
 
 impl Cluster {
@@ -195,7 +198,16 @@ impl Cluster {
             default_namespace,
             policy_version: Default::default(),
             evictions: Default::default(),
+            machines: false,
         })
+    }
+
+    /// Snapshots of this cluster include its Cluster API Machines, so that Nodes take their
+    /// Machine's group and Machines without a Node are instances (a `cluster-api` provider
+    /// asks for it; other clusters need not grant the read).
+    pub fn with_machines(mut self) -> Cluster {
+        self.machines = true;
+        self
     }
 
     /// GETs a path, returning the body.
@@ -268,16 +280,20 @@ impl Cluster {
     }
 
     /// The lists a snapshot is made of: API path and resource name.
-    async fn snapshot_lists(&self) -> Result<[(String, &'static str); 3], ClusterError> {
+    async fn snapshot_lists(&self) -> Result<Vec<(String, &'static str)>, ClusterError> {
         let policy = self.policy_version().await?;
-        Ok([
+        let mut lists = vec![
             ("/api/v1/nodes".to_string(), "nodes"),
             ("/api/v1/pods".to_string(), "pods"),
             (
                 format!("/apis/policy/{policy}/poddisruptionbudgets"),
                 "poddisruptionbudgets.policy",
             ),
-        ])
+        ];
+        if self.machines {
+            lists.push(machines_list());
+        }
+        Ok(lists)
     }
 
     /// Reads nodes, pods and PodDisruptionBudgets: the planner's view of the cluster.
@@ -289,16 +305,25 @@ impl Cluster {
             })
             .await?;
         }
+        snapshot.link_machines();
         Ok(snapshot)
     }
 
-    /// Only the nodes: what waiting for replacements and validating need.
+    /// Only the instances (nodes, and Machines with [`Cluster::with_machines`]): what waiting
+    /// for replacements and validating need.
     pub async fn snapshot_nodes(&self) -> Result<Snapshot, ClusterError> {
         let mut snapshot = Snapshot::default();
-        self.list_pages("/api/v1/nodes", "nodes", |body| {
-            snapshot.extend_from_json(body.as_bytes())
-        })
-        .await?;
+        let mut lists = vec![("/api/v1/nodes".to_string(), "nodes")];
+        if self.machines {
+            lists.push(machines_list());
+        }
+        for (path, resource) in lists {
+            self.list_pages(&path, resource, |body| {
+                snapshot.extend_from_json(body.as_bytes())
+            })
+            .await?;
+        }
+        snapshot.link_machines();
         Ok(snapshot)
     }
 
@@ -338,6 +363,14 @@ impl Cluster {
             "items": items,
         }))
     }
+}
+
+/// The Cluster API Machines, as a snapshot lists them.
+fn machines_list() -> (String, &'static str) {
+    (
+        "/apis/cluster.x-k8s.io/v1beta1/machines".to_string(),
+        "machines.cluster.x-k8s.io",
+    )
 }
 
 /// Percent-encodes a query value.

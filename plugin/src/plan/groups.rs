@@ -33,11 +33,15 @@ pub fn zone_of(node: &Node) -> Option<&str> {
 }
 
 /// The group a node belongs to: the value of `label` when given, else of the first known group
-/// label it has, else its role's name.
+/// label it has, else its Cluster API Machine's MachineDeployment or MachineSet, else its
+/// role's name.
 pub fn group_of(node: &Node, label: Option<&str>) -> String {
     let value = match label {
         Some(l) => node.labels.get(l),
-        None => keys::GROUP_LABELS.iter().find_map(|l| node.labels.get(*l)),
+        None => keys::GROUP_LABELS
+            .iter()
+            .find_map(|l| node.labels.get(*l))
+            .or(node.machine.as_ref().map(|m| &m.group)),
     };
     match value {
         Some(v) if !v.is_empty() => v.clone(),
@@ -77,6 +81,10 @@ pub struct Staleness {
 /// Why `node` is out of date, or none. Several reasons are joined.
 pub fn outdated_reason(node: &Node, rules: &Staleness) -> Option<String> {
     let mut reasons = Vec::new();
+    if !node.registered {
+        // kops replaces an instance that never became a node: it is broken, not spare.
+        return Some("not registered as a node".into());
+    }
     for key in [keys::KOPS_NEEDS_UPDATE, keys::NEEDS_UPDATE] {
         if node.annotations.contains_key(key) {
             reasons.push(format!("needs-update annotation ({key})"));
@@ -130,6 +138,8 @@ mod tests {
             kubelet_version: Some("v1.20.2".into()),
             provider_id: None,
             allocatable: None,
+            machine: None,
+            registered: true,
         }
     }
 

@@ -81,12 +81,14 @@ pub fn summarize(
     cordoned_by_run: &HashSet<&str>,
     drain: &DrainOptions,
 ) -> HealthSummary {
+    // Machines without a Node are instances to replace, not nodes of the cluster.
+    let nodes = snapshot.nodes.iter().filter(|n| n.registered);
     let mut s = HealthSummary {
-        nodes_total: snapshot.nodes.len() as u32,
+        nodes_total: nodes.clone().count() as u32,
         ..Default::default()
     };
     let mut failures = Vec::new();
-    for node in &snapshot.nodes {
+    for node in nodes {
         if !node.ready {
             s.nodes_not_ready += 1;
             failures.push(format!("node {} is not Ready", node.name));

@@ -30,6 +30,32 @@ pub const PLACEHOLDERS: &[&str] = &[
 pub enum ProviderSpec {
     Exec(ExecSpec),
     DeleteNode {},
+    #[serde(rename = "clusterAPI")]
+    ClusterApi(ClusterApiSpec),
+}
+
+/// The `clusterAPI` provider: instances are Cluster API Machines.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterApiSpec {
+    /// How a Machine goes (default `ScaleDown`).
+    #[serde(default)]
+    pub terminate: CapiTerminate,
+    /// How long a Machine may take to go (default 10m).
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// How the `clusterAPI` provider removes a Machine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum CapiTerminate {
+    /// Mark it `cluster.x-k8s.io/delete-machine` and scale its MachineDeployment (or
+    /// MachineSet) down by one, so that exactly that Machine goes; then back up, so that a
+    /// new one replaces it.
+    #[default]
+    ScaleDown,
+    /// Delete the Machine; its MachineSet creates the replacement at once.
+    DeleteMachine,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -48,8 +74,16 @@ pub struct ExecSpec {
 impl ProviderSpec {
     /// Checks templates: non-empty, known placeholders only.
     pub fn validate(&self) -> Result<(), String> {
-        let ProviderSpec::Exec(exec) = self else {
-            return Ok(());
+        let exec = match self {
+            ProviderSpec::Exec(exec) => exec,
+            ProviderSpec::ClusterApi(capi) => {
+                if let Some(t) = &capi.timeout {
+                    super::parse_duration(t)
+                        .map_err(|e| format!("provider clusterAPI timeout: {e}"))?;
+                }
+                return Ok(());
+            }
+            ProviderSpec::DeleteNode {} => return Ok(()),
         };
         for (name, template) in [
             ("terminate", Some(&exec.terminate)),

@@ -150,6 +150,16 @@ fn bad_policies_name_the_line() {
             "unknown placeholder {instance}",
         ),
         ("  provider:\n    ssh: {}\n", 5, "ssh"),
+        (
+            "  provider:\n    clusterAPI: {terminate: Drop}\n",
+            5,
+            "unknown variant `Drop`, expected one of ScaleDown, DeleteMachine",
+        ),
+        (
+            "  provider:\n    clusterAPI: {timeout: soon}\n",
+            5,
+            "clusterAPI timeout",
+        ),
     ];
     for (body, line, fragment) in cases {
         let err = parse(&format!("{head}{body}")).expect_err(body);
@@ -398,6 +408,9 @@ spec:
   - name: spot
     provider:
       deleteNode: {}
+  - name: md-workers
+    provider:
+      clusterAPI: {terminate: DeleteMachine}
 ";
     let policy = parse(text).unwrap();
     assert!(policy.provider.is_none());
@@ -409,6 +422,15 @@ spec:
         policy.groups[1].provider,
         Some(ProviderSpec::DeleteNode {})
     ));
+    assert_eq!(
+        policy.groups[2].provider,
+        Some(ProviderSpec::ClusterApi(
+            crate::policy::provider::ClusterApiSpec {
+                terminate: crate::policy::provider::CapiTerminate::DeleteMachine,
+                timeout: None,
+            }
+        ))
+    );
     let bad = text.replace("[gcloud, compute, \"{gce.instance}\"]", "[]");
     let err = parse(&bad).unwrap_err().to_string();
     assert!(

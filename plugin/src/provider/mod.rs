@@ -6,14 +6,17 @@
 //!   anything); exit code and output are checked.
 //! - `deleteNode`: deletes the Node object, for clusters whose autoscaler or machine controller
 //!   replaces what disappears. It cannot surge.
+//! - `clusterAPI`: removes and surges Cluster API Machines through the API ([`cluster_api`]).
 
+pub mod cluster_api;
 mod provider_id;
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use crate::cluster::{Cluster, ClusterError};
-pub use crate::policy::provider::{ExecSpec, ProviderSpec};
+pub use crate::policy::provider::{CapiTerminate, ExecSpec, ProviderSpec};
+use crate::snapshot::MachineRef;
 
 /// How much of a failed command's output an error quotes.
 const QUOTED_OUTPUT: usize = 2000;
@@ -24,6 +27,8 @@ pub struct Target {
     pub node: String,
     pub provider_id: String,
     pub group: String,
+    /// Its Cluster API Machine, if it has one.
+    pub machine: Option<MachineRef>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +53,16 @@ pub enum ProviderError {
         "the {0} provider cannot surge: set maxSurge to 0, or use an exec provider with a detach command"
     )]
     CannotSurge(&'static str),
+    #[error(
+        "node {node} has no Cluster API Machine (no Machine names it in status.nodeRef, and it has no cluster.x-k8s.io/machine annotation): the clusterAPI provider cannot remove it"
+    )]
+    NoMachine { node: String },
+    #[error("{what} is not there to scale")]
+    NoGroupObject { what: String },
+    #[error(
+        "Machine {machine} was still there after {timeout:?}: see its conditions (kubectl describe machine); the next run waits for it again"
+    )]
+    MachineStays { machine: String, timeout: Duration },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }
@@ -73,6 +88,10 @@ pub enum Provider {
         timeout: Duration,
     },
     DeleteNode,
+    ClusterApi {
+        terminate: CapiTerminate,
+        timeout: Duration,
+    },
 }
 
 /// The provider of each group: its own (`groups[].provider`), else the policy's
@@ -108,6 +127,14 @@ impl Providers {
         Ok((default.is_some() || !by_group.is_empty()).then_some(Providers { default, by_group }))
     }
 
+    /// Whether any group's provider needs Cluster API Machines in the snapshots.
+    pub fn reads_machines(&self) -> bool {
+        self.default
+            .iter()
+            .chain(self.by_group.values())
+            .any(Provider::reads_machines)
+    }
+
     /// The provider of `group`.
     pub fn for_group(&self, group: &str) -> Result<&Provider, ProviderError> {
         self.by_group
@@ -124,6 +151,13 @@ impl Provider {
         spec.validate()?;
         Ok(match spec {
             ProviderSpec::DeleteNode {} => Provider::DeleteNode,
+            ProviderSpec::ClusterApi(c) => Provider::ClusterApi {
+                terminate: c.terminate,
+                timeout: match &c.timeout {
+                    Some(t) => crate::policy::parse_duration(t)?,
+                    None => Duration::from_secs(600),
+                },
+            },
             ProviderSpec::Exec(e) => Provider::Exec {
                 terminate: e.terminate.clone(),
                 detach: e.detach.clone(),
@@ -139,6 +173,7 @@ impl Provider {
         match self {
             Provider::Exec { .. } => "exec",
             Provider::DeleteNode => "deleteNode",
+            Provider::ClusterApi { .. } => "clusterAPI",
         }
     }
 
@@ -148,22 +183,32 @@ impl Provider {
             Provider::Exec {
                 detach: Some(_),
                 ..
-            }
+            } | Provider::ClusterApi { .. }
         )
+    }
+
+    /// Whether snapshots must include Cluster API Machines for this provider to act.
+    pub fn reads_machines(&self) -> bool {
+        matches!(self, Provider::ClusterApi { .. })
     }
 
     /// Whether the provider's commands can be written for `target`: every placeholder filled
     /// from its providerID. Asked before a group's first change, so a template that does not
     /// fit the cluster's nodes stops the run before anything happened to them.
     pub fn check(&self, target: &Target) -> Result<(), ProviderError> {
-        if let Provider::Exec {
-            terminate, detach, ..
-        } = self
-        {
-            render(terminate, target)?;
-            if let Some(detach) = detach {
-                render(detach, target)?;
+        match self {
+            Provider::Exec {
+                terminate, detach, ..
+            } => {
+                render(terminate, target)?;
+                if let Some(detach) = detach {
+                    render(detach, target)?;
+                }
             }
+            Provider::ClusterApi { .. } => {
+                cluster_api::machine_of(target)?;
+            }
+            Provider::DeleteNode => {}
         }
         Ok(())
     }
@@ -182,17 +227,25 @@ impl Provider {
                 cluster.delete_node(&target.node).await?;
                 Ok(String::new())
             }
+            Provider::ClusterApi { terminate, timeout } => {
+                cluster_api::terminate(cluster, target, *terminate, *timeout).await
+            }
         }
     }
 
     /// Detaches the instance so that a replacement boots before it goes.
-    pub async fn detach(&self, target: &Target) -> Result<String, ProviderError> {
+    pub async fn detach(
+        &self,
+        cluster: &Cluster,
+        target: &Target,
+    ) -> Result<String, ProviderError> {
         match self {
             Provider::Exec {
                 detach: Some(detach),
                 timeout,
                 ..
             } => run(detach, target, *timeout).await,
+            Provider::ClusterApi { .. } => cluster_api::detach(cluster, target).await,
             _ => Err(ProviderError::CannotSurge(self.name())),
         }
     }
@@ -303,6 +356,7 @@ mod tests {
             node: "n1; rm -rf /".into(),
             provider_id: "aws:///a/i-1".into(),
             group: "nodes".into(),
+            machine: None,
         }
     }
 

@@ -164,6 +164,18 @@ struct GroupRun {
     begun: bool,
 }
 
+impl GroupRun {
+    /// Whether `node` of the group is a Node object (not a Machine that never registered one),
+    /// as last read.
+    fn registered(&self, node: &str) -> bool {
+        self.latest
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .is_none_or(|n| n.registered)
+    }
+}
+
 impl Rotation<'_> {
     /// Plan options for a read of the cluster now.
     fn options(&self) -> PlanOptions {
@@ -368,7 +380,7 @@ impl Rotation<'_> {
         for message in health::drain_blockers(&index, &names, &self.settings.plan.drain) {
             self.warn(message);
         }
-        let taints = instances.iter().map(|node| {
+        let taints = instances.iter().filter(|n| run.registered(n)).map(|node| {
             self.cluster.taint_prefer_no_schedule(
                 node,
                 &self.settings.taint_key,

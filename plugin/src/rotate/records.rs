@@ -39,6 +39,7 @@ pub(super) fn record_of(target: &Target) -> serde_json::Value {
         "node": target.node,
         "providerID": target.provider_id,
         "group": target.group,
+        "machine": target.machine,
     })
 }
 
@@ -48,6 +49,7 @@ fn target_of(record: &serde_json::Value) -> Target {
         node: field("node"),
         provider_id: field("providerID"),
         group: field("group"),
+        machine: serde_json::from_value(record["machine"].clone()).unwrap_or_default(),
     }
 }
 
@@ -69,16 +71,14 @@ fn run_key(what: &str, group: &str) -> String {
 
 /// The provider's view of a node of `snapshot`.
 pub(super) fn target(snapshot: &Snapshot, group: &str, node: &str) -> Target {
-    let provider_id = snapshot
-        .nodes
-        .iter()
-        .find(|n| n.name == node)
-        .and_then(|n| n.provider_id.clone())
-        .unwrap_or_default();
+    let found = snapshot.nodes.iter().find(|n| n.name == node);
     Target {
         node: node.into(),
-        provider_id,
+        provider_id: found
+            .and_then(|n| n.provider_id.clone())
+            .unwrap_or_default(),
         group: group.into(),
+        machine: found.and_then(|n| n.machine.clone()),
     }
 }
 
@@ -99,7 +99,7 @@ impl Rotation<'_> {
             .latest
             .nodes
             .iter()
-            .filter(|n| crate::plan::groups::group_of(n, label) == run.name)
+            .filter(|n| n.registered && crate::plan::groups::group_of(n, label) == run.name)
             .count();
         self.lock.set_state(&key, Some(&size.to_string())).await?;
         Ok(size)
@@ -288,7 +288,7 @@ impl Rotation<'_> {
         async {
             self.providers
                 .for_group(&target.group)?
-                .detach(target)
+                .detach(self.cluster, target)
                 .await
         }
         .await
@@ -296,9 +296,17 @@ impl Rotation<'_> {
             node: target.node.clone(),
             source,
         })?;
-        self.cluster
+        // A Machine that never registered a Node has no Node to mark: its provider keeps the
+        // surge's record (the clusterAPI provider does, on the scaled object).
+        match self
+            .cluster
             .annotate_node(&target.node, keys::DETACHED, "true")
-            .await?;
+            .await
+        {
+            Err(crate::cluster::ClusterError::Api { code: 404, .. })
+                if target.machine.is_some() => {}
+            other => other?,
+        }
         Ok(())
     }
 }

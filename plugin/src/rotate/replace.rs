@@ -45,9 +45,11 @@ impl Rotation<'_> {
         if move_pods {
             let orders = self.drain_orders(batch).await?;
             let blocked = BlockedEvictions::new(self.reporter);
+            // An instance that never registered as a node has nothing to cordon or drain.
             let drains = batch
                 .instances
                 .iter()
+                .filter(|node| run.registered(node))
                 .map(|node| self.drain_one(node, orders.get(node).map(Vec::as_slice), &blocked));
             let drained = futures::future::join_all(drains);
             for result in self.recording_blocks(&blocked, drained).await? {
@@ -76,7 +78,8 @@ impl Rotation<'_> {
     }
 
     /// Deletes each node of the batch and terminates its instance. Detached instances are not
-    /// replaced: the group's expected size shrinks back by as many.
+    /// replaced: the group's expected size shrinks back by as many. Instances that never
+    /// registered as nodes are: it grows by as many.
     async fn terminate_batch(
         &self,
         batch: &BatchStep,
@@ -90,8 +93,13 @@ impl Rotation<'_> {
                 batch.instances.contains(&n.name) && n.annotations.contains_key(keys::DETACHED)
             })
             .count();
-        if detached > 0 {
-            run.expected = run.expected.saturating_sub(detached);
+        let unregistered = batch
+            .instances
+            .iter()
+            .filter(|n| !run.registered(n))
+            .count();
+        if detached > 0 || unregistered > 0 {
+            run.expected = (run.expected + unregistered).saturating_sub(detached);
             self.lock
                 .set_state(&expected_key(&run.name), Some(&run.expected.to_string()))
                 .await?;
@@ -103,7 +111,9 @@ impl Rotation<'_> {
             self.lock
                 .set_state(&key, Some(&record_of(&target).to_string()))
                 .await?;
-            self.cluster.delete_node(node).await?;
+            if run.registered(node) {
+                self.cluster.delete_node(node).await?;
+            }
             self.terminate(&target, &key).await?;
         }
         Ok(())

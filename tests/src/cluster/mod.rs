@@ -1,11 +1,14 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
 //! kube-scheduler (1.20.2, built and cached by `tests/cluster/install-control-plane.sh`), a node
-//! simulator doing the kubelet's job, and a simulated cloud.
+//! simulator doing the kubelet's job, a simulated cloud, and Karpenter and Cluster API stand-ins.
 //!
 //! `TestCluster::start()` takes a few seconds; `TestCluster::shared()` starts one per test binary,
 //! which tests share by working in their own namespaces and node groups.
 
+mod capi;
 mod cloud;
+mod crds;
+mod karpenter;
 mod nodes;
 mod process;
 
@@ -18,7 +21,12 @@ use anyhow::{Context, bail};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+pub use capi::{CapiSim, MachineDeletion, POOL_LABEL};
 pub use cloud::{CloudCall, GroupSpec, SimCloud};
+pub use karpenter::{
+    KarpenterSim, NODEPOOL_LABEL, NodeClaimDeletion, PROVIDER_PREFIX, TERMINATION_FINALIZER,
+    nodeclaims, nodepools,
+};
 pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec, SimSettings};
 pub use process::Processes;
 
@@ -96,6 +104,11 @@ pub struct TestCluster {
     runtime: Option<tokio::runtime::Runtime>,
     pub nodes: NodeSim,
     pub cloud: SimCloud,
+    /// The Karpenter stand-in (NodePools and NodeClaims of karpenter.sh/v1).
+    pub karpenter: KarpenterSim,
+    /// The Cluster API stand-in (MachineDeployments, MachineSets and Machines of
+    /// cluster.x-k8s.io/v1beta1).
+    pub capi: CapiSim,
 }
 
 impl TestCluster {
@@ -244,6 +257,16 @@ impl TestCluster {
 
         let nodes = runtime.block_on(NodeSim::start(client.clone(), settings))?;
         let cloud = runtime.block_on(SimCloud::start(root.join("cloud.sock"), nodes.clone()))?;
+        runtime.block_on(crds::load_crds(
+            &client,
+            include_str!("../../cluster/crds/karpenter.yaml"),
+        ))?;
+        let karpenter = runtime.block_on(KarpenterSim::start(client.clone(), nodes.clone()))?;
+        runtime.block_on(crds::load_crds(
+            &client,
+            include_str!("../../cluster/crds/cluster-api.yaml"),
+        ))?;
+        let capi = runtime.block_on(CapiSim::start(client.clone(), nodes.clone()))?;
         Ok(TestCluster {
             dir,
             kubeconfig,
@@ -252,6 +275,8 @@ impl TestCluster {
             runtime: Some(runtime),
             nodes,
             cloud,
+            karpenter,
+            capi,
         })
     }
 

@@ -47,6 +47,11 @@ pub struct NodeSpec {
     pub kubelet_version: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// `spec.providerID`; by default `sim:///<group>/<name>`.
+    pub provider_id: Option<String>,
+    /// Whether the node carries [`GROUP_LABEL`]: nodes of a machine controller (Cluster API,
+    /// Karpenter) name their group their own way.
+    pub group_label: bool,
 }
 
 impl NodeSpec {
@@ -59,7 +64,17 @@ impl NodeSpec {
             kubelet_version: "v1.20.2".into(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            provider_id: None,
+            group_label: true,
         }
+    }
+    pub fn provider_id(mut self, id: &str) -> Self {
+        self.provider_id = Some(id.into());
+        self
+    }
+    pub fn without_group_label(mut self) -> Self {
+        self.group_label = false;
+        self
     }
     pub fn zone(mut self, zone: &str) -> Self {
         self.zone = Some(zone.into());
@@ -84,7 +99,9 @@ impl NodeSpec {
 
     fn all_labels(&self) -> BTreeMap<String, String> {
         let mut labels = self.labels.clone();
-        labels.insert(GROUP_LABEL.into(), self.group.clone());
+        if self.group_label {
+            labels.insert(GROUP_LABEL.into(), self.group.clone());
+        }
         labels.insert("kubernetes.io/hostname".into(), self.name.clone());
         labels.insert("kubernetes.io/os".into(), "linux".into());
         if let Some(zone) = &self.zone {
@@ -157,7 +174,7 @@ impl NodeSim {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": spec.name, "labels": spec.all_labels(), "annotations": spec.annotations},
-            "spec": {"providerID": format!("sim:///{}/{}", spec.group, spec.name)},
+            "spec": {"providerID": spec.provider_id.clone().unwrap_or_else(|| format!("sim:///{}/{}", spec.group, spec.name))},
         }))?;
         // The instance exists (for the cloud's `list`) before its Node object does, as in a
         // real cloud: whoever sees the Node can find the instance.
