@@ -6,6 +6,7 @@
 //! no I/O: it turns bytes into a [`Snapshot`].
 
 mod machines;
+mod node_pools;
 
 use std::collections::BTreeMap;
 
@@ -40,6 +41,7 @@ pub enum SnapshotError {
 }
 
 pub use machines::{Machine, MachineRef};
+pub use node_pools::NodePool;
 
 /// Nodes, pods and PodDisruptionBudgets at one instant; with Cluster API, its Machines too.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +52,8 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     pub pdbs: Vec<Pdb>,
     pub machines: Vec<Machine>,
+    /// Karpenter's NodePools, when read.
+    pub node_pools: Vec<NodePool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -169,6 +173,9 @@ impl Snapshot {
                 "Pod" => item.parse::<Pod>().map(|p| self.pods.push(p)),
                 "Machine" if api_version.starts_with(machines::API_GROUP) => {
                     item.parse::<Machine>().map(|m| self.machines.push(m))
+                }
+                "NodePool" if api_version.starts_with(node_pools::API_GROUP) => {
+                    item.parse::<NodePool>().map(|p| self.node_pools.push(p))
                 }
                 "PodDisruptionBudget" => {
                     let v1beta1 = api_version.ends_with("v1beta1");

@@ -196,6 +196,8 @@ pub enum ProviderArg {
     /// Cluster API: scale each Machine's MachineDeployment down (removing exactly that
     /// Machine) and back up.
     ClusterApi,
+    /// Karpenter: delete each node's NodeClaim; Karpenter launches nodes for the evicted pods.
+    Karpenter,
 }
 
 impl ProviderArg {
@@ -208,6 +210,7 @@ impl ProviderArg {
                 terminate: CapiTerminate::ScaleDown,
                 timeout: std::time::Duration::from_secs(600),
             },
+            ProviderArg::Karpenter => Provider::Karpenter,
         })
     }
 }
@@ -221,17 +224,15 @@ pub(super) async fn connect(
     policy: &Policy,
 ) -> Result<Cluster, Failure> {
     let cluster = Cluster::connect(&kube.connect_options()?).await?;
-    let reads_machines = match args.provider {
-        Some(arg) => arg.providers().reads_machines(),
+    let providers = match args.provider {
+        Some(arg) => Some(arg.providers()),
         None => crate::provider::Providers::from_policy(policy)
             .ok()
-            .flatten()
-            .is_some_and(|p| p.reads_machines()),
+            .flatten(),
     };
-    Ok(if reads_machines {
-        cluster.with_machines()
-    } else {
-        cluster
+    Ok(match providers {
+        Some(p) => p.inventory(cluster),
+        None => cluster,
     })
 }
 

@@ -102,7 +102,7 @@ pub fn run(
             .ok_or_else(|| {
                 Failure::usage(
                     "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
-                     or pass --provider delete-node or --provider cluster-api",
+                     or pass --provider delete-node, cluster-api or karpenter",
                 )
             })?,
     };
@@ -118,11 +118,13 @@ pub fn run(
     plan.dry_run = false;
     let runtime = tokio_runtime()?;
     runtime.block_on(async {
-        let mut cluster = Cluster::connect(&kube.connect_options()?).await?;
+        let cluster = providers.inventory(Cluster::connect(&kube.connect_options()?).await?);
         let mut needed = access::for_rotation(args.cloud_only, args.disable_eviction);
         if providers.reads_machines() {
-            cluster = cluster.with_machines();
             needed.extend(access::for_cluster_api());
+        }
+        if providers.reads_node_pools() {
+            needed.extend(access::for_karpenter());
         }
         // Nothing changes before every permission the run needs is known to be granted, and
         // every hook has loaded.
@@ -258,7 +260,10 @@ async fn rotate(
         Err(crate::rotate::RotateError::Plan(
             e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }),
         )) => Err(Failure::usage(e.to_string())),
-        Err(e @ crate::rotate::RotateError::NoProvider(_)) => Err(Failure::usage(e.to_string())),
+        Err(
+            e @ (crate::rotate::RotateError::NoProvider(_)
+            | crate::rotate::RotateError::CannotSurge(_)),
+        ) => Err(Failure::usage(e.to_string())),
         Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
     }
 }

@@ -135,6 +135,17 @@ pub fn for_cluster_api() -> Vec<Permission> {
     needed
 }
 
+/// What the `karpenter` provider uses besides a rotation's own needs: NodePools read with the
+/// nodes (for their own disruption budgets), a node's NodeClaim found and deleted.
+pub fn for_karpenter() -> Vec<Permission> {
+    let all = |verb, resource| Permission::new(verb, resource, None);
+    vec![
+        all("list", "nodepools.karpenter.sh"),
+        all("list", "nodeclaims.karpenter.sh"),
+        all("delete", "nodeclaims.karpenter.sh"),
+    ]
+}
+
 /// What a live `rolling-update` of a `kind` in `namespace` uses.
 pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
     let here = |verb, resource| Permission::new(verb, resource, Some(namespace));

@@ -9,6 +9,7 @@ pub mod drain;
 pub mod eviction;
 pub mod lock;
 pub mod machines;
+pub mod node_claims;
 pub mod nodes;
 mod objects;
 pub mod recorder;
@@ -135,6 +136,8 @@ pub struct Cluster {
     evictions: eviction::Turns,
     /// Snapshots include Cluster API Machines (see [`Cluster::with_machines`]).
     machines: bool,
+    /// Snapshots include Karpenter NodePools (see [`Cluster::with_node_pools`]).
+    node_pools: bool,
 }
 
 impl Cluster {
@@ -199,6 +202,7 @@ impl Cluster {
             policy_version: Default::default(),
             evictions: Default::default(),
             machines: false,
+            node_pools: false,
         })
     }
 
@@ -207,6 +211,13 @@ impl Cluster {
     /// asks for it; other clusters need not grant the read).
     pub fn with_machines(mut self) -> Cluster {
         self.machines = true;
+        self
+    }
+
+    /// Snapshots of this cluster include its Karpenter NodePools, whose own disruption budgets
+    /// a plan warns of (a `karpenter` provider asks for it).
+    pub fn with_node_pools(mut self) -> Cluster {
+        self.node_pools = true;
         self
     }
 
@@ -293,6 +304,12 @@ impl Cluster {
         if self.machines {
             lists.push(machines_list());
         }
+        if self.node_pools {
+            lists.push((
+                "/apis/karpenter.sh/v1/nodepools".to_string(),
+                "nodepools.karpenter.sh",
+            ));
+        }
         Ok(lists)
     }
 
@@ -325,6 +342,24 @@ impl Cluster {
         }
         snapshot.link_machines();
         Ok(snapshot)
+    }
+
+    /// Only the pods: what waiting for evicted pods to be Ready again needs.
+    pub async fn snapshot_pods(&self) -> Result<Snapshot, ClusterError> {
+        let mut snapshot = Snapshot::default();
+        self.list_pages("/api/v1/pods", "pods", |body| {
+            snapshot.extend_from_json(body.as_bytes())
+        })
+        .await?;
+        Ok(snapshot)
+    }
+
+    /// Yields whenever the watch of every pod delivers something: a wake-up to read the pods
+    /// again, instead of polling.
+    pub fn pod_changes(&self) -> impl futures::Stream<Item = ()> + Send + use<> {
+        use futures::StreamExt;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(self.client.clone());
+        kube::runtime::watcher(pods, kube::runtime::watcher::Config::default()).map(|_| ())
     }
 
     /// The same objects as a `v1` `List`, each item with its kind and apiVersion: the file

@@ -128,6 +128,7 @@ pub fn record_of(event: &Event) -> Option<Record> {
         Event::Surging { .. } => run("Surging", false),
         Event::BatchStarted { .. } => run("BatchStarted", false),
         Event::Replaced { .. } => run("ReplacementsReady", false),
+        Event::PodsBack { .. } => run("EvictedPodsReady", false),
         Event::GroupDone { .. } => run("GroupDone", false),
         Event::Done => run("Finished", false),
         Event::Paused { .. } => run("Paused", false),

@@ -51,6 +51,9 @@ impl Event {
             Event::Replaced { group, ready } => {
                 format!("group {group}: replacements Ready ({ready} nodes Ready)")
             }
+            Event::PodsBack { group, pods } => {
+                format!("group {group}: the evicted pods are Ready again ({pods} Ready)")
+            }
             Event::GroupDone { group } => format!("group {group} is up to date"),
             Event::Done => "rotation complete".into(),
             Event::Cordoned { node } => format!("cordoned node {node}"),

@@ -60,6 +60,12 @@ pub enum Event {
         group: String,
         ready: usize,
     },
+    /// The pods evicted from a group's batch are Ready again (groups whose node manager
+    /// launches nodes for pods, as Karpenter does).
+    PodsBack {
+        group: String,
+        pods: usize,
+    },
     GroupDone {
         group: String,
     },

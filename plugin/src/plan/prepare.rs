@@ -51,13 +51,18 @@ pub fn survey<'a>(
             health.failures.join("; ")
         ));
     }
-    let groups = all_groups
+    let groups: Vec<NodeGroup> = all_groups
         .into_iter()
         .filter(|g| {
             (options.instance_groups.is_empty() || options.instance_groups.contains(&g.name))
                 && (options.roles.is_empty() || options.roles.contains(&g.role))
         })
         .collect();
+    warnings.extend(
+        groups
+            .iter()
+            .filter_map(|g| snapshot.node_pool(&g.name)?.warning()),
+    );
     Ok(Survey { groups, warnings })
 }
 

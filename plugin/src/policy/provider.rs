@@ -32,6 +32,7 @@ pub enum ProviderSpec {
     DeleteNode {},
     #[serde(rename = "clusterAPI")]
     ClusterApi(ClusterApiSpec),
+    Karpenter {},
 }
 
 /// The `clusterAPI` provider: instances are Cluster API Machines.
@@ -83,7 +84,7 @@ impl ProviderSpec {
                 }
                 return Ok(());
             }
-            ProviderSpec::DeleteNode {} => return Ok(()),
+            ProviderSpec::DeleteNode {} | ProviderSpec::Karpenter {} => return Ok(()),
         };
         for (name, template) in [
             ("terminate", Some(&exec.terminate)),

@@ -411,6 +411,9 @@ spec:
   - name: md-workers
     provider:
       clusterAPI: {terminate: DeleteMachine}
+  - name: general
+    provider:
+      karpenter: {}
 ";
     let policy = parse(text).unwrap();
     assert!(policy.provider.is_none());
@@ -431,6 +434,7 @@ spec:
             }
         ))
     );
+    assert_eq!(policy.groups[3].provider, Some(ProviderSpec::Karpenter {}));
     let bad = text.replace("[gcloud, compute, \"{gce.instance}\"]", "[]");
     let err = parse(&bad).unwrap_err().to_string();
     assert!(

@@ -7,6 +7,8 @@
 //! - `deleteNode`: deletes the Node object, for clusters whose autoscaler or machine controller
 //!   replaces what disappears. It cannot surge.
 //! - `clusterAPI`: removes and surges Cluster API Machines through the API ([`cluster_api`]).
+//! - `karpenter`: deletes the node's NodeClaim; Karpenter's finalizer terminates the instance,
+//!   and Karpenter launches nodes for the evicted pods that wait. It cannot surge.
 
 pub mod cluster_api;
 mod provider_id;
@@ -92,6 +94,7 @@ pub enum Provider {
         terminate: CapiTerminate,
         timeout: Duration,
     },
+    Karpenter,
 }
 
 /// The provider of each group: its own (`groups[].provider`), else the policy's
@@ -129,10 +132,27 @@ impl Providers {
 
     /// Whether any group's provider needs Cluster API Machines in the snapshots.
     pub fn reads_machines(&self) -> bool {
-        self.default
-            .iter()
-            .chain(self.by_group.values())
-            .any(Provider::reads_machines)
+        self.any(Provider::reads_machines)
+    }
+
+    /// Whether any group's provider is `karpenter`, whose NodePools a plan reads.
+    pub fn reads_node_pools(&self) -> bool {
+        self.any(Provider::judges_by_pods)
+    }
+
+    /// `cluster`, reading in its snapshots what these providers work with.
+    pub fn inventory(&self, mut cluster: Cluster) -> Cluster {
+        if self.reads_machines() {
+            cluster = cluster.with_machines();
+        }
+        if self.reads_node_pools() {
+            cluster = cluster.with_node_pools();
+        }
+        cluster
+    }
+
+    fn any(&self, test: impl Fn(&Provider) -> bool) -> bool {
+        self.default.iter().chain(self.by_group.values()).any(test)
     }
 
     /// The provider of `group`.
@@ -151,6 +171,7 @@ impl Provider {
         spec.validate()?;
         Ok(match spec {
             ProviderSpec::DeleteNode {} => Provider::DeleteNode,
+            ProviderSpec::Karpenter {} => Provider::Karpenter,
             ProviderSpec::ClusterApi(c) => Provider::ClusterApi {
                 terminate: c.terminate,
                 timeout: match &c.timeout {
@@ -174,6 +195,7 @@ impl Provider {
             Provider::Exec { .. } => "exec",
             Provider::DeleteNode => "deleteNode",
             Provider::ClusterApi { .. } => "clusterAPI",
+            Provider::Karpenter => "karpenter",
         }
     }
 
@@ -187,9 +209,30 @@ impl Provider {
         )
     }
 
+    /// Why a group with a surge cannot have this provider, if it cannot.
+    pub fn surge_refusal(&self, group: &str) -> Option<String> {
+        match self {
+            _ if self.can_surge() => None,
+            Provider::Karpenter => Some(format!(
+                "group {group} has maxSurge > 0, but the karpenter provider cannot surge: Karpenter launches nodes for pods that wait, not ahead of them; set maxSurge to 0 for it"
+            )),
+            _ => Some(format!(
+                "group {group} has maxSurge > 0, but the {} provider cannot surge: set maxSurge to 0, or use an exec provider with a detach command, or clusterAPI",
+                self.name()
+            )),
+        }
+    }
+
     /// Whether snapshots must include Cluster API Machines for this provider to act.
     pub fn reads_machines(&self) -> bool {
         matches!(self, Provider::ClusterApi { .. })
+    }
+
+    /// Whether the group's replacements are judged by the pods evicted from each batch being
+    /// Ready again rather than by the group's size: its node manager launches nodes for
+    /// pods, not to keep a size.
+    pub fn judges_by_pods(&self) -> bool {
+        matches!(self, Provider::Karpenter)
     }
 
     /// Whether the provider's commands can be written for `target`: every placeholder filled
@@ -208,7 +251,7 @@ impl Provider {
             Provider::ClusterApi { .. } => {
                 cluster_api::machine_of(target)?;
             }
-            Provider::DeleteNode => {}
+            Provider::DeleteNode | Provider::Karpenter => {}
         }
         Ok(())
     }
@@ -229,6 +272,18 @@ impl Provider {
             }
             Provider::ClusterApi { terminate, timeout } => {
                 cluster_api::terminate(cluster, target, *terminate, *timeout).await
+            }
+            Provider::Karpenter => {
+                match cluster
+                    .node_claim_of(&target.provider_id, &target.node)
+                    .await?
+                {
+                    Some(claim) => {
+                        cluster.delete_node_claim(&claim).await?;
+                        Ok(format!("deleted NodeClaim {claim}"))
+                    }
+                    None => Ok(String::new()),
+                }
             }
         }
     }

@@ -15,6 +15,7 @@
 mod blocked;
 mod controls;
 mod decisions;
+mod pods_back;
 mod ready;
 mod records;
 mod replace;
@@ -74,6 +75,8 @@ pub enum RotateError {
     },
     #[error(transparent)]
     NoProvider(ProviderError),
+    #[error("{0}")]
+    CannotSurge(String),
     #[error("aborted by {by} {at}: {reason}")]
     Aborted {
         by: String,
@@ -99,6 +102,16 @@ pub enum RotateError {
         timeout: Duration,
         ready: usize,
         expected: usize,
+    },
+    #[error(
+        "group {group}: {lacking} evicted pod(s) not Ready again after {} ({controllers}); stopped before the next batch: run the same command to resume once they are",
+        crate::duration::human_duration(timeout.as_secs() as i64)
+    )]
+    PodsNotBack {
+        group: String,
+        timeout: Duration,
+        lacking: usize,
+        controllers: String,
     },
 }
 
@@ -185,6 +198,13 @@ impl Rotation<'_> {
         options
     }
 
+    /// Whether `group`'s replacements are judged by its evicted pods (see [`pods_back`]).
+    fn judges_by_pods(&self, group: &str) -> bool {
+        self.providers
+            .for_group(group)
+            .is_ok_and(|p| p.judges_by_pods())
+    }
+
     fn check_lock(&self) -> Result<(), RotateError> {
         if self.lock.lost() {
             return Err(RotateError::LockLost);
@@ -222,16 +242,24 @@ impl Rotation<'_> {
                     plan.group.selected
                 )),
                 Prepared::Disabled(_) => {}
-                Prepared::Ready(_) => groups.push((group.name.clone(), group.role)),
+                Prepared::Ready(start) => {
+                    let surges = start.info.max_surge > 0 && !start.cloud_only;
+                    groups.push((group.name.clone(), group.role, surges));
+                }
             }
         }
-        // Every group has a provider before the first is touched.
-        for (group, _) in &groups {
-            if let Err(source) = self.providers.for_group(group) {
-                return Err(RotateError::NoProvider(source));
+        // Every group has a provider, able to surge where the group surges, before the first
+        // is touched.
+        for (group, _, surges) in &groups {
+            let provider = self
+                .providers
+                .for_group(group)
+                .map_err(RotateError::NoProvider)?;
+            if let Some(refusal) = provider.surge_refusal(group).filter(|_| *surges) {
+                return Err(RotateError::CannotSurge(refusal));
             }
         }
-        for (group, role) in groups {
+        for (group, role, _) in groups {
             self.rotate_group(group, role).await?;
         }
         self.finish_left_groups().await
@@ -395,6 +423,7 @@ impl Rotation<'_> {
     /// Waits for the group's last replacements, clears its record and reports it done.
     async fn finish_group(&self, run: &GroupRun) -> Result<(), RotateError> {
         if !self.settings.plan.cloud_only {
+            self.wait_pods_back(&run.name).await?;
             self.wait_ready(&run.name, run.expected).await?;
         }
         self.lock

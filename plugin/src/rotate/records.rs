@@ -2,6 +2,7 @@
 //! group's expected Ready node count, and the provider calls in progress (terminations and
 //! surges), each recorded before the call and cleared after it.
 
+use super::pods_back::{PODS_BACK_PREFIX, pods_back_key};
 use super::{GroupRun, RotateError, Rotation};
 use crate::events::Event;
 use crate::keys;
@@ -55,7 +56,7 @@ fn target_of(record: &serde_json::Value) -> Target {
 
 /// A run-state key: `rollout-ext.io/<what>.<group>`, the group hashed when it cannot be part
 /// of an annotation key.
-fn run_key(what: &str, group: &str) -> String {
+pub(super) fn run_key(what: &str, group: &str) -> String {
     let valid = group.len() <= 50
         && group
             .chars()
@@ -85,6 +86,10 @@ pub(super) fn target(snapshot: &Snapshot, group: &str, node: &str) -> Target {
 impl Rotation<'_> {
     /// The group's expected size: what a stopped run recorded, else its size now (recorded).
     pub(super) async fn expected_size(&self, run: &GroupRun) -> Result<usize, RotateError> {
+        // A group kept by pods, not at a size, owes no count of nodes.
+        if self.judges_by_pods(&run.name) {
+            return Ok(0);
+        }
         let key = expected_key(&run.name);
         if let Some(expected) = self
             .lock
@@ -154,18 +159,30 @@ impl Rotation<'_> {
     }
 
     /// Waits for the replacements of groups an earlier run left unfinished with nothing left to
-    /// rotate (it stopped in its last wait): until they are Ready the rotation is not complete.
-    /// Their records go once they are. Only groups this run rotates (`--instance-group`) are
-    /// waited for: another group's record is the business of the run that resumes it.
+    /// rotate (it stopped in its last wait): until they are Ready (or, for a group judged by
+    /// its pods, until its evicted pods are) the rotation is not complete. Their records go
+    /// once they are. Only groups this run rotates (`--instance-group`) are waited for:
+    /// another group's record is the business of the run that resumes it.
     pub(super) async fn finish_left_groups(&self) -> Result<(), RotateError> {
         let Some(status) = self.cluster.lock_status().await? else {
             return Ok(());
         };
-        let left: Vec<(&String, usize)> = status
+        // Pods owed first: a group's record of its size goes after them.
+        let owed: Vec<&String> = status
             .state
-            .iter()
-            .filter(|(key, _)| key.starts_with(EXPECTED_PREFIX))
-            .filter_map(|(key, value)| Some((key, value.parse::<usize>().ok()?)))
+            .keys()
+            .filter(|key| key.starts_with(PODS_BACK_PREFIX))
+            .collect();
+        let left: Vec<(&String, usize)> = owed
+            .into_iter()
+            .map(|key| (key, 0))
+            .chain(
+                status
+                    .state
+                    .iter()
+                    .filter(|(key, _)| key.starts_with(EXPECTED_PREFIX))
+                    .filter_map(|(key, value)| Some((key, value.parse::<usize>().ok()?))),
+            )
             .collect();
         if left.is_empty() {
             return Ok(());
@@ -178,13 +195,16 @@ impl Rotation<'_> {
             .iter()
             .map(|n| crate::plan::groups::group_of(n, label))
             .collect();
-        groups.extend(
-            left.iter()
-                .filter_map(|(k, _)| Some(k.strip_prefix(EXPECTED_PREFIX)?.to_string())),
-        );
+        groups.extend(left.iter().filter_map(|(k, _)| {
+            let name = k.strip_prefix(EXPECTED_PREFIX);
+            Some(name.or(k.strip_prefix(PODS_BACK_PREFIX))?.to_string())
+        }));
         let chosen = &self.settings.plan.instance_groups;
         for (key, expected) in left {
-            let group = groups.iter().find(|g| expected_key(g) == **key);
+            let owes_pods = key.starts_with(PODS_BACK_PREFIX);
+            let group = groups
+                .iter()
+                .find(|g| expected_key(g) == **key || pods_back_key(g) == **key);
             if group.is_some_and(|g| !chosen.is_empty() && !chosen.contains(g)) {
                 continue;
             }
@@ -192,16 +212,25 @@ impl Rotation<'_> {
                 if !chosen.is_empty() {
                     continue;
                 }
+                let owed = if owes_pods {
+                    "its evicted pods Ready again".to_string()
+                } else {
+                    format!("{expected} Ready nodes")
+                };
                 self.reporter.report(Event::Warning {
                     message: format!(
-                        "an earlier run expected {expected} Ready nodes in a group that has no nodes now ({key}); not waiting for it"
+                        "an earlier run expected {owed} in a group that has no nodes now ({key}); not waiting for it"
                     ),
                 });
                 self.lock.set_state(key, None).await?;
                 continue;
             };
             if !self.settings.plan.cloud_only {
-                self.wait_ready(group, expected).await?;
+                if owes_pods {
+                    self.wait_pods_back(group).await?;
+                } else {
+                    self.wait_ready(group, expected).await?;
+                }
             }
             self.lock.set_state(key, None).await?;
             self.reporter.report(Event::GroupDone {

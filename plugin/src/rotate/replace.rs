@@ -25,8 +25,12 @@ impl Rotation<'_> {
         self.refresh(run).await?;
         // Replacements of earlier batches first: never disrupt more than the budget. Only when
         // the group lacks Ready nodes is the cluster watched for them.
-        if !self.settings.plan.cloud_only && self.ready_in(&run.latest, &group) < run.expected {
-            self.wait_ready(&group, run.expected).await?;
+        if !self.settings.plan.cloud_only {
+            // A stopped run's batch may still owe its evicted pods.
+            self.wait_pods_back(&group).await?;
+            if self.ready_in(&run.latest, &group) < run.expected {
+                self.wait_ready(&group, run.expected).await?;
+            }
         }
         if self.settings.plan.interactive && !confirm(&group, batch) {
             return Err(RotateError::Declined {
@@ -42,6 +46,10 @@ impl Rotation<'_> {
             decided_by: batch.decided_by.to_string(),
         });
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
+        if move_pods && self.judges_by_pods(&group) {
+            self.record_owed(&group, &run.latest, &batch.instances)
+                .await?;
+        }
         if move_pods {
             let orders = self.drain_orders(batch).await?;
             let blocked = BlockedEvictions::new(self.reporter);
@@ -73,6 +81,7 @@ impl Rotation<'_> {
         if self.settings.plan.cloud_only {
             return Ok(());
         }
+        self.wait_pods_back(&group).await?;
         let fresh = self.wait_ready(&group, run.expected).await?;
         self.validate(&fresh).await
     }

@@ -363,10 +363,15 @@ impl TestCluster {
 
     /// The nodes of `group` that are cordoned now.
     pub async fn cordoned(&self, group: &str) -> Vec<String> {
+        self.cordoned_by_label(GROUP_LABEL, group).await
+    }
+
+    /// The nodes labelled `label=value` that are cordoned now.
+    pub async fn cordoned_by_label(&self, label: &str, value: &str) -> Vec<String> {
         use k8s_openapi::api::core::v1::Node;
         use kube::api::{Api, ListParams};
         let nodes: Api<Node> = Api::all(self.client().await);
-        let selector = format!("kops.k8s.io/instancegroup={group}");
+        let selector = format!("{label}={value}");
         nodes
             .list(&ListParams::default().labels(&selector))
             .await
