@@ -421,6 +421,12 @@ async fn bad_input_against_a_cluster_changes_nothing() {
             2,
             &["control-plane", "policy.yaml:11:", "bad-cp", "cannot surge"],
         ),
+        // A provider that cannot surge, for a group that would: refused before the lock.
+        with(
+            live("bad", &["--policy", &plain, "--max-surge", "1"]),
+            2,
+            &["group bad has maxSurge > 0, but the deleteNode provider cannot surge"],
+        ),
         with(
             live("bad", &["--policy", &plain, "--max-unavailable", "-1"]),
             2,

@@ -200,7 +200,7 @@ async fn a_machine_deployment_surges_before_it_drains() {
         cluster,
         "capi-surge",
         "surgers",
-        3,
+        6,
         (0, 1),
         &["--max-surge", "1", "--max-unavailable", "0"],
     )
