@@ -47,6 +47,15 @@ pub fn run(
         for group in plan.groups.iter().filter(|g| !g.disabled) {
             for instance in group.instances.iter().filter(|i| i.update) {
                 let node = instance.name.as_str();
+                // A Machine whose Node never registered has no Node to cordon, drain or
+                // delete: the run only removes the Machine.
+                if snapshot
+                    .nodes
+                    .iter()
+                    .any(|n| n.name == node && !n.registered)
+                {
+                    continue;
+                }
                 let refuse = |call: String, reason: String| Refusal {
                     node: node.to_string(),
                     call,
