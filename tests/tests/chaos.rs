@@ -1231,3 +1231,210 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
         "{after}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A Karpenter NodePool's rotation under chaos.
+
+/// Kills of the Karpenter rotation under chaos, at least.
+const MIN_KARPENTER_KILLS: usize = 10;
+
+/// Events of a `--provider karpenter` rotation a kill can be tied to: it never surges, and
+/// after each termination it waits for the batch's evicted pods to be Ready again.
+const KARPENTER_EVENTS: &[&str] = &[
+    "group-started",
+    "batch-started",
+    "cordoned",
+    "drain-started",
+    "evicted",
+    "drained",
+    "terminated",
+    "pods-back",
+    "replaced",
+    "validated",
+];
+
+/// Whether a NodeClaim deletion the Karpenter stand-in saw is of `pool`'s, and the node it names
+/// (the NodeClaim's own name when it never registered one, which no old node has).
+fn pool_deletion(
+    pool: &str,
+    deletion: &rollout_ext_e2e::cluster::NodeClaimDeletion,
+) -> Option<String> {
+    let ours = deletion.nodeclaim.starts_with(&format!("{pool}-"));
+    ours.then(|| deletion.node.clone().unwrap_or(deletion.nodeclaim.clone()))
+}
+
+/// The deletions of `pool`'s NodeClaims, as they are seen, as terminations: a NodeClaim's
+/// deletion is what ends its instance (Karpenter's finalizer does the rest).
+fn nodeclaim_deletions(
+    cluster: &TestCluster,
+    pool: &str,
+) -> impl futures::Stream<Item = InstanceCall> + Send + 'static {
+    let pool = pool.to_string();
+    futures::stream::unfold(cluster.karpenter.subscribe(), move |mut feed| {
+        let pool = pool.clone();
+        async move {
+            loop {
+                let deletion = match feed.recv().await {
+                    Ok(deletion) => deletion,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        panic!("observer: missed {n} NodeClaim deletions")
+                    }
+                    Err(_) => return None,
+                };
+                if let Some(node) = pool_deletion(&pool, &deletion) {
+                    let heard = InstanceCall {
+                        verb: Verb::Terminate,
+                        node,
+                    };
+                    return Some((heard, feed));
+                }
+            }
+        }
+    })
+}
+
+/// The nodes whose NodeClaims of `pool` were deleted so far, in order (the stand-in sees each
+/// NodeClaim's deletion once, however often it is asked for: a repeated delete is not a second
+/// replacement, a new node's is).
+fn pool_deletions(cluster: &TestCluster, pool: &str) -> Vec<String> {
+    (cluster.karpenter.deletions().iter())
+        .filter_map(|d| pool_deletion(pool, d))
+        .collect()
+}
+
+/// `pool`'s instances once the rotation is over: its NodeClaims, after those deleted are gone
+/// (their finalizer is Karpenter's business, and it is quick), each named by its node.
+async fn pool_instances(cluster: &TestCluster, pool: &str) -> Vec<String> {
+    use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, nodeclaims};
+    let claims = nodeclaims(&cluster.client().await);
+    for deletion in cluster.karpenter.deletions() {
+        if pool_deletion(pool, &deletion).is_some() {
+            let gone = await_condition(claims.clone(), &deletion.nodeclaim, |c: Option<&_>| {
+                c.is_none()
+            });
+            tokio::time::timeout(WAIT, gone)
+                .await
+                .expect("a deleted NodeClaim goes once its node is drained")
+                .unwrap();
+        }
+    }
+    let selector = format!("{NODEPOOL_LABEL}={pool}");
+    (claims.list(&ListParams::default().labels(&selector)).await)
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| {
+            let node = c.data["status"]["nodeName"].as_str();
+            node.map_or_else(|| c.name_any(), str::to_string)
+        })
+        .collect()
+}
+
+/// The rotation chaos loop over a busy NodePool with `--provider karpenter`: whatever moment a
+/// run is killed at (mid-drain, between a NodeClaim's deletion and the wait for the pods it
+/// evicted), the next finishes it with each old node's NodeClaim deleted once and no new
+/// node's, drained first, the nodes budget kept, one node's pods unavailable at a time, and
+/// the lock released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
+    use rollout_ext_e2e::cluster::NODEPOOL_LABEL;
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("karpenter rotation chaos");
+    let cluster = TestCluster::shared();
+    let pool = "kp-chaos";
+    let nodes = 6;
+    let old = cluster.karpenter.busy_pool(pool, nodes).await.unwrap();
+    // One node at a time, no surge: the pool's nodes never fewer than all but one available.
+    let budget = Budget {
+        outdated: old.clone(),
+        max_unavailable: 1,
+        max_surge: 0,
+        cloud_only: false,
+    };
+    // No PodDisruptionBudget in the cluster: one would hold the next batch's evictions back
+    // until the last batch's pods were Ready again, which is what the wait for the evicted pods
+    // must do on its own. The observer judges it: never more than one node's two pods
+    // unavailable at once.
+    let pods_back = Pdb {
+        name: "one node's pods at a time (the observer's, not in the cluster)".into(),
+        match_labels: [("app".to_string(), "web".to_string())].into(),
+        min_available: 2 * nodes - 2,
+    };
+    let observer = Observer::start(
+        cluster,
+        &format!("{NODEPOOL_LABEL}={pool}"),
+        pool,
+        budget,
+        vec![pods_back],
+        nodeclaim_deletions(cluster, pool),
+    )
+    .await;
+    let args: Vec<String> = [
+        "nodes",
+        "--yes",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--provider",
+        "karpenter",
+        "--instance-group",
+        pool,
+        "--kubelet-version",
+        "v1.20.2",
+        "--max-unavailable",
+        "1",
+        "-o",
+        "json",
+    ]
+    .iter()
+    .chain(rollout_ext_e2e::FAST_ROTATION)
+    .map(|s| s.to_string())
+    .collect();
+    let started = Instant::now();
+    let outcome = chaos_loop(
+        args,
+        &mut rng,
+        KARPENTER_EVENTS,
+        Duration::from_millis(2500),
+        MIN_KARPENTER_KILLS,
+        None,
+        // A step per old node's NodeClaim deleted.
+        || {
+            let deleted = pool_deletions(cluster, pool);
+            (
+                deleted.iter().filter(|n| old.contains(*n)).count(),
+                old.len(),
+            )
+        },
+    )
+    .await;
+    let calls: Vec<String> = (pool_deletions(cluster, pool).iter())
+        .map(|n| format!("delete the NodeClaim of {n}"))
+        .collect();
+    // Karpenter keeps no pool at a size: the end state's "back to its size" holds because each
+    // old node's two pods fill exactly one new node, so a node more or less is a wrong launch
+    // or a missing one.
+    let instances = pool_instances(cluster, pool).await;
+    let (kills, phases, fewest_available) = judge(
+        "karpenter rotation chaos",
+        started,
+        outcome,
+        observer.finish(cluster, calls, instances).await,
+    );
+    assert!(kills >= MIN_KARPENTER_KILLS, "{kills} kills");
+    assert!(
+        phases.len() >= 3,
+        "kills landed in at least three phases: {phases:?}"
+    );
+    let mut deleted = pool_deletions(cluster, pool);
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        old.iter().cloned().collect::<Vec<_>>(),
+        "each old node's NodeClaim deleted, and no new node's"
+    );
+    assert_eq!(
+        fewest_available,
+        Some(old.len() - 1),
+        "the budget was used (one node unavailable at the worst moment), never exceeded"
+    );
+}

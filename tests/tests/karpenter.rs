@@ -1,26 +1,26 @@
 //! `nodes --yes --provider karpenter` on the real test cluster, against the Karpenter stand-in
 //! (NodeClaims launched for pods that wait, terminated through their finalizer): each old node's
 //! NodeClaim goes once, and the pods a batch evicted are Ready again before the next batch
-//! begins (watched from outside: never more than one node's pods unavailable); a surge is
+//! begins (watched from outside: never more than one node's pods unavailable), also when a run
+//! stopped in its last wait for them and the pool has no node left to rotate; a surge is
 //! refused before anything changes; the plan warns of the NodePool's own disruption budgets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, TestCluster};
 use rollout_ext_e2e::observer::pod_ready;
-use rollout_ext_e2e::workloads::{create_namespace, replica_set_with};
 use rollout_ext_e2e::{FAST_ROTATION, events, run_plugin};
-use serde_json::json;
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const OLD: &str = "v1.19.7";
 const NEW: &str = "v1.20.2";
 
 /// `nodes --provider karpenter` of NodePool `pool` (a plan unless `--yes` is in `flags`).
@@ -43,29 +43,6 @@ fn args(cluster: &TestCluster, pool: &str, flags: &[&str]) -> Vec<String> {
     .chain(flags)
     .map(|s| s.to_string())
     .collect()
-}
-
-/// A NodePool `pool` of `nodes` old nodes whose new ones get the new kubelet, running
-/// ReplicaSet `web` (namespace `pool`) with two pods per node: each asks 3 of a node's 8 CPUs,
-/// so pods evicted from a node fit nowhere until Karpenter launches one. Returns the old nodes.
-async fn busy_pool(cluster: &TestCluster, pool: &str, nodes: usize) -> BTreeSet<String> {
-    let karpenter = &cluster.karpenter;
-    karpenter
-        .create_pool(pool, BTreeMap::new(), None)
-        .await
-        .unwrap();
-    let old = karpenter.add_nodes(pool, nodes, OLD).await.unwrap();
-    karpenter.set_version(pool, NEW);
-    let client = cluster.client().await;
-    create_namespace(&client, pool).await;
-    let spec = json!({
-        "nodeSelector": {NODEPOOL_LABEL: pool},
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "main", "image": "registry.invalid/app:1",
-                        "resources": {"requests": {"cpu": "3"}}}],
-    });
-    replica_set_with(&client, pool, "web", 2 * nodes as i32, json!({}), spec).await;
-    old.into_iter().collect()
 }
 
 /// Watches the pods of `namespace` from now on; the returned cell holds the most that were
@@ -117,7 +94,7 @@ async fn a_node_pool_rotates_with_each_batchs_pods_ready_again_before_the_next()
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-roll";
-    let old = busy_pool(cluster, pool, 3).await;
+    let old = cluster.karpenter.busy_pool(pool, 3).await.unwrap();
 
     // The plan warns that Karpenter's default budget (10%) lets it disrupt nodes meanwhile.
     let plan = run_plugin(args(cluster, pool, &[])).await;
@@ -173,7 +150,7 @@ async fn a_surge_is_refused_before_anything_changes() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-surge";
-    busy_pool(cluster, pool, 1).await;
+    cluster.karpenter.busy_pool(pool, 1).await.unwrap();
     let out = run_plugin(args(cluster, pool, &["--yes", "--max-surge", "1"])).await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -195,5 +172,152 @@ async fn a_surge_is_refused_before_anything_changes() {
             .deletions()
             .iter()
             .all(|d| !d.nodeclaim.starts_with(pool))
+    );
+}
+
+/// Runs the plugin with `args` (a `-o json` run) and SIGKILLs it right after its first event of
+/// kind `at`; returns the events it printed.
+async fn run_until_event(args: Vec<String>, at: &'static str) -> Vec<serde_json::Value> {
+    use std::io::BufRead;
+    tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(rollout_ext_e2e::plugin_binary())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+            let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let stop = event["event"] == at;
+            seen.push(event);
+            if stop {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+        seen
+    })
+    .await
+    .unwrap()
+}
+
+/// New nodes boot in 5 s while this lives (in 500 ms again after): pods a stopped run evicted
+/// still wait for a node when the next run starts.
+struct SlowBoots<'a>(&'a TestCluster);
+
+impl<'a> SlowBoots<'a> {
+    fn new(cluster: &'a TestCluster) -> Self {
+        cluster.karpenter.set_boot_delay(Duration::from_secs(5));
+        SlowBoots(cluster)
+    }
+}
+
+impl Drop for SlowBoots<'_> {
+    fn drop(&mut self) {
+        self.0.karpenter.set_boot_delay(Duration::from_millis(500));
+    }
+}
+
+/// Ready pods of `pool`'s ReplicaSet `web` now.
+async fn ready_pods(cluster: &TestCluster, pool: &str) -> i32 {
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client().await, pool);
+    let web = sets.get("web").await.unwrap();
+    web.status.and_then(|s| s.ready_replicas).unwrap_or(0)
+}
+
+/// Runs a rotation of `pool` and stops it right after its first termination; asserts it
+/// terminated one of `old` and that the pods it evicted still wait for a node.
+async fn stopped_after_first_termination(
+    cluster: &TestCluster,
+    pool: &str,
+    old: &BTreeSet<String>,
+) {
+    let stopped = run_until_event(args(cluster, pool, &["--yes"]), "terminated").await;
+    let last = stopped.last().unwrap();
+    assert_eq!(last["event"], "terminated", "{stopped:?}");
+    assert!(old.contains(last["node"].as_str().unwrap()), "{stopped:?}");
+    let all = 2 * old.len() as i32;
+    assert!(
+        ready_pods(cluster, pool).await < all,
+        "the evicted pods still wait for a node"
+    );
+}
+
+/// A run stopped right after its last termination, while the pods it evicted wait for a node:
+/// the next run has no node left to rotate (the pool has none at all), yet waits for them (the
+/// debt recorded on the lock) before it says the pool is up to date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_before_its_last_pods_are_back_leaves_the_next_waiting_for_them() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pool = "kp-last";
+    let old = cluster.karpenter.busy_pool(pool, 1).await.unwrap();
+    let _slow = SlowBoots::new(cluster);
+    stopped_after_first_termination(cluster, pool, &old).await;
+
+    let out = run_plugin(args(cluster, pool, &["--yes"])).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        ready_pods(cluster, pool).await,
+        2,
+        "the run ended once the evicted pods were Ready again"
+    );
+    let events = events(&out);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert!(
+        !kinds.contains(&"batch-started"),
+        "no node left to rotate: {kinds:?}"
+    );
+    let back: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "pods-back")
+        .collect();
+    assert_eq!(back.len(), 1, "{kinds:?}");
+    assert_eq!(back[0]["pods"], 2, "{back:?}");
+    assert!(kinds.ends_with(&["group-done", "done"]), "{kinds:?}");
+}
+
+/// A run stopped right after its first termination, while the pods it evicted wait for a node:
+/// the next run waits for them, then counts what its own batch owes from the pods as they are
+/// by then, not as it read them on starting (two fewer: its batch would be paid for before its
+/// own pods were back, and the next batch would begin with four pods unavailable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_counts_what_its_batch_owes_once_the_last_pods_are_back() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pool = "kp-resume";
+    let old = cluster.karpenter.busy_pool(pool, 3).await.unwrap();
+    let _slow = SlowBoots::new(cluster);
+    let (most, watch) = most_unavailable(cluster, pool, 6).await;
+    stopped_after_first_termination(cluster, pool, &old).await;
+
+    let out = run_plugin(args(cluster, pool, &["--yes"])).await;
+    watch.abort();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        *most.lock().unwrap(),
+        2,
+        "one node's pods unavailable at a time, across both runs"
+    );
+    let removed: Vec<String> = (cluster.karpenter.deletions().into_iter())
+        .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
+        .filter_map(|d| d.node)
+        .collect();
+    let mut sorted = removed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        old.iter().cloned().collect::<Vec<_>>(),
+        "each old node's NodeClaim deleted once: {removed:?}"
     );
 }

@@ -463,3 +463,144 @@ async fn one_missing_verb_is_named_before_anything_changes() {
         before.assert_unchanged(cluster, user).await;
     }
 }
+
+/// Binds `user` (impersonated through the admin's kubeconfig) to the shipped `rollout-ext`
+/// ClusterRole and to the shipped `rollout-ext-karpenter` one, or, with `lacking` (a verb and a
+/// resource), to a copy of the latter without that verb.
+async fn bind_karpenter_roles(admin: &str, user: &str, lacking: Option<(&str, &str)>) {
+    let file = |name: &str| workspace_root().join("deploy").join(name);
+    for role in ["clusterrole.yaml", "clusterrole-karpenter.yaml"] {
+        succeeded(&kubectl(
+            admin,
+            &["apply", "-f", file(role).to_str().unwrap()],
+        ));
+    }
+    let mut karpenter_role = "rollout-ext-karpenter".to_string();
+    let dir = tempfile::tempdir().unwrap();
+    if let Some((verb, resource)) = lacking {
+        let shipped = std::fs::read_to_string(file("clusterrole-karpenter.yaml")).unwrap();
+        let mut role: serde_json::Value = serde_saphyr::from_str(&shipped).unwrap();
+        karpenter_role = format!("rollout-ext-karpenter-{user}");
+        role["metadata"]["name"] = json!(karpenter_role);
+        let rules = role["rules"].as_array_mut().unwrap();
+        let rule = (rules.iter_mut())
+            .find(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(resource))
+            })
+            .expect("the shipped karpenter role has a rule for the resource");
+        let verbs = rule["verbs"].as_array_mut().unwrap();
+        let before = verbs.len();
+        verbs.retain(|v| v != verb);
+        assert_eq!(
+            verbs.len(),
+            before - 1,
+            "the role grants {verb} on {resource}"
+        );
+        let copy = dir.path().join("role.json");
+        std::fs::write(&copy, role.to_string()).unwrap();
+        succeeded(&kubectl(admin, &["apply", "-f", copy.to_str().unwrap()]));
+    }
+    for role in ["rollout-ext".to_string(), karpenter_role] {
+        succeeded(&kubectl(
+            admin,
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("{user}:{role}"),
+                &format!("--clusterrole={role}"),
+                &format!("--user={user}"),
+            ],
+        ));
+    }
+    wait_allowed(admin, &["--as", user, "list", "nodes"]).await;
+    wait_allowed(admin, &["--as", user, "list", "nodeclaims.karpenter.sh"]).await;
+}
+
+/// Bound to both shipped ClusterRoles, an operator rotates a Karpenter NodePool; with `delete`
+/// on NodeClaims taken out of the karpenter role, the run is refused before anything changes,
+/// naming it (a run that went ahead would have drained a node it could not remove).
+#[tokio::test]
+async fn the_karpenter_role_beside_the_shipped_one_rotates_a_node_pool_and_a_missing_verb_is_named()
+{
+    use rollout_ext_e2e::cluster::NODEPOOL_LABEL;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pool = "least-karpenter";
+    let old = cluster.karpenter.busy_pool(pool, 2).await.unwrap();
+    let admin = cluster.kubeconfig.to_str().unwrap().to_string();
+    bind_karpenter_roles(&admin, "karpenter-operator", None).await;
+    let lacking = "karpenter-no-nodeclaim-delete";
+    bind_karpenter_roles(&admin, lacking, Some(("delete", "nodeclaims"))).await;
+    let rotate = |user: &str| -> Vec<String> {
+        [
+            "nodes",
+            "--yes",
+            "--kubeconfig",
+            &admin,
+            "--as",
+            user,
+            "--provider",
+            "karpenter",
+            "--instance-group",
+            pool,
+            "--kubelet-version",
+            "v1.20.2",
+        ]
+        .iter()
+        .chain(FAST_ROTATION)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(plugin_binary()).args(&args).output().unwrap()
+        })
+    };
+    let deleted = || -> Vec<String> {
+        (cluster.karpenter.deletions().into_iter())
+            .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
+            .filter_map(|d| d.node)
+            .collect()
+    };
+
+    let nodes: Vec<&str> = old.iter().map(String::as_str).collect();
+    wait_settled(cluster, &nodes).await;
+    let before = Fingerprint::take(cluster).await;
+    let out = run(rotate(lacking)).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("missing permission: delete on nodeclaims.karpenter.sh (cluster-wide)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(!stderr.contains("missing permissions"), "{stderr}");
+    before.assert_unchanged(cluster, lacking).await;
+    assert!(
+        (cluster.cordoned_by_label(NODEPOOL_LABEL, pool).await).is_empty(),
+        "nothing cordoned"
+    );
+    assert!(deleted().is_empty(), "no NodeClaim deleted");
+
+    let out = run(rotate("karpenter-operator")).await.unwrap();
+    succeeded(&out);
+    let mut removed = deleted();
+    removed.sort();
+    assert_eq!(
+        removed,
+        old.iter().cloned().collect::<Vec<_>>(),
+        "each old node's NodeClaim deleted once"
+    );
+    // The new nodes settle before another test compares the cluster before and after its runs.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(cluster.client().await);
+    let selector = format!("{NODEPOOL_LABEL}={pool}");
+    let list = kube::api::ListParams::default().labels(&selector);
+    let new: Vec<String> = (nodes.list(&list).await.unwrap().items.into_iter())
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let new: Vec<&str> = new.iter().map(String::as_str).collect();
+    wait_settled(cluster, &new).await;
+}

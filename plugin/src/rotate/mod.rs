@@ -223,7 +223,15 @@ impl Rotation<'_> {
         self.finish_stopped_steps().await?;
         let snapshot = self.cluster.snapshot().await?;
         let index = Index::new(&snapshot);
-        let options = self.options();
+        let mut options = self.options();
+        // A chosen group an earlier run emptied is not unknown: it is only left to wait for.
+        let emptied = self.emptied_groups(&snapshot).await?;
+        if !emptied.is_empty() {
+            options.instance_groups.retain(|g| !emptied.contains(g));
+            if options.instance_groups.is_empty() {
+                return self.finish_left_groups().await;
+            }
+        }
         let survey = prepare::survey(&snapshot, &index, self.policy, &options)?;
         for warning in decide::left_out_warnings(self.hooks)
             .iter()

@@ -77,14 +77,17 @@ fn missing(snapshot: &Snapshot, owed: &Owed) -> (Vec<String>, usize) {
 }
 
 impl Rotation<'_> {
-    /// Records what the drain of `nodes` will owe, before it begins.
+    /// Records what the drain of `nodes` will owe, before it begins, counted from the pods as
+    /// they are now: the batch's snapshot may be older than the wait for the last batch's pods
+    /// (a resumed run reads it before), and a debt counted while those were still missing would
+    /// be paid before this batch's own pods are back.
     pub(super) async fn record_owed(
         &self,
         group: &str,
-        snapshot: &Snapshot,
         nodes: &[String],
     ) -> Result<(), RotateError> {
-        let owed = owed(snapshot, nodes, &self.settings.drain.options);
+        let pods = self.cluster.snapshot_pods().await?;
+        let owed = owed(&pods, nodes, &self.settings.drain.options);
         let record = serde_json::to_string(&owed).expect("records serialize");
         self.lock
             .set_state(&pods_back_key(group), Some(&record))

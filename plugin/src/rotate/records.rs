@@ -158,6 +158,38 @@ impl Rotation<'_> {
         Ok(())
     }
 
+    /// The groups chosen with `--instance-group` that have no nodes in `snapshot` but a record
+    /// an earlier run left (it stopped in its last wait, after the group's last old node went
+    /// and before a replacement registered, as a small Karpenter NodePool's does): nothing is
+    /// left to rotate in them, and [`Rotation::finish_left_groups`] waits for them.
+    pub(super) async fn emptied_groups(
+        &self,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<String>, RotateError> {
+        let chosen = &self.settings.plan.instance_groups;
+        let label = crate::plan::prepare::group_label(self.policy, &self.settings.plan);
+        let missing: Vec<&String> = chosen
+            .iter()
+            .filter(|g| {
+                !(snapshot.nodes.iter()).any(|n| crate::plan::groups::group_of(n, label) == **g)
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(status) = self.cluster.lock_status().await? else {
+            return Ok(Vec::new());
+        };
+        Ok(missing
+            .into_iter()
+            .filter(|g| {
+                let recorded = |key: String| status.state.contains_key(&key);
+                recorded(expected_key(g)) || recorded(pods_back_key(g))
+            })
+            .cloned()
+            .collect())
+    }
+
     /// Waits for the replacements of groups an earlier run left unfinished with nothing left to
     /// rotate (it stopped in its last wait): until they are Ready (or, for a group judged by
     /// its pods, until its evicted pods are) the rotation is not complete. Their records go
@@ -199,7 +231,9 @@ impl Rotation<'_> {
             let name = k.strip_prefix(EXPECTED_PREFIX);
             Some(name.or(k.strip_prefix(PODS_BACK_PREFIX))?.to_string())
         }));
+        // A chosen group is found even with no nodes now and a long (hashed) name.
         let chosen = &self.settings.plan.instance_groups;
+        groups.extend(chosen.iter().cloned());
         for (key, expected) in left {
             let owes_pods = key.starts_with(PODS_BACK_PREFIX);
             let group = groups

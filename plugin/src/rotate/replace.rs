@@ -47,8 +47,7 @@ impl Rotation<'_> {
         });
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
         if move_pods && self.judges_by_pods(&group) {
-            self.record_owed(&group, &run.latest, &batch.instances)
-                .await?;
+            self.record_owed(&group, &batch.instances).await?;
         }
         if move_pods {
             let orders = self.drain_orders(batch).await?;

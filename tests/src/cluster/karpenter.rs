@@ -21,7 +21,7 @@
 mod lifecycle;
 mod provisioning;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
@@ -284,6 +284,41 @@ impl KarpenterSim {
         self.state()
             .versions
             .insert(pool.to_string(), version.to_string());
+    }
+
+    /// A busy NodePool `pool`, as the tests rotate one: `nodes` old nodes (kubelet v1.19.7),
+    /// new ones launched with v1.20.2, running ReplicaSet `web` (namespace `pool`) with two pods
+    /// per node. Each pod asks 3 of a node's 8 CPUs, so the pods evicted from a node fit nowhere
+    /// until Karpenter launches a node for them, and one new node takes exactly one old node's
+    /// pods (a rotation leaves the pool at its size). Returns the old nodes once the pods are
+    /// Ready.
+    pub async fn busy_pool(&self, pool: &str, nodes: usize) -> anyhow::Result<BTreeSet<String>> {
+        self.create_pool(pool, BTreeMap::new(), None).await?;
+        let old = self.add_nodes(pool, nodes, "v1.19.7").await?;
+        self.set_version(pool, "v1.20.2");
+        let spec = json!({
+            "nodeSelector": {NODEPOOL_LABEL: pool},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                            "resources": {"requests": {"cpu": "3"}}}],
+        });
+        let (client, pool) = (self.client.clone(), pool.to_string());
+        self.runtime
+            .spawn(async move {
+                crate::workloads::create_namespace(&client, &pool).await;
+                let replicas = 2 * nodes as i32;
+                crate::workloads::replica_set_with(
+                    &client,
+                    &pool,
+                    "web",
+                    replicas,
+                    json!({}),
+                    spec,
+                )
+                .await;
+            })
+            .await?;
+        Ok(old.into_iter().collect())
     }
 
     /// How long a launched NodeClaim takes to register its node (by default 500 ms).
