@@ -63,7 +63,7 @@ impl fmt::Display for Permission {
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
     #[error(
-        "missing permission{}: {}; nothing was changed (grant {} in the user's Role or ClusterRole: deploy/clusterrole.yaml lists every permission the tool uses)",
+        "missing permission{}: {}; nothing was changed (grant {} in the user's Role or ClusterRole: deploy/clusterrole.yaml lists every permission the tool uses, with deploy/clusterrole-cluster-api.yaml and deploy/clusterrole-karpenter.yaml for those providers)",
         if .0.len() == 1 { "" } else { "s" },
         list(.0),
         if .0.len() == 1 { "it" } else { "them" }
