@@ -6,8 +6,11 @@
 //!   status write nobody else makes.
 //! - Pods: uid, resourceVersion, node and deletion (a patch, an eviction or a delete changes one).
 //! - ReplicationControllers and ReplicaSets: uid, generation (spec changes), labels, annotations.
+//! - Cluster API MachineDeployments, MachineSets and Machines: uid, generation (spec changes:
+//!   replicas), labels, annotations, deletion.
 //! - The rotation lock (`kube-system/rollout-ext`): its resourceVersion, or absent.
-//! - The simulated cloud's recorded calls (terminations and detaches).
+//! - The simulated cloud's recorded calls (terminations and detaches), and the Machine
+//!   deletions the Cluster API stand-in acted on.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,11 +18,11 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController};
-use kube::api::{Api, ListParams, ObjectMeta};
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
-use crate::cluster::TestCluster;
+use crate::cluster::{CapiKind, TestCluster};
 
 /// Waits until the control plane is done with freshly registered `nodes`: the TTL controller has
 /// annotated them and the node lifecycle controller has lifted the not-ready taint. Before that,
@@ -104,6 +107,16 @@ impl Fingerprint {
                 json!({"meta": meta_of(&rs.metadata), "generation": rs.metadata.generation});
             lines.insert(key("rs", &rs.metadata), value.to_string());
         }
+        for kind in CapiKind::ALL {
+            let objects = Api::<DynamicObject>::all_with(client.clone(), &kind.resource());
+            for object in objects.list(&all).await.unwrap() {
+                let value = json!({"meta": meta_of(&object.metadata), "generation": object.metadata.generation});
+                lines.insert(
+                    key(&format!("{kind:?}"), &object.metadata),
+                    value.to_string(),
+                );
+            }
+        }
         let lease = Api::<Lease>::namespaced(client, "kube-system")
             .get_opt("rollout-ext")
             .await
@@ -122,6 +135,13 @@ impl Fingerprint {
             .map(|c| format!("{} {}", c.verb, c.target))
             .collect();
         lines.insert("cloud calls".into(), calls.join(", "));
+        let deletions: Vec<String> = cluster
+            .capi
+            .deletions()
+            .into_iter()
+            .map(|d| format!("{}/{}", d.namespace, d.machine))
+            .collect();
+        lines.insert("Machine deletions".into(), deletions.join(", "));
         Fingerprint(lines)
     }
 

@@ -217,6 +217,7 @@ pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)
 }
 
+pub mod capi_rotation;
 pub mod cluster;
 pub mod daemon;
 pub mod fingerprint;

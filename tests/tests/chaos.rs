@@ -1,5 +1,6 @@
-//! Crash anywhere, resume: the plugin is SIGKILLed at random moments of a rotation (and of a
-//! controller rolling update, and of a StatefulSet's partitioned update) and the same command is run again until it finishes, while an
+//! Crash anywhere, resume: the plugin is SIGKILLed at random moments of a rotation (kops-style,
+//! and through Cluster API; and of a controller rolling update, and of a StatefulSet's
+//! partitioned update) and the same command is run again until it finishes, while an
 //! independent observer checks the safety invariants the whole time (`rollout_ext_e2e::invariants`).
 //! The moments come from a seeded generator; the seed is printed, and `ROLLOUT_EXT_CHAOS_SEED`
 //! replays it.
@@ -490,6 +491,104 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         Some(outdated.len() - 1),
         "the budget was used (one node unavailable at the worst moment), never exceeded"
     );
+}
+
+/// Kills of the Cluster API rotation under chaos, at least: as many as of the other updates,
+/// its steps (a Machine each) being fewer and slower than the kops rotation's.
+const MIN_CAPI_KILLS: usize = MIN_UPDATE_KILLS;
+
+/// The rotation under chaos through Cluster API (one surge, one unavailable, as the kops
+/// rotation's): the provider's own records (what is scaled and owed, on the MachineDeployment)
+/// and the Machines a stopped run leaves booting must not make the next run remove or replace
+/// anything twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_rotation_killed_anywhere_resumes_and_stays_safe() {
+    use rollout_ext_e2e::capi_rotation::{self as capi, assert_back_at_size};
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("cluster-api chaos");
+    let cluster = TestCluster::shared();
+    let (ns, md) = ("capi-chaos", "chaotic");
+    let outdated = capi::outdated_deployment(cluster, ns, md, 6).await;
+    let observer = capi::observed(cluster, ns, md, &outdated, 1, 1).await;
+    let args = capi::rotate_args(cluster, md, &["--max-surge", "1", "--max-unavailable", "1"]);
+    let started = Instant::now();
+    let outcome = chaos_loop(
+        args,
+        &mut rng,
+        ROTATION_EVENTS,
+        Duration::from_millis(1200),
+        MIN_CAPI_KILLS,
+        None,
+        // A step per Machine removed.
+        || (capi::removed(cluster, ns).len(), outdated.len()),
+    )
+    .await;
+    if outcome.is_err() {
+        // DEBUG
+        let client = cluster.client().await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        for p in pods.list(&ListParams::default()).await.unwrap() {
+            println!(
+                "DEBUG pod {} node {:?} phase {:?} deleting {:?} conds {:?}",
+                p.name_any(),
+                p.spec.as_ref().unwrap().node_name,
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                p.metadata.deletion_timestamp,
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .map(|c| c
+                        .iter()
+                        .map(|c| format!("{}={}", c.type_, c.status))
+                        .collect::<Vec<_>>())
+            );
+        }
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        for n in nodes.list(&ListParams::default()).await.unwrap() {
+            println!(
+                "DEBUG node {} created {:?} unsched {:?} ann {:?}",
+                n.name_any(),
+                n.metadata.creation_timestamp,
+                n.spec.as_ref().and_then(|s| s.unschedulable),
+                n.metadata.annotations
+            );
+        }
+        let md_obj = capi::deployment(cluster, ns, md).await;
+        println!(
+            "DEBUG md {:?} {:?}",
+            md_obj.data["spec"]["replicas"], md_obj.metadata.annotations
+        );
+        println!("DEBUG deletions {:?}", capi::removed(cluster, ns));
+        let pdbs = rollout_ext_e2e::workloads::budgets(&client, ns, "v1beta1");
+        for p in pdbs.list(&ListParams::default()).await.unwrap() {
+            println!("DEBUG pdb {}", p.data["status"]);
+        }
+        println!("DEBUG created {:?}", cluster.capi.created());
+    }
+    // Once a run finished, the group is the new Machines (none are waited for otherwise: the
+    // failure is judged below).
+    let now = match &outcome {
+        Ok(_) => assert_back_at_size(cluster, ns, md, outdated.len()).await,
+        Err(_) => Vec::new(),
+    };
+    let calls = cluster.capi.calls_made(ns);
+    let (kills, phases, fewest_available) = judge(
+        "cluster-api chaos",
+        started,
+        outcome,
+        observer.finish(cluster, calls, now).await,
+    );
+    assert!(kills >= MIN_CAPI_KILLS, "{kills} kills");
+    assert!(
+        phases.len() >= 3,
+        "kills landed in at least three phases: {phases:?}"
+    );
+    assert_eq!(
+        fewest_available,
+        Some(outdated.len() - 1),
+        "the budget was used (one node unavailable at the worst moment), never exceeded"
+    );
+    capi::assert_each_replaced_once(cluster, ns, md, &outdated);
 }
 
 /// What an operator does to a running rotation in [`a_rotation_paused_and_aborted_anywhere_stays_safe`].

@@ -2,113 +2,20 @@
 //! stand-in (MachineDeployment, MachineSet and Machine controllers): each old Machine is
 //! removed once, through its MachineDeployment, never more nodes unavailable than the budget
 //! (watched by the independent observer), with and without a surge; a Machine whose Node never
-//! registered is replaced too; plans read the Machines.
+//! registered is replaced too, but not a replacement still booting when a stopped run is
+//! resumed; plans read the Machines.
 
-use std::collections::BTreeSet;
+use rollout_ext_e2e::capi_rotation::{
+    NEW, assert_back_at_size, assert_each_replaced_once, observed, outdated_deployment, removed,
+    rotate_args,
+};
+use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use rollout_ext_e2e::cluster::{POOL_LABEL, TestCluster};
-use rollout_ext_e2e::invariants::{Budget, Pdb};
-use rollout_ext_e2e::observer::Observer;
-use rollout_ext_e2e::workloads::{budget, replica_set_with};
-use rollout_ext_e2e::{FAST_ROTATION, events, run_plugin};
-use serde_json::json;
+use rollout_ext_e2e::cluster::TestCluster;
+use rollout_ext_e2e::{events, events_named, plugin_binary, run_plugin, run_until};
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-const OLD: &str = "v1.19.7";
-const NEW: &str = "v1.20.2";
-
-/// `nodes --yes --provider cluster-api` of MachineDeployment `md`, with the test timings.
-fn rotate_args(cluster: &TestCluster, md: &str, flags: &[&str]) -> Vec<String> {
-    [
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--provider",
-        "cluster-api",
-        "--instance-group",
-        md,
-        "--kubelet-version",
-        NEW,
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(FAST_ROTATION)
-    .chain(flags)
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// A MachineDeployment `md` of `n` Machines on the old kubelet in namespace `ns`, whose new
-/// Machines get the new one; returns the old Machines (their Nodes have their names).
-async fn outdated_deployment(
-    cluster: &TestCluster,
-    ns: &str,
-    md: &str,
-    n: usize,
-) -> BTreeSet<String> {
-    let capi = &cluster.capi;
-    capi.create_deployment(ns, md, n as i32, OLD).await.unwrap();
-    let old = capi.wait_machines(ns, md, n, OLD).await.unwrap();
-    capi.set_version(ns, md, NEW).await.unwrap();
-    old.into_iter().collect()
-}
-
-/// A ReplicaSet `web` of `n` pods on `md`'s nodes, under a PodDisruptionBudget allowing
-/// `max_unavailable` of them (at least one), and the observer of the rotation from now on.
-async fn observed(
-    cluster: &TestCluster,
-    ns: &str,
-    md: &str,
-    outdated: &BTreeSet<String>,
-    max_unavailable: usize,
-    max_surge: usize,
-) -> Observer {
-    let client = cluster.client().await;
-    let n = outdated.len() as i32;
-    let spec = json!({"nodeSelector": {POOL_LABEL: md}, "terminationGracePeriodSeconds": 1});
-    replica_set_with(&client, ns, "web", n, json!({}), spec).await;
-    // One pod at a time may go, whatever the node budget: a surge still drains.
-    let pods_unavailable = max_unavailable.max(1);
-    budget(&client, ns, "v1beta1", n, pods_unavailable as i32).await;
-    let budget = Budget {
-        outdated: outdated.clone(),
-        max_unavailable,
-        max_surge,
-        cloud_only: false,
-    };
-    let pdb = Pdb {
-        name: format!("{ns}/web"),
-        match_labels: [("app".to_string(), "web".to_string())].into(),
-        min_available: outdated.len() - pods_unavailable,
-    };
-    Observer::start(
-        cluster,
-        &format!("{POOL_LABEL}={md}"),
-        ns,
-        budget,
-        vec![pdb],
-        cluster.capi.calls(ns),
-    )
-    .await
-}
-
-/// The MachineDeployment `md` as the API server has it.
-async fn deployment(cluster: &TestCluster, ns: &str, md: &str) -> DynamicObject {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "cluster.x-k8s.io",
-        "v1beta1",
-        "MachineDeployment",
-    ));
-    Api::<DynamicObject>::namespaced_with(cluster.client().await, ns, &resource)
-        .get(md)
-        .await
-        .unwrap()
-}
 
 /// Rotates `md` (`n` Machines) with `flags`, watched, and checks the run: every old Machine
 /// removed once with its drain left to us, the budget used and never passed, the
@@ -129,7 +36,7 @@ async fn rotate_watched(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let now = cluster.capi.wait_machines(ns, md, n, NEW).await.unwrap();
+    let now = assert_back_at_size(cluster, ns, md, n).await;
     let (report, fewest_available) = observer
         .finish(cluster, cluster.capi.calls_made(ns), now)
         .await;
@@ -139,34 +46,7 @@ async fn rotate_watched(
         Some(n - max_unavailable),
         "the budget was used and never passed"
     );
-    let removed: Vec<(String, bool)> = cluster
-        .capi
-        .deletions()
-        .into_iter()
-        .filter(|d| d.namespace == ns)
-        .map(|d| (d.machine, d.drain_excluded))
-        .collect();
-    let mut machines: Vec<String> = removed.iter().map(|(m, _)| m.clone()).collect();
-    machines.sort();
-    assert_eq!(
-        machines,
-        outdated.iter().cloned().collect::<Vec<_>>(),
-        "each old Machine removed once, no new one"
-    );
-    assert!(
-        removed.iter().all(|(_, excluded)| *excluded),
-        "the Machine controller was told not to drain again: {removed:?}"
-    );
-    let md = deployment(cluster, ns, md).await;
-    assert_eq!(md.data["spec"]["replicas"], n);
-    assert!(
-        md.metadata
-            .annotations
-            .unwrap_or_default()
-            .keys()
-            .all(|k| !k.starts_with("rollout-ext.io/")),
-        "nothing is owed to the MachineDeployment"
-    );
+    assert_each_replaced_once(cluster, ns, md, &outdated);
     events(&out)
 }
 
@@ -220,9 +100,16 @@ async fn a_machine_whose_node_never_registered_is_replaced_without_a_drain() {
     let healthy = capi.wait_machines(ns, md, 2, NEW).await.unwrap();
     capi.set_never_joins(ns, md, true);
     capi.scale(ns, md, 3).await.unwrap();
+    // Provisioning: the stand-in has decided it never joins (changing the setting now does
+    // not change that).
+    let known = healthy.clone();
     let stuck = capi
-        .wait_for(ns, md, "a third Machine, without a Node", |machines| {
+        .wait_for(ns, md, "a third Machine, provisioning", move |machines| {
             machines.len() == 3
+                && machines.iter().any(|m| {
+                    m.metadata.name.as_ref().is_some_and(|n| !known.contains(n))
+                        && m.data["status"]["phase"] == "Provisioning"
+                })
         })
         .await
         .unwrap()
@@ -263,10 +150,8 @@ async fn a_machine_whose_node_never_registered_is_replaced_without_a_drain() {
     let now = capi.wait_machines(ns, md, 3, NEW).await.unwrap();
     assert!(healthy.iter().all(|m| now.contains(m)), "{now:?}");
     assert!(!now.contains(&stuck));
-    let removed: Vec<String> = capi
-        .deletions()
+    let removed: Vec<String> = removed(cluster, ns)
         .into_iter()
-        .filter(|d| d.namespace == ns)
         .map(|d| d.machine)
         .collect();
     assert_eq!(removed, [stuck.as_str()]);
@@ -275,4 +160,55 @@ async fn a_machine_whose_node_never_registered_is_replaced_without_a_drain() {
         .filter(|e| e["event"] == "cordoned" || e["event"] == "drained")
         .collect();
     assert!(drained.is_empty(), "nothing to drain: {drained:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_while_a_replacement_boots_does_not_replace_it_again() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let (ns, md) = ("capi-resume", "resumed");
+    let capi = &cluster.capi;
+    let outdated = outdated_deployment(cluster, ns, md, 2).await;
+    // Long enough for the next run to read the group before the replacement joins.
+    capi.set_boot_delay(Duration::from_secs(5));
+    let args = rotate_args(cluster, md, &[]);
+
+    // Stopped as its first Machine is gone: its replacement is booting, with no Node yet.
+    let plain: Vec<&String> = args.iter().filter(|a| *a != "-o" && *a != "json").collect();
+    let mut first = std::process::Command::new(plugin_binary());
+    first.args(plain);
+    let lines = run_until(first, "terminated ").await;
+    assert!(lines.last().unwrap().contains("terminated "), "{lines:?}");
+    let machines = capi
+        .wait_for(ns, md, "a replacement without a Node", |machines| {
+            machines
+                .iter()
+                .any(|m| m.data["status"]["nodeRef"].is_null())
+        })
+        .await
+        .unwrap();
+    let names: Vec<String> = machines
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    let left: Vec<&String> = outdated.iter().filter(|m| names.contains(m)).collect();
+    assert_eq!(left.len(), 1, "{names:?}");
+
+    // The next run waits for it to join, and replaces the other old Machine only.
+    let out = run_plugin(args).await;
+    capi.set_boot_delay(Duration::from_millis(500));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = events_named(&out, "group-started");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(
+        started[0]["instances"],
+        serde_json::json!(left),
+        "{names:?}"
+    );
+    assert_back_at_size(cluster, ns, md, 2).await;
+    assert_each_replaced_once(cluster, ns, md, &outdated);
 }

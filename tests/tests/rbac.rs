@@ -1,7 +1,8 @@
 //! Least privilege: a user with no rights is told which verb on which resource it lacks; bound to
 //! the shipped ClusterRole, it plans, rotates and rolls a controller, a StatefulSet and a
-//! DaemonSet; with one verb taken out of
-//! that role, a live run names the verb and the resource before it changes anything.
+//! DaemonSet; bound to it and the shipped Cluster API role, it rotates a MachineDeployment; with
+//! one verb taken out of either role, a live run names the verb and the resource before it
+//! changes anything.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -15,8 +16,14 @@ use rollout_ext_e2e::daemon::{create_ds, wait_ds};
 use rollout_ext_e2e::fingerprint::{Fingerprint, wait_settled};
 use rollout_ext_e2e::stateful::{create_sts, wait_all_on};
 use rollout_ext_e2e::workloads::create_namespace;
-use rollout_ext_e2e::{FAST_ROTATION, plugin_binary, workspace_root};
+use rollout_ext_e2e::{
+    FAST_ROTATION, capi_rotation as capi, plugin_binary, run_plugin, workspace_root,
+};
 use serde_json::json;
+
+/// The shipped ClusterRoles: what the tool uses, and what its `clusterAPI` provider adds.
+const ROLE: &str = "deploy/clusterrole.yaml";
+const CAPI_ROLE: &str = "deploy/clusterrole-cluster-api.yaml";
 
 fn plugin(args: &[&str]) -> Output {
     Command::new(plugin_binary()).args(args).output().unwrap()
@@ -104,7 +111,7 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
     );
 
     // Bound to the shipped role.
-    let role = workspace_root().join("deploy/clusterrole.yaml");
+    let role = workspace_root().join(ROLE);
     let applied = kubectl(&admin, &["apply", "-f", role.to_str().unwrap()]);
     assert!(
         applied.status.success(),
@@ -269,13 +276,12 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
     assert_eq!(image.as_deref(), Some("registry.invalid/agent:2"));
 }
 
-/// The shipped ClusterRole without `verb` on `resource`, bound to `user` (who is impersonated
-/// through the admin's kubeconfig).
-async fn bind_role_without(admin: &str, user: &str, verb: &str, resource: &str) {
-    let shipped =
-        std::fs::read_to_string(workspace_root().join("deploy/clusterrole.yaml")).unwrap();
+/// The shipped ClusterRole of `file` (under the workspace root) without `verb` on `resource`,
+/// as `<role>-<user>`, bound to `user` (who is impersonated through the admin's kubeconfig).
+async fn bind_role_without(admin: &str, user: &str, file: &str, verb: &str, resource: &str) {
+    let shipped = std::fs::read_to_string(workspace_root().join(file)).unwrap();
     let mut role: serde_json::Value = serde_saphyr::from_str(&shipped).unwrap();
-    let name = format!("rollout-ext-{user}");
+    let name = format!("{}-{user}", role["metadata"]["name"].as_str().unwrap());
     role["metadata"]["name"] = json!(name);
     let rules = role["rules"].as_array_mut().unwrap();
     let at = rules
@@ -287,7 +293,15 @@ async fn bind_role_without(admin: &str, user: &str, verb: &str, resource: &str) 
                 .contains(&json!(resource))
         })
         .expect("the shipped role has a rule for the resource");
-    let verbs = rules[at]["verbs"].as_array_mut().unwrap();
+    // The resource gets a rule of its own: the others its rule lists keep the verb.
+    let mut own = rules[at].clone();
+    own["resources"] = json!([resource]);
+    let others = rules[at]["resources"].as_array_mut().unwrap();
+    others.retain(|r| r != resource);
+    if others.is_empty() {
+        rules.remove(at);
+    }
+    let verbs = own["verbs"].as_array_mut().unwrap();
     let before = verbs.len();
     verbs.retain(|v| v != verb);
     assert_eq!(
@@ -295,25 +309,56 @@ async fn bind_role_without(admin: &str, user: &str, verb: &str, resource: &str) 
         before - 1,
         "the shipped role grants {verb} on {resource}"
     );
-    if verbs.is_empty() {
-        // A rule must grant something: without its only verb, the rule goes.
-        rules.remove(at);
+    // A rule must grant something: without its only verb, the rule goes.
+    if !verbs.is_empty() {
+        rules.push(own);
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("role.json");
     std::fs::write(&file, role.to_string()).unwrap();
     succeeded(&kubectl(admin, &["apply", "-f", file.to_str().unwrap()]));
+    bind(admin, user, &name, &role).await;
+}
+
+/// The shipped ClusterRole of `file` (under the workspace root), applied as it is and bound to
+/// `user`.
+async fn bind_shipped_role(admin: &str, user: &str, file: &str) {
+    let path = workspace_root().join(file);
+    let role: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    succeeded(&kubectl(admin, &["apply", "-f", path.to_str().unwrap()]));
+    let binding = format!("{}-{user}", role["metadata"]["name"].as_str().unwrap());
+    bind(admin, user, &binding, &role).await;
+}
+
+/// Binds ClusterRole `role` to `user` as `binding`, and waits until the authorizer grants its
+/// first rule's first verb.
+async fn bind(admin: &str, user: &str, binding: &str, role: &serde_json::Value) {
+    let name = role["metadata"]["name"].as_str().unwrap();
     succeeded(&kubectl(
         admin,
         &[
             "create",
             "clusterrolebinding",
-            &name,
+            binding,
             &format!("--clusterrole={name}"),
             &format!("--user={user}"),
         ],
     ));
-    wait_allowed(admin, &["--as", user, "list", "nodes"]).await;
+    let rule = &role["rules"][0];
+    let resource = rule["resources"][0].as_str().unwrap();
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(format!("--subresource={s}"))),
+        None => (resource, None),
+    };
+    let resource = match rule["apiGroups"][0].as_str().unwrap() {
+        "" => resource.to_string(),
+        group => format!("{resource}.{group}"),
+    };
+    let verb = rule["verbs"][0].as_str().unwrap();
+    let mut can_i = vec!["--as", user, verb, &resource];
+    can_i.extend(subresource.as_deref());
+    wait_allowed(admin, &can_i).await;
 }
 
 /// With one verb taken out of the shipped role, a live run is refused before it changes anything,
@@ -444,16 +489,11 @@ async fn one_missing_verb_is_named_before_anything_changes() {
         ),
     ];
     for (user, verb, resource, _, _) in &cases {
-        bind_role_without(&admin, user, verb, resource).await;
+        bind_role_without(&admin, user, ROLE, verb, resource).await;
     }
     let before = Fingerprint::take(cluster).await;
     for (user, _, _, args, message) in &cases {
-        let args = args.clone();
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(plugin_binary()).args(&args).output().unwrap()
-        })
-        .await
-        .unwrap();
+        let out = run_plugin(args.clone()).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{user}: {stderr}");
         assert!(stderr.contains(message), "{user}: {stderr}");
@@ -603,4 +643,58 @@ async fn the_karpenter_role_beside_the_shipped_one_rotates_a_node_pool_and_a_mis
         .collect();
     let new: Vec<&str> = new.iter().map(String::as_str).collect();
     wait_settled(cluster, &new).await;
+}
+
+/// Bound to both shipped ClusterRoles, an operator rotates a MachineDeployment through Cluster
+/// API; with `update` on MachineDeployments taken out of the Cluster API role (the scale-down
+/// that removes a Machine), the run is refused up front, naming it, with nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_api_role_is_enough_and_a_missing_verb_is_named() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let (ns, md) = ("rbac-capi", "rbac-workers");
+    let outdated = capi::outdated_deployment(cluster, ns, md, 2).await;
+    let observer = capi::observed(cluster, ns, md, &outdated, 1, 0).await;
+    let nodes: Vec<&str> = outdated.iter().map(String::as_str).collect();
+    wait_settled(cluster, &nodes).await;
+
+    let admin = cluster.kubeconfig.to_str().unwrap().to_string();
+    let (full, lacking) = ("capi-operator", "capi-no-md-update");
+    for user in [full, lacking] {
+        bind_shipped_role(&admin, user, ROLE).await;
+    }
+    bind_shipped_role(&admin, full, CAPI_ROLE).await;
+    bind_role_without(&admin, lacking, CAPI_ROLE, "update", "machinedeployments").await;
+    let rotate = |user: &str| capi::rotate_args(cluster, md, &["--as", user]);
+
+    let before = Fingerprint::take(cluster).await;
+    let refused = run_plugin(rotate(lacking)).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "missing permission: update on machinedeployments.cluster.x-k8s.io (cluster-wide)"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(
+        stderr.contains(CAPI_ROLE),
+        "where the verb is granted: {stderr}"
+    );
+    // Only the one verb is missing: the rest of both roles is in effect.
+    assert!(!stderr.contains("missing permissions"), "{stderr}");
+    before.assert_unchanged(cluster, lacking).await;
+
+    let rotated = run_plugin(rotate(full)).await;
+    assert!(
+        rotated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
+    let now = capi::assert_back_at_size(cluster, ns, md, outdated.len()).await;
+    let calls = cluster.capi.calls_made(ns);
+    let (report, _) = observer.finish(cluster, calls, now).await;
+    assert!(report.is_none(), "{}", report.unwrap());
+    capi::assert_each_replaced_once(cluster, ns, md, &outdated);
 }

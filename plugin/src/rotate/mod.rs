@@ -275,6 +275,7 @@ impl Rotation<'_> {
 
     /// Reads the cluster, starts the group's loop from it and drives the loop to its end.
     async fn rotate_group(&mut self, name: String, role: Role) -> Result<(), RotateError> {
+        self.await_left_replacements(&name).await?;
         let snapshot = self.cluster.snapshot().await?;
         let mut options = self.options();
         options.instance_groups = vec![name.clone()];
@@ -425,6 +426,30 @@ impl Rotation<'_> {
             )
         });
         futures::future::try_join_all(taints).await?;
+        Ok(())
+    }
+
+    /// Waits for the replacements a stopped run left joining the group (its recorded expected
+    /// size not Ready yet), before the group is read: until then a replacement still booting,
+    /// a Machine whose Node has not registered yet, would be read as an instance that never
+    /// registered, out of date, and replaced again.
+    async fn await_left_replacements(&self, group: &str) -> Result<(), RotateError> {
+        if self.settings.plan.cloud_only {
+            return Ok(());
+        }
+        let key = records::expected_key(group);
+        let Some(expected) = self
+            .lock
+            .state(&key)
+            .await?
+            .and_then(|v| v.parse::<usize>().ok())
+        else {
+            return Ok(());
+        };
+        let nodes = self.cluster.snapshot_nodes().await?;
+        if self.ready_in(&nodes, group) < expected {
+            self.wait_ready(group, expected).await?;
+        }
         Ok(())
     }
 

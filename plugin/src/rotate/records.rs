@@ -114,7 +114,8 @@ impl Rotation<'_> {
     /// made: terminations, then surges.
     ///
     /// A termination whose Node is still there had not deleted it yet: the rotation replaces
-    /// that node as usual. One whose Node is gone may have left its instance running: it is
+    /// that node as usual. One whose Node is gone (whatever its Machine, still there, now
+    /// looks like) may have left its instance running: it is
     /// terminated (again, perhaps; it was drained before its termination was recorded, and a
     /// provider's terminate must accept an instance already gone), and its replacement waited
     /// for. A surge whose instance is not yet marked detached is detached (again, perhaps: a
@@ -281,7 +282,14 @@ impl Rotation<'_> {
         target: &Target,
         expected: Option<usize>,
     ) -> Result<(), RotateError> {
-        if target.node.is_empty() || nodes.nodes.iter().any(|n| n.name == target.node) {
+        // Only a Node object says the Node was not deleted yet: a Machine whose Node is gone
+        // shows in `nodes` too, as an unregistered instance of the same name, and it is the one
+        // left to terminate.
+        let node_left = nodes
+            .nodes
+            .iter()
+            .any(|n| n.name == target.node && n.registered);
+        if target.node.is_empty() || node_left {
             self.lock.set_state(key, None).await?;
             return Ok(());
         }

@@ -59,14 +59,16 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The Cluster API kinds the stand-in serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Kind {
+pub enum Kind {
     MachineDeployment,
     MachineSet,
     Machine,
 }
 
 impl Kind {
-    pub(crate) fn resource(self) -> ApiResource {
+    pub const ALL: [Kind; 3] = [Kind::MachineDeployment, Kind::MachineSet, Kind::Machine];
+
+    pub fn resource(self) -> ApiResource {
         let (kind, plural) = match self {
             Kind::MachineDeployment => ("MachineDeployment", "machinedeployments"),
             Kind::MachineSet => ("MachineSet", "machinesets"),
@@ -143,7 +145,7 @@ impl CapiSim {
             queue,
             runtime: tokio::runtime::Handle::current(),
         };
-        for kind in [Kind::MachineDeployment, Kind::MachineSet, Kind::Machine] {
+        for kind in Kind::ALL {
             tokio::spawn(sim.clone().watch(kind));
         }
         tokio::spawn(sim.clone().reconcile_all(keys));

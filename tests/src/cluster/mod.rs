@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-pub use capi::{CapiSim, MachineDeletion, POOL_LABEL};
+pub use capi::{CapiSim, Kind as CapiKind, MachineDeletion, POOL_LABEL};
 pub use cloud::{CloudCall, GroupSpec, SimCloud};
 pub use karpenter::{
     KarpenterSim, NODEPOOL_LABEL, NodeClaimDeletion, PROVIDER_PREFIX, TERMINATION_FINALIZER,

@@ -271,16 +271,21 @@ impl CapiSim {
             .or_else(|| labels.get(SET_NAME_LABEL))
             .cloned()
             .unwrap_or_else(|| key.name.clone());
+        // Whether it joins is decided before it shows as Provisioning: a test that saw the
+        // phase may change the setting for the next Machines without changing this one's fate.
+        let never_joins = self
+            .state
+            .lock()
+            .unwrap()
+            .never_joins
+            .contains(&(key.namespace.clone(), group.clone()));
         let status =
             json!({"phase": "Provisioning", "bootstrapReady": true, "infrastructureReady": false});
         self.set_status(&machines, &machine, status).await?;
-        let (never_joins, delay) = {
+        let delay = {
             let mut state = self.state.lock().unwrap();
             state.booted.insert(uid);
-            let never = state
-                .never_joins
-                .contains(&(key.namespace.clone(), group.clone()));
-            (never, state.boot_delay)
+            state.boot_delay
         };
         if !never_joins {
             tokio::spawn(self.clone().boot(machine, group, delay));
