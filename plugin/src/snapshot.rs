@@ -7,6 +7,7 @@
 
 mod machines;
 mod node_pools;
+mod pdbs;
 
 use std::collections::BTreeMap;
 
@@ -179,7 +180,7 @@ impl Snapshot {
                 }
                 "PodDisruptionBudget" => {
                     let v1beta1 = api_version.ends_with("v1beta1");
-                    item.parse::<PdbBody>()
+                    item.parse::<pdbs::PdbBody>()
                         .map(|b| self.pdbs.push(b.into_pdb(v1beta1)))
                 }
                 _ => Ok(()),
@@ -460,55 +461,6 @@ impl FromParts for Pod {
                 &spec.overhead,
             ),
             placement: scheduling::placement(spec.node_selector, spec.affinity, spec.tolerations),
-        }
-    }
-}
-
-struct PdbBody {
-    meta: Meta,
-    selector: Option<LabelSelector>,
-    disruptions_allowed: i32,
-}
-
-#[derive(Deserialize, Default)]
-struct PdbSpec {
-    selector: Option<LabelSelector>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct PdbStatus {
-    #[serde(default)]
-    disruptions_allowed: i32,
-}
-
-impl FromParts for PdbBody {
-    type Spec = PdbSpec;
-    type Status = PdbStatus;
-    fn from_parts(meta: Meta, spec: PdbSpec, status: PdbStatus) -> Self {
-        PdbBody {
-            meta,
-            selector: spec.selector,
-            disruptions_allowed: status.disruptions_allowed,
-        }
-    }
-}
-
-impl PdbBody {
-    /// policy/v1beta1 treats an empty selector as matching no pod; policy/v1 as matching every
-    /// pod of the namespace.
-    fn into_pdb(self, v1beta1: bool) -> Pdb {
-        let selector = match (self.selector, v1beta1) {
-            (Some(s), true) if s.is_empty() => LabelSelector::nothing(),
-            (None, true) => LabelSelector::nothing(),
-            (Some(s), _) => s,
-            (None, false) => LabelSelector::default(),
-        };
-        Pdb {
-            namespace: self.meta.namespace,
-            name: self.meta.name,
-            selector,
-            disruptions_allowed: self.disruptions_allowed,
         }
     }
 }
