@@ -41,7 +41,7 @@ pub enum SnapshotError {
     },
 }
 
-pub use machines::{Machine, MachineRef};
+pub use machines::{DEPLOYMENT_LABEL, Machine, MachineRef};
 pub use node_pools::NodePool;
 
 /// Nodes, pods and PodDisruptionBudgets at one instant; with Cluster API, its Machines too.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch};
-use kube::api::{PatchParams, PostParams};
+use kube::api::{ListParams, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
@@ -120,6 +120,47 @@ impl Cluster {
             .await
             .map(|o| serde_json::to_value(o).expect("objects serialize"))
             .map_err(|e| kind.request("update", namespace).error(&self.server, e))
+    }
+
+    /// Waits, watching them, until at least `replicas` of the Machines of `namespace` that
+    /// match `labels` and `belongs` are not being deleted; false when `timeout` passed first.
+    pub async fn wait_machines_created(
+        &self,
+        namespace: &str,
+        labels: &str,
+        belongs: impl Fn(&DynamicObject) -> bool,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Result<bool, ClusterError> {
+        let machines = self.capi(CapiKind::Machine, namespace);
+        let mut changes = watcher(machines.clone(), watcher::Config::default().labels(labels))
+            .default_backoff()
+            .boxed();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let listed = machines
+                .list(&ListParams::default().labels(labels))
+                .await
+                .map_err(|e| {
+                    CapiKind::Machine
+                        .request("list", namespace)
+                        .error(&self.server, e)
+                })?;
+            let active = listed
+                .items
+                .iter()
+                .filter(|m| m.metadata.deletion_timestamp.is_none() && belongs(m))
+                .count();
+            if active >= replicas {
+                return Ok(true);
+            }
+            if tokio::time::timeout_at(deadline, changes.next())
+                .await
+                .is_err()
+            {
+                return Ok(false);
+            }
+        }
     }
 
     /// Waits, watching it, until Machine `name` is gone; false when `timeout` passed first.

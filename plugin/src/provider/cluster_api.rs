@@ -3,10 +3,12 @@
 //!
 //! A Machine is always marked `machine.cluster.x-k8s.io/exclude-node-draining` first: the
 //! rotation drained its Node already, and a second drain by the Machine controller would only
-//! wait. Then, by default (`ScaleDown`), it is marked `cluster.x-k8s.io/delete-machine` and the
-//! group's MachineDeployment (else MachineSet) is scaled down by one, so that its MachineSet
-//! removes exactly that Machine; once it is gone the group is scaled back up and a new Machine
-//! replaces it. Scaling the MachineSet under a MachineDeployment instead would race the
+//! wait. Then, by default (`ScaleDown`), it is marked `cluster.x-k8s.io/delete-machine` and,
+//! once the group has all the Machines its replicas say (the last scale-up's too: see
+//! [`await_scaled_up`]), the group's MachineDeployment (else MachineSet) is scaled down by one,
+//! so that its MachineSet removes exactly that Machine; once it is gone the group is scaled
+//! back up and a new Machine replaces it. Scaling the MachineSet under a MachineDeployment
+//! instead would race the
 //! MachineDeployment controller, which puts the MachineSet's replicas back, perhaps before
 //! anything was removed. `DeleteMachine` deletes the Machine and lets its MachineSet replace
 //! it at once.
@@ -26,7 +28,7 @@ use super::{ProviderError, Target};
 use crate::cluster::machines::CapiKind;
 use crate::cluster::{Cluster, ClusterError};
 use crate::policy::provider::CapiTerminate;
-use crate::snapshot::MachineRef;
+use crate::snapshot::{DEPLOYMENT_LABEL, MachineRef};
 
 /// Cluster API's mark of the Machine a MachineSet removes first when scaled down.
 pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
@@ -162,6 +164,51 @@ async fn rescale(
     })
 }
 
+/// Waits until the group has as many Machines (not being deleted) as its replicas say: a
+/// scale-up written just before (the replica given back for the Machine removed before, a
+/// surge) has its Machine. Scaled down before that, the two could cancel out before the
+/// MachineSet acted on either: it would find itself at its size, the marked Machine among its
+/// Machines, and remove nothing.
+async fn await_scaled_up(
+    cluster: &Cluster,
+    machine: &MachineRef,
+    timeout: Duration,
+) -> Result<(), ProviderError> {
+    let (kind, name) = scaled_object(machine);
+    let namespace = &machine.namespace;
+    let what = format!("{} {namespace}/{name}", kind.kind());
+    let Some(object) = cluster.get_capi(kind, namespace, name).await? else {
+        return Err(ProviderError::NoGroupObject { what });
+    };
+    let replicas = object["spec"]["replicas"].as_u64().unwrap_or(1) as usize;
+    // A MachineDeployment's Machines carry its name; a lone MachineSet's have it as their owner.
+    let (labels, set) = match kind {
+        CapiKind::MachineDeployment => (format!("{DEPLOYMENT_LABEL}={name}"), None),
+        _ => (String::new(), Some(name)),
+    };
+    let belongs = |m: &kube::api::DynamicObject| {
+        set.is_none_or(|set| {
+            m.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.kind == "MachineSet" && o.name == set)
+        })
+    };
+    if cluster
+        .wait_machines_created(namespace, &labels, belongs, replicas, timeout)
+        .await?
+    {
+        Ok(())
+    } else {
+        Err(ProviderError::ScaleUpPending {
+            what,
+            replicas,
+            timeout,
+        })
+    }
+}
+
 /// A surge: the group grows by one for `target`, which stays until terminated.
 pub async fn detach(cluster: &Cluster, target: &Target) -> Result<String, ProviderError> {
     let machine = machine_of(target)?;
@@ -210,6 +257,9 @@ pub async fn terminate(
             return Ok(format!("deleted Machine {namespace}/{name}"));
         }
         if !deleting || removing {
+            if !removing {
+                await_scaled_up(cluster, machine, timeout).await?;
+            }
             rescale(cluster, machine, |s, r| s.remove(name, r)).await?;
             if !cluster.wait_machine_gone(namespace, name, timeout).await? {
                 return Err(ProviderError::MachineStays {

@@ -65,6 +65,14 @@ pub enum ProviderError {
         "Machine {machine} was still there after {timeout:?}: see its conditions (kubectl describe machine); the next run waits for it again"
     )]
     MachineStays { machine: String, timeout: Duration },
+    #[error(
+        "{what} did not have its {replicas} Machines after {timeout:?}, so scaling it down could remove none: see its MachineSet's conditions; the next run waits for them again"
+    )]
+    ScaleUpPending {
+        what: String,
+        replicas: usize,
+        timeout: Duration,
+    },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }
