@@ -3,7 +3,8 @@
 //! removed once, through its MachineDeployment, never more nodes unavailable than the budget
 //! (watched by the independent observer), with and without a surge; a Machine whose Node never
 //! registered is replaced too, but not a replacement still booting when a stopped run is
-//! resumed; plans read the Machines.
+//! resumed; a lagging MachineSet controller still removes each Machine of a batch; plans read
+//! the Machines.
 
 use rollout_ext_e2e::capi_rotation::{
     NEW, assert_back_at_size, assert_each_replaced_once, observed, outdated_deployment, removed,
@@ -80,7 +81,7 @@ async fn a_machine_deployment_surges_before_it_drains() {
         cluster,
         "capi-surge",
         "surgers",
-        6,
+        3,
         (0, 1),
         &["--max-surge", "1", "--max-unavailable", "0"],
     )
@@ -210,5 +211,33 @@ async fn a_run_stopped_while_a_replacement_boots_does_not_replace_it_again() {
         "{names:?}"
     );
     assert_back_at_size(cluster, ns, md, 2).await;
+    assert_each_replaced_once(cluster, ns, md, &outdated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_machine_set_still_removes_each_machine_of_a_batch() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let (ns, md) = ("capi-lag", "laggard");
+    let outdated = outdated_deployment(cluster, ns, md, 3).await;
+    // The second Machine of a batch is scaled down right after the first one's replica is given
+    // back: a controller that sees both at once has nothing to add or remove, unless the
+    // scale-down waits for the given-back replica's Machine.
+    cluster.capi.set_lag(Duration::from_secs(1));
+    let args = rotate_args(cluster, md, &["--max-unavailable", "2"]);
+    let run = tokio::time::timeout(Duration::from_secs(90), run_plugin(args)).await;
+    cluster.capi.set_lag(Duration::ZERO);
+    let out = run.expect("the rotation finishes (a Machine that stays holds it for 10m)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let batches: Vec<usize> = events_named(&out, "batch-started")
+        .iter()
+        .map(|e| e["nodes"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(batches, [1, 2], "a batch of two");
+    assert_back_at_size(cluster, ns, md, 3).await;
     assert_each_replaced_once(cluster, ns, md, &outdated);
 }

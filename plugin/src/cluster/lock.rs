@@ -146,57 +146,73 @@ impl Cluster {
             },
             spec: Some(spec(identity)),
         };
-        match leases.create(&PostParams::default(), &fresh).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let current = leases
-                    .get(&lease.name)
-                    .await
-                    .map_err(|e| lease.request("get").error(&self.server, e))?;
-                let holder_spec = current.spec.clone().unwrap_or_default();
-                // A run that stopped on an error left its state here but let go of the lock.
-                let free = holder_spec
-                    .holder_identity
-                    .as_deref()
-                    .is_none_or(str::is_empty);
-                let holder = holder_spec.holder_identity.unwrap_or_default();
-                let renewed = holder_spec.renew_time.map(|t| t.0);
-                let age = renewed
-                    .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
-                    .unwrap_or(i64::MAX);
-                let stale = age > LOCK_DURATION.as_secs() as i64;
-                // Our own creation, answered by a server that went away before replying and
-                // then sent again by the retry layer: the lock is ours already.
-                let ours = holder == identity;
-                if !force_unlock && !free && !ours {
-                    return Err(LockError::Held {
-                        lease: lease.clone(),
-                        holder,
-                        renewed_ago: if renewed.is_some() {
-                            crate::duration::human_duration(age)
-                        } else {
-                            "never".into()
-                        },
-                        stale,
+        // The holder renewing (or letting go) between our read and our write makes the write
+        // conflict: the Lease is read again and the decision made again, a few times.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match leases.create(&PostParams::default(), &fresh).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let current = leases
+                        .get(&lease.name)
+                        .await
+                        .map_err(|e| lease.request("get").error(&self.server, e))?;
+                    let holder_spec = current.spec.clone().unwrap_or_default();
+                    // A run that stopped on an error left its state here but let go of the lock.
+                    let free = holder_spec
+                        .holder_identity
+                        .as_deref()
+                        .is_none_or(str::is_empty);
+                    let holder = holder_spec.holder_identity.unwrap_or_default();
+                    let renewed = holder_spec.renew_time.map(|t| t.0);
+                    let age = renewed
+                        .map(|t| jiff::Timestamp::now().duration_since(t).as_secs())
+                        .unwrap_or(i64::MAX);
+                    let stale = age > LOCK_DURATION.as_secs() as i64;
+                    // Our own creation, answered by a server that went away before replying and
+                    // then sent again by the retry layer: the lock is ours already.
+                    let ours = holder == identity;
+                    if !force_unlock && !free && !ours {
+                        return Err(LockError::Held {
+                            lease: lease.clone(),
+                            holder,
+                            renewed_ago: if renewed.is_some() {
+                                crate::duration::human_duration(age)
+                            } else {
+                                "never".into()
+                            },
+                            stale,
+                        });
+                    }
+                    let mut taken = current;
+                    let transitions = taken
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.lease_transitions)
+                        .unwrap_or(0);
+                    taken.spec = Some(LeaseSpec {
+                        lease_transitions: Some(transitions + 1),
+                        ..spec(identity)
                     });
+                    // The resourceVersion of what we read makes this a compare-and-swap.
+                    match leases
+                        .replace(&lease.name, &PostParams::default(), &taken)
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(s))
+                            if s.code == 409 && attempts < TAKEOVER_ATTEMPTS =>
+                        {
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(lease.request("update").error(&self.server, e).into());
+                        }
+                    }
                 }
-                let mut taken = current;
-                let transitions = taken
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.lease_transitions)
-                    .unwrap_or(0);
-                taken.spec = Some(LeaseSpec {
-                    lease_transitions: Some(transitions + 1),
-                    ..spec(identity)
-                });
-                // The resourceVersion of what we read makes this a compare-and-swap.
-                leases
-                    .replace(&lease.name, &PostParams::default(), &taken)
-                    .await
-                    .map_err(|e| lease.request("update").error(&self.server, e))?;
+                Err(e) => return Err(lease.request("create").error(&self.server, e).into()),
             }
-            Err(e) => return Err(lease.request("create").error(&self.server, e).into()),
         }
         let (tx, lost) = watch::channel(false);
         let renewer = tokio::spawn(renew(
@@ -253,6 +269,8 @@ pub(super) enum Unchanged {
 }
 
 /// How often letting go of the lock reads the Lease again after someone else changed it.
+/// How often a takeover that met a concurrent change of the Lease reads it again.
+const TAKEOVER_ATTEMPTS: u32 = 5;
 const RELEASE_ATTEMPTS: usize = 5;
 
 /// Whether a run left state on the Lease (or an operator a request for the next run).

@@ -101,6 +101,8 @@ pub struct MachineDeletion {
 
 struct State {
     boot_delay: Duration,
+    /// How long the controllers take to see a change (see [`CapiSim::set_lag`]).
+    lag: Duration,
     /// `(namespace, MachineDeployment or MachineSet)` whose new Machines never get a Node.
     never_joins: HashSet<(String, String)>,
     deletions: Vec<MachineDeletion>,
@@ -134,6 +136,7 @@ impl CapiSim {
             nodes,
             state: Arc::new(Mutex::new(State {
                 boot_delay: Duration::from_millis(500),
+                lag: Duration::ZERO,
                 never_joins: HashSet::new(),
                 deletions: Vec::new(),
                 created: Vec::new(),
@@ -244,6 +247,12 @@ impl CapiSim {
     /// How long a new Machine takes to register its Node.
     pub fn set_boot_delay(&self, delay: Duration) {
         self.state.lock().unwrap().boot_delay = delay;
+    }
+
+    /// How long the controllers take to act on a change: as busy ones do, they then act on
+    /// all the changes made meanwhile at once, on the objects as those left them.
+    pub fn set_lag(&self, lag: Duration) {
+        self.state.lock().unwrap().lag = lag;
     }
 
     /// Every Machine deletion acted on so far, in order.

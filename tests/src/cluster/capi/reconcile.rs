@@ -18,6 +18,10 @@ const RETRY: Duration = Duration::from_millis(200);
 impl CapiSim {
     pub(super) async fn reconcile_all(self, mut keys: mpsc::UnboundedReceiver<Key>) {
         while let Some(first) = keys.recv().await {
+            let lag = self.state.lock().unwrap().lag;
+            if !lag.is_zero() {
+                tokio::time::sleep(lag).await;
+            }
             // Changes come in bursts: each object is reconciled once per burst.
             let mut batch = BTreeSet::from([first]);
             while let Ok(key) = keys.try_recv() {
