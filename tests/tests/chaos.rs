@@ -523,48 +523,6 @@ async fn a_cluster_api_rotation_killed_anywhere_resumes_and_stays_safe() {
         || (capi::removed(cluster, ns).len(), outdated.len()),
     )
     .await;
-    if outcome.is_err() {
-        // DEBUG
-        let client = cluster.client().await;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        for p in pods.list(&ListParams::default()).await.unwrap() {
-            println!(
-                "DEBUG pod {} node {:?} phase {:?} deleting {:?} conds {:?}",
-                p.name_any(),
-                p.spec.as_ref().unwrap().node_name,
-                p.status.as_ref().and_then(|s| s.phase.clone()),
-                p.metadata.deletion_timestamp,
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.clone())
-                    .map(|c| c
-                        .iter()
-                        .map(|c| format!("{}={}", c.type_, c.status))
-                        .collect::<Vec<_>>())
-            );
-        }
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        for n in nodes.list(&ListParams::default()).await.unwrap() {
-            println!(
-                "DEBUG node {} created {:?} unsched {:?} ann {:?}",
-                n.name_any(),
-                n.metadata.creation_timestamp,
-                n.spec.as_ref().and_then(|s| s.unschedulable),
-                n.metadata.annotations
-            );
-        }
-        let md_obj = capi::deployment(cluster, ns, md).await;
-        println!(
-            "DEBUG md {:?} {:?}",
-            md_obj.data["spec"]["replicas"], md_obj.metadata.annotations
-        );
-        println!("DEBUG deletions {:?}", capi::removed(cluster, ns));
-        let pdbs = rollout_ext_e2e::workloads::budgets(&client, ns, "v1beta1");
-        for p in pdbs.list(&ListParams::default()).await.unwrap() {
-            println!("DEBUG pdb {}", p.data["status"]);
-        }
-        println!("DEBUG created {:?}", cluster.capi.created());
-    }
     // Once a run finished, the group is the new Machines (none are waited for otherwise: the
     // failure is judged below).
     let now = match &outcome {
