@@ -73,12 +73,19 @@ compile_error!(
      (wasm32-unknown-unknown and wasm32-wasip1 build modules the plugin cannot load)"
 );
 
+#[cfg(feature = "arena")]
+pub mod arena;
 pub mod helpers;
 pub mod host;
 mod instances;
 pub mod objects;
 mod progress;
 pub mod testing;
+
+/// Every allocation of a hook's call comes from the per-call arena (see [`arena`]).
+#[cfg(all(feature = "arena", target_arch = "wasm32"))]
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena::new();
 
 #[doc(hidden)]
 pub mod bindings {

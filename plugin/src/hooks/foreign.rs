@@ -49,6 +49,7 @@ impl HookRuntime {
         let mut linker: Linker<MemoryLimiter> = Linker::new(&self.engine);
         linker.define_unknown_imports_as_traps(component).ok()?;
         let limit = usize::try_from(DEFAULT_HOOK_MEMORY).unwrap_or(usize::MAX);
+        let _slot = self.slots.take();
         let mut store = Store::new(
             &self.engine,
             MemoryLimiter {

@@ -217,6 +217,7 @@ impl HookRuntime {
             timeout: spec.timeout,
             memory: spec.memory,
             engine: self.engine.clone(),
+            slots: self.slots.clone(),
             pre: instance_pre,
             exports,
             objects,

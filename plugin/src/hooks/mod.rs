@@ -12,6 +12,7 @@
 
 mod calls;
 mod convert;
+mod engine;
 mod foreign;
 mod load;
 mod objects;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, Trap};
+use wasmtime::{Engine, Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
@@ -36,6 +37,7 @@ pub use load::{LoadError, load_all};
 pub use objects::{ObjectSource, SnapshotObjects};
 pub use version::{compatible, compatible_series};
 
+use engine::Slots;
 use sandbox::{CallState, FrozenClock, MemoryLimiter, MetricsAccess, capture};
 
 mod bindings {
@@ -96,6 +98,7 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Engine, linker and epoch ticker, shared by every hook of the process.
 pub struct HookRuntime {
     engine: Engine,
+    slots: Arc<Slots>,
     linker: Arc<Linker<CallState>>,
     cache_dir: Option<PathBuf>,
 }
@@ -118,11 +121,7 @@ impl HookRuntime {
     /// modules; `None` disables the disk cache. Commands use [`HookRuntime::shared`]; this is for
     /// tests and benchmarks that need a cache of their own.
     pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<HookRuntime> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.max_wasm_stack(1 << 20);
-        let engine = Engine::new(&config)?;
+        let engine = engine::engine()?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -147,6 +146,7 @@ impl HookRuntime {
 
         Ok(HookRuntime {
             engine,
+            slots: Arc::new(Slots::new()),
             linker: Arc::new(linker),
             cache_dir,
         })
@@ -285,6 +285,7 @@ pub struct WasmHook {
     timeout: Duration,
     memory: u64,
     engine: Engine,
+    slots: Arc<Slots>,
     pre: InstancePre<CallState>,
     exports: Exports,
     objects: Arc<dyn ObjectSource>,
@@ -350,6 +351,8 @@ impl WasmHook {
                 cut_off: None,
             },
         };
+        // Dropped after the store, which gives the instance back to the pool.
+        let _slot = self.slots.take();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).max(1) as u64;

@@ -270,6 +270,10 @@ pub(super) struct MemoryLimiter {
     pub(super) exceeded: bool,
 }
 
+/// The most elements a hook's table may hold (an interpreter's function table holds tens of
+/// thousands).
+pub(super) const MAX_TABLE_ELEMENTS: usize = 1_000_000;
+
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
@@ -290,7 +294,7 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
 
