@@ -30,7 +30,9 @@ const REGIONS: usize = 16;
 /// The per-call bump allocator: see the module's documentation.
 pub struct Arena(UnsafeCell<State>);
 
-// A hook's component runs on one thread: wasm32-wasip2 has no threads.
+// A hook's component runs on one thread: wasm32-wasip2 has no threads. Natively the arena is
+// not an allocator (its memory never grows), and not shared between threads either.
+#[cfg(target_arch = "wasm32")]
 unsafe impl Sync for Arena {}
 
 impl Arena {
@@ -93,20 +95,25 @@ impl State {
         let start = grow(bytes / PAGE)?;
         self.taken += bytes;
         self.grow = (self.grow * 2).min(MAX_GROW);
+        // Memory that ends at the very top of the address space (4 GiB), or that there is no
+        // room to record, is left unused (the call ends soon enough); the standard allocator
+        // answers from now on.
+        let Some(end) = start.checked_add(bytes) else {
+            self.taken = LIMIT;
+            return None;
+        };
         if self.count > 0 && self.regions[self.count - 1].1 == start && self.end == start {
-            self.regions[self.count - 1].1 = start + bytes;
+            self.regions[self.count - 1].1 = end;
         } else {
             if self.count == REGIONS {
-                // Memory taken but no room to record it: leave it unused (the call ends soon
-                // enough) and let the standard allocator answer from now on.
                 self.taken = LIMIT;
                 return None;
             }
-            self.regions[self.count] = (start, start + bytes);
+            self.regions[self.count] = (start, end);
             self.count += 1;
             self.next = start;
         }
-        self.end = start + bytes;
+        self.end = end;
         Some(())
     }
 
@@ -127,7 +134,7 @@ impl State {
     /// Resizes the block at `at` in place: possible for a shrink, and for the last block while
     /// its region has room.
     fn resize_in_place(&mut self, at: usize, size: usize, new_size: usize) -> bool {
-        if at + size == self.next && at + new_size <= self.end {
+        if at + size == self.next && new_size <= self.end - at {
             self.next = at + new_size;
             return true;
         }
@@ -199,8 +206,11 @@ mod tests {
     impl Memory {
         fn grow(&mut self, pages: usize) -> Option<usize> {
             let before = self.size;
-            (before + pages * PAGE <= self.limit).then(|| {
-                self.size += pages * PAGE;
+            // Its last byte within the limit; at the top of the address space the size wraps, as
+            // a wasm32 memory of 4 GiB ends at 2^32.
+            let last = before.checked_add(pages * PAGE - 1)?;
+            (last <= self.limit).then(|| {
+                self.size = self.size.wrapping_add(pages * PAGE);
                 before
             })
         }
@@ -303,6 +313,21 @@ mod tests {
             None,
             "and stays handed over"
         );
+
+        let top = 0usize.wrapping_sub(FIRST_GROW);
+        let (mut s, mut m) = (
+            state(),
+            Memory {
+                size: top,
+                limit: usize::MAX,
+            },
+        );
+        assert_eq!(
+            alloc(&mut s, &mut m, bytes(1)),
+            None,
+            "memory that ends at the top"
+        );
+        assert_eq!(s.count, 0, "is not recorded");
 
         let (mut s, mut m) = (
             state(),

@@ -287,6 +287,8 @@ pub fn with_objects<R>(
 
 mod metrics;
 pub use metrics::{FakeMetrics, FakeMetricsGuard};
+// The host's metrics calls answer from the fake only natively.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) use metrics::{fake_query, fake_query_range};
 
 /// The installed fake's answer to `list-objects`; none when no fake is installed.

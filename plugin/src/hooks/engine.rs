@@ -3,8 +3,8 @@
 //! Every hook call runs in a fresh instance. Allocated on demand, each one maps its memory
 //! anew and the kernel zeroes every page it touches, then unmaps it when the call ends: for a
 //! `select` over thousands of candidates that was about a third of the call's time. The pooling
-//! allocator keeps instance slots mapped between calls and resets a used memory by clearing its
-//! first [`KEEP_RESIDENT`] bytes in place, so the next call finds its pages already there.
+//! allocator keeps instance slots mapped between calls and resets a used memory in place, the
+//! pages a call wrote (up to [`KEEP_RESIDENT`] bytes), so the next call finds them already there.
 //! The pool reserves address space up front for [`CONCURRENT_CALLS`] calls at once; a call
 //! beyond them waits for a slot ([`Slots`]) rather than failing. Where the reservation is refused
 //! (a limit on virtual memory), instances are allocated on demand as before.
@@ -12,11 +12,12 @@
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use super::sandbox::MAX_TABLE_ELEMENTS;
+use crate::report;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Hook calls an engine may have running at once (one component instance each). A command asks
 /// its hooks one call at a time; tests that share a runtime run a few at once.
-pub const CONCURRENT_CALLS: u32 = 32;
+const CONCURRENT_CALLS: u32 = 32;
 /// Core instances, memories and tables each call may hold: a component built by
 /// componentize-py links a dozen core modules.
 const CORE_INSTANCES_PER_CALL: u32 = 32;
@@ -26,13 +27,17 @@ const TABLES_PER_CALL: u32 = 16;
 const MAX_MEMORY: usize = 4 << 30;
 /// Bytes of each memory cleared in place rather than returned to the kernel when a call ends:
 /// what a large `select` touches.
-pub const KEEP_RESIDENT: usize = 16 << 20;
+const KEEP_RESIDENT: usize = 16 << 20;
 
 /// The engine every hook runs in, pooled when the address space allows.
 pub fn engine() -> wasmtime::Result<Engine> {
     let mut config = base();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
-    Engine::new(&config).or_else(|_| Engine::new(&base()))
+    Engine::new(&config).or_else(|e| {
+        let why = format!("hook instances allocated on demand, the pool was refused: {e}");
+        report::log(report::Level::Debug, &why);
+        Engine::new(&base())
+    })
 }
 
 /// What every hook engine has: components, deadlines by epoch, a bounded stack.
