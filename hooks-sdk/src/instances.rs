@@ -2,9 +2,9 @@
 //! instances of [`crate::Progress`].
 //!
 //! Inside the plugin the instances stay with the host and are read on demand: a chunk of
-//! instances per read (packed, `get-packed`: the host hands over two strings per read rather
-//! than five per instance, and the strings are cut apart here), and each instance's labels,
-//! annotations and taints only when asked for.
+//! instances per read (flat, `get-flat`: the host hands over one list of numbers and one string
+//! per read rather than a record and five strings per instance, and they are cut apart here),
+//! and each instance's labels, annotations and taints only when asked for.
 //! A policy that looks at the first few of a large group pays for those few. In a native unit
 //! test they are held in memory (see [`crate::testing`]).
 
@@ -130,42 +130,57 @@ impl From<Instance> for LocalInstance {
     }
 }
 
-/// Instances from a packed read: each string cut from the one text, in the contract's order
-/// (name, group, zone, kubelet version, reason). The host packs whole strings; a length that
-/// does not fit is a broken host, and a trap says so.
-fn unpack(packed: types::PackedInstances) -> Vec<Instance> {
-    let text = packed.text.as_str();
+/// Numbers per instance in a flat read (`get-flat`).
+const FLAT_FIELDS: usize = 12;
+
+/// Instances from a flat read: twelve numbers each, and each string cut from the one text, in
+/// the contract's order (name, group, zone, kubelet version, reason). The host packs whole
+/// strings and known cases; anything else is a broken host, and a trap says so.
+fn unflatten(flat: types::FlatInstances) -> Vec<Instance> {
+    const BROKEN: &str = "the host lays out a flat read as the contract says";
+    let text = flat.text.as_str();
     let mut at: usize = 0;
     let mut cut = |len: u32| -> String {
         let end = at.saturating_add(len as usize);
-        let s = text
-            .get(at..end)
-            .expect("the host packs each string whole into the text");
+        let s = text.get(at..end).expect(BROKEN);
         at = end;
         s.to_string()
     };
-    packed
-        .instances
-        .into_iter()
-        .map(|p| {
-            let name = cut(p.name_len);
-            let group = cut(p.group_len);
-            let zone = p.zone_len.map(&mut cut);
-            let kubelet_version = p.kubelet_version_len.map(&mut cut);
-            let reason = p.reason_len.map(&mut cut);
+    flat.fields
+        .chunks_exact(FLAT_FIELDS)
+        .map(|f| {
+            let kind = match f[0] {
+                0 => types::InstanceKind::Node,
+                1 => types::InstanceKind::Pod,
+                _ => panic!("{BROKEN}"),
+            };
+            let role = match f[1] {
+                0 => types::Role::Bastion,
+                1 => types::Role::ControlPlane,
+                2 => types::Role::Node,
+                _ => panic!("{BROKEN}"),
+            };
+            let flags = f[2];
+            let created = (u64::from(f[4]) << 32 | u64::from(f[3])) as i64;
+            let name = cut(f[7]);
+            let group = cut(f[8]);
+            let mut optional = |len: u32| len.checked_sub(1).map(&mut cut);
+            let zone = optional(f[9]);
+            let kubelet_version = optional(f[10]);
+            let reason = optional(f[11]);
             Instance {
-                kind: p.kind,
+                kind,
                 name,
                 group,
-                role: p.role,
+                role,
                 zone,
-                ready: p.ready,
-                unschedulable: p.unschedulable,
-                created: p.created,
+                ready: flags & 1 != 0,
+                unschedulable: flags & 2 != 0,
+                created: (flags & 8 != 0).then_some(created),
                 kubelet_version,
-                pods: p.pods,
-                pods_not_ready: p.pods_not_ready,
-                up_to_date: p.up_to_date,
+                pods: f[5],
+                pods_not_ready: f[6],
+                up_to_date: flags & 4 != 0,
                 reason,
             }
         })
@@ -213,7 +228,7 @@ impl<'a> Instances<'a> {
         }
         match &self.0 {
             Source::Host { instances, .. } => {
-                unpack(instances.get_packed(clamp(start), clamp(count)))
+                unflatten(instances.get_flat(clamp(start), clamp(count)))
             }
             // Each read copies the records, as a read from the host does: a native policy
             // pays what a hook pays for what it reads (and benchmarks compare like with like).
@@ -475,45 +490,45 @@ mod tests {
     }
 
     #[test]
-    fn packed_reads_cut_each_string_from_the_text_in_order() {
-        let packed = types::PackedInstances {
-            instances: vec![
-                types::PackedInstance {
-                    kind: types::InstanceKind::Node,
-                    role: types::Role::Node,
-                    ready: true,
-                    unschedulable: false,
-                    created: Some(7),
-                    pods: 3,
-                    pods_not_ready: 1,
-                    up_to_date: false,
-                    name_len: 2,
-                    group_len: 5,
-                    zone_len: Some(1),
-                    kubelet_version_len: None,
-                    reason_len: Some(8),
-                },
-                types::PackedInstance {
-                    kind: types::InstanceKind::Pod,
-                    role: types::Role::ControlPlane,
-                    ready: false,
-                    unschedulable: true,
-                    created: None,
-                    pods: 0,
-                    pods_not_ready: 0,
-                    up_to_date: true,
-                    name_len: 3,
-                    group_len: 5,
-                    zone_len: Some(0),
-                    kubelet_version_len: Some(7),
-                    reason_len: None,
-                },
+    fn flat_reads_take_twelve_numbers_and_cut_each_string_from_the_text_in_order() {
+        let created: i64 = 5_000_000_007; // past 32 bits: both halves count
+        let flat = types::FlatInstances {
+            fields: vec![
+                // kind node, role node, ready and created known, created, pods 3 of which 1
+                // not ready, name 2, group 5, zone 1, no kubelet version, reason 8.
+                0,
+                2,
+                1 | 8,
+                created as u32,
+                (created >> 32) as u32,
+                3,
+                1,
+                2,
+                5,
+                2,
+                0,
+                9,
+                // kind pod, role control plane, unschedulable and up to date, no creation
+                // time, name 3 (é is two bytes), group 5, an empty zone, kubelet 7, no reason.
+                1,
+                1,
+                2 | 4,
+                0,
+                0,
+                0,
+                0,
+                3,
+                5,
+                1,
+                8,
+                0,
             ],
             text: "n1nodesaoutdatedé2nodesv1.20.2".into(),
         };
-        let unpacked = unpack(packed);
+        let unpacked = unflatten(flat);
+        assert_eq!(unpacked.len(), 2);
         let mut first = node("n1", "a").instance;
-        first.created = Some(7);
+        first.created = Some(created);
         first.pods = 3;
         first.pods_not_ready = 1;
         first.reason = Some("outdated".into());

@@ -144,10 +144,10 @@ pub fn instance(c: &Candidate) -> wit::Instance {
     }
 }
 
-/// Candidates as `instances.get-packed` returns them: the fields of [`instance`] that are not
-/// strings, and every string laid end to end in one text, in the order the WIT gives (name,
-/// group, zone, kubelet version, reason).
-pub fn packed(list: &[Candidate]) -> wit::PackedInstances {
+/// The strings of `list` laid end to end in the contract's order (name, group, zone, kubelet
+/// version, reason); `each` is told every instance with the byte lengths of its strings (none
+/// for a string that is none).
+fn lay_out(list: &[Candidate], mut each: impl FnMut(&Candidate, [Option<u32>; 5])) -> String {
     let optional = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     let size = list
         .iter()
@@ -160,14 +160,30 @@ pub fn packed(list: &[Candidate]) -> wit::PackedInstances {
         })
         .sum();
     let mut text = String::with_capacity(size);
-    let mut put = |s: &str| {
-        text.push_str(s);
-        // A Kubernetes name or a reason is far shorter than 4 GiB.
-        u32::try_from(s.len()).unwrap_or(u32::MAX)
-    };
-    let instances = list
-        .iter()
-        .map(|c| wit::PackedInstance {
+    for c in list {
+        let mut put = |s: &str| {
+            text.push_str(s);
+            // A Kubernetes name or a reason is far shorter than 4 GiB.
+            u32::try_from(s.len()).unwrap_or(u32::MAX)
+        };
+        let lengths = [
+            Some(put(&c.name)),
+            Some(put(&c.group)),
+            c.zone.as_deref().map(&mut put),
+            c.kubelet_version.as_deref().map(&mut put),
+            c.reason.as_deref().map(&mut put),
+        ];
+        each(c, lengths);
+    }
+    text
+}
+
+/// Candidates as `instances.get-packed` returns them: the fields of [`instance`] that are not
+/// strings, with the lengths of its strings, and every string in one text.
+pub fn packed(list: &[Candidate]) -> wit::PackedInstances {
+    let mut instances = Vec::with_capacity(list.len());
+    let text = lay_out(list, |c, [name, group, zone, kubelet, reason]| {
+        instances.push(wit::PackedInstance {
             kind: kind(c.kind),
             role: role(c.role),
             ready: c.ready,
@@ -176,14 +192,46 @@ pub fn packed(list: &[Candidate]) -> wit::PackedInstances {
             pods: c.pods,
             pods_not_ready: c.pods_not_ready,
             up_to_date: c.up_to_date,
-            name_len: put(&c.name),
-            group_len: put(&c.group),
-            zone_len: c.zone.as_deref().map(&mut put),
-            kubelet_version_len: c.kubelet_version.as_deref().map(&mut put),
-            reason_len: c.reason.as_deref().map(&mut put),
+            name_len: name.unwrap_or(0),
+            group_len: group.unwrap_or(0),
+            zone_len: zone,
+            kubelet_version_len: kubelet,
+            reason_len: reason,
         })
-        .collect();
+    });
     wit::PackedInstances { instances, text }
+}
+
+/// Numbers per instance in `instances.get-flat`.
+const FLAT_FIELDS: usize = 12;
+
+/// Candidates as `instances.get-flat` returns them: [`FLAT_FIELDS`] numbers per instance in the
+/// WIT's order, and every string in one text.
+pub fn flat(list: &[Candidate]) -> wit::FlatInstances {
+    let mut fields = Vec::with_capacity(list.len() * FLAT_FIELDS);
+    let text = lay_out(list, |c, [name, group, zone, kubelet, reason]| {
+        let flags = u32::from(c.ready)
+            | u32::from(c.unschedulable) << 1
+            | u32::from(c.up_to_date) << 2
+            | u32::from(c.created.is_some()) << 3;
+        let created = c.created.unwrap_or(0) as u64;
+        let optional = |len: Option<u32>| len.map_or(0, |n| n.saturating_add(1));
+        fields.extend_from_slice(&[
+            kind(c.kind) as u32,
+            role(c.role) as u32,
+            flags,
+            created as u32,
+            (created >> 32) as u32,
+            c.pods,
+            c.pods_not_ready,
+            name.unwrap_or(0),
+            group.unwrap_or(0),
+            optional(zone),
+            optional(kubelet),
+            optional(reason),
+        ]);
+    });
+    wit::FlatInstances { fields, text }
 }
 
 pub fn group(g: &GroupInfo) -> wit::Group<'_> {
@@ -263,18 +311,28 @@ mod tests {
     use super::*;
     use crate::plan::decide::tests::candidate;
 
-    #[test]
-    fn a_packed_read_lays_the_strings_end_to_end_in_the_contract_order() {
+    /// Two candidates whose fields cover every case of a packed or flat read.
+    fn two() -> [Candidate; 2] {
         let mut first = candidate("n1", Some("outdated"));
         first.group = "nodes".into();
         first.zone = Some("a".into());
         first.created = Some(7);
         first.pods = 3;
+        first.pods_not_ready = 1;
         let mut second = candidate("é2", None);
+        second.kind = InstanceKind::Pod;
+        second.role = Role::ControlPlane;
         second.group = "nodes".into();
         second.zone = Some(String::new());
         second.kubelet_version = Some("v1.20.2".into());
-        let read = packed(&[first, second]);
+        second.ready = false;
+        second.unschedulable = true;
+        [first, second]
+    }
+
+    #[test]
+    fn a_packed_read_lays_the_strings_end_to_end_in_the_contract_order() {
+        let read = packed(&two());
         assert_eq!(read.text, "n1nodesaoutdatedé2nodesv1.20.2");
         let lengths: Vec<_> = read
             .instances
@@ -300,5 +358,49 @@ mod tests {
         assert_eq!((a.created, a.pods, a.up_to_date), (Some(7), 3, false));
         assert_eq!((b.created, b.pods, b.up_to_date), (None, 0, true));
         assert!(packed(&[]).text.is_empty());
+    }
+
+    #[test]
+    fn a_flat_read_gives_twelve_numbers_per_instance_in_the_contract_order() {
+        let [mut first, second] = two();
+        first.created = Some(-5_000_000_007); // both halves, and the sign, count
+        let read = flat(&[first, second]);
+        assert_eq!(read.text, "n1nodesaoutdatedé2nodesv1.20.2");
+        let created = -5_000_000_007_i64 as u64;
+        assert_eq!(
+            read.fields,
+            [
+                // node, node role, ready + created known, created, pods 3 (1 not ready), lengths
+                // 2 and 5, zone 1, no kubelet version, reason 8 (the optional ones plus one).
+                0,
+                2,
+                1 | 8,
+                created as u32,
+                (created >> 32) as u32,
+                3,
+                1,
+                2,
+                5,
+                2,
+                0,
+                9,
+                // pod, control plane, unschedulable + up to date, no creation time, no pods,
+                // lengths 3 and 5, an empty zone, kubelet version 7, no reason.
+                1,
+                1,
+                2 | 4,
+                0,
+                0,
+                0,
+                0,
+                3,
+                5,
+                1,
+                8,
+                0,
+            ]
+        );
+        assert_eq!(read.fields.len(), 2 * FLAT_FIELDS);
+        assert!(flat(&[]).fields.is_empty());
     }
 }

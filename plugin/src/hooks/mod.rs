@@ -53,6 +53,7 @@ mod bindings {
         imports: {
             "rollout-ext:policy/types.[method]instances.get": trappable,
             "rollout-ext:policy/types.[method]instances.get-packed": trappable,
+            "rollout-ext:policy/types.[method]instances.get-flat": trappable,
             "rollout-ext:policy/types.[method]instances.label": trappable,
             "rollout-ext:policy/types.[method]instances.annotation": trappable,
             "rollout-ext:policy/types.[method]instances.labels": trappable,

@@ -125,6 +125,19 @@ impl wit::HostInstances for CallState {
         Ok(convert::packed(&list[start..end]))
     }
 
+    /// What `get` reads, flat: one copy of numbers and one text, whatever the count.
+    fn get_flat(
+        &mut self,
+        list: Resource<Instances>,
+        start: u32,
+        count: u32,
+    ) -> wasmtime::Result<wit::FlatInstances> {
+        let list = self.table.get(&list)?;
+        let start = (start as usize).min(list.len());
+        let end = start.saturating_add(count as usize).min(list.len());
+        Ok(convert::flat(&list[start..end]))
+    }
+
     fn label(
         &mut self,
         list: Resource<Instances>,
