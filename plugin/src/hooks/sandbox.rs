@@ -12,7 +12,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
 use crate::metrics::{Metrics, MetricsError, TimeRange};
-use crate::plan::hook::Instances;
+use crate::plan::hook::{Candidate, Instances};
 use crate::policy::ContextResource;
 use crate::report;
 
@@ -92,6 +92,21 @@ impl CallState {
     }
 }
 
+impl CallState {
+    /// The instances of `list` from `start`, at most `count` of them (none past the end).
+    fn window(
+        &self,
+        list: &Resource<Instances>,
+        start: u32,
+        count: u32,
+    ) -> wasmtime::Result<&[Candidate]> {
+        let list = self.table.get(list)?;
+        let start = (start as usize).min(list.len());
+        let end = start.saturating_add(count as usize).min(list.len());
+        Ok(&list[start..end])
+    }
+}
+
 impl wit::HostInstances for CallState {
     fn len(&mut self, list: Resource<Instances>) -> u32 {
         self.table
@@ -106,10 +121,11 @@ impl wit::HostInstances for CallState {
         start: u32,
         count: u32,
     ) -> wasmtime::Result<Vec<wit::Instance>> {
-        let list = self.table.get(&list)?;
-        let start = (start as usize).min(list.len());
-        let end = start.saturating_add(count as usize).min(list.len());
-        Ok(list[start..end].iter().map(convert::instance).collect())
+        Ok(self
+            .window(&list, start, count)?
+            .iter()
+            .map(convert::instance)
+            .collect())
     }
 
     /// What `get` reads, in two allocations of the guest's rather than five per instance.
@@ -119,10 +135,7 @@ impl wit::HostInstances for CallState {
         start: u32,
         count: u32,
     ) -> wasmtime::Result<wit::PackedInstances> {
-        let list = self.table.get(&list)?;
-        let start = (start as usize).min(list.len());
-        let end = start.saturating_add(count as usize).min(list.len());
-        Ok(convert::packed(&list[start..end]))
+        Ok(convert::packed(self.window(&list, start, count)?))
     }
 
     /// What `get` reads, flat: one copy of numbers and one text, whatever the count.
@@ -132,10 +145,7 @@ impl wit::HostInstances for CallState {
         start: u32,
         count: u32,
     ) -> wasmtime::Result<wit::FlatInstances> {
-        let list = self.table.get(&list)?;
-        let start = (start as usize).min(list.len());
-        let end = start.saturating_add(count as usize).min(list.len());
-        Ok(convert::flat(&list[start..end]))
+        Ok(convert::flat(self.window(&list, start, count)?))
     }
 
     fn label(
