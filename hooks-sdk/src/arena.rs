@@ -2,13 +2,14 @@
 //!
 //! The plugin calls every hook in a fresh instance and drops its memory when the call returns, so
 //! nothing a call allocates outlives it. A general allocator's bookkeeping (free lists, merging
-//! freed blocks) buys nothing then, yet it was the largest single cost of `select` over thousands
-//! of candidates: tens of thousands of strings allocated and freed per call. This allocator hands
+//! freed blocks) buys nothing then, yet it was a large part of a `select` over thousands of
+//! candidates: tens of thousands of strings allocated and freed per call. This allocator hands
 //! out memory by moving a pointer, and takes back only the block allocated last (so a string that
 //! grows as it is built grows in place). Memory freed out of order stays used until the call
-//! ends; to keep that bounded, after [`LIMIT`] bytes it hands every further allocation to the
-//! standard allocator, which reuses what is freed. A call therefore uses at most [`LIMIT`] more
-//! memory than it would otherwise, within the hook's memory limit all the same.
+//! ends; to keep that bounded, once it has taken [`LIMIT`] bytes from the memory, what does not
+//! fit in them goes to the standard allocator, which reuses what is freed. A call therefore uses
+//! at most [`LIMIT`] more memory than it would otherwise, within the hook's memory limit all the
+//! same.
 //!
 //! A hook that brings its own `#[global_allocator]` turns the feature off
 //! (`default-features = false`).
