@@ -138,6 +138,7 @@ const FLAT_FIELDS: usize = 12;
 /// strings and known cases; anything else is a broken host, and a trap says so.
 fn unflatten(flat: types::FlatInstances) -> Vec<Instance> {
     const BROKEN: &str = "the host lays out a flat read as the contract says";
+    assert!(flat.fields.len().is_multiple_of(FLAT_FIELDS), "{BROKEN}");
     let text = flat.text.as_str();
     let mut at: usize = 0;
     let mut cut = |len: u32| -> String {
