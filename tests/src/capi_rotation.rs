@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use kube::api::{Api, DynamicObject};
 
-use crate::FAST_ROTATION;
 use crate::cluster::{CapiKind, MachineDeletion, POOL_LABEL, TestCluster};
 use crate::invariants::{Budget, Pdb};
 use crate::observer::Observer;
+use crate::provider_rotation_args;
 use crate::workloads::{budget, replica_set_with};
 use serde_json::json;
 
@@ -23,25 +23,8 @@ pub const NEW: &str = "v1.20.2";
 /// `nodes --yes --provider cluster-api` of MachineDeployment `md`, with the test timings,
 /// JSON events and `flags`.
 pub fn rotate_args(cluster: &TestCluster, md: &str, flags: &[&str]) -> Vec<String> {
-    [
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--provider",
-        "cluster-api",
-        "--instance-group",
-        md,
-        "--kubelet-version",
-        NEW,
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(FAST_ROTATION)
-    .chain(flags)
-    .map(|s| s.to_string())
-    .collect()
+    let yes: Vec<&str> = ["--yes"].iter().chain(flags).copied().collect();
+    provider_rotation_args(cluster, "cluster-api", md, NEW, &yes)
 }
 
 /// A MachineDeployment `md` of `n` Machines on the old kubelet in namespace `ns`, whose new

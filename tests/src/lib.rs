@@ -212,6 +212,35 @@ pub const FAST_ROTATION: &[&str] = &[
     "60s",
 ];
 
+/// `nodes -o json --provider PROVIDER` of instance group `group`, to kubelet `kubelet`, with the
+/// test timings and `flags` (a plan unless they hold `--yes`).
+pub fn provider_rotation_args(
+    cluster: &cluster::TestCluster,
+    provider: &str,
+    group: &str,
+    kubelet: &str,
+    flags: &[&str],
+) -> Vec<String> {
+    [
+        "nodes",
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+        "--provider",
+        provider,
+        "--instance-group",
+        group,
+        "--kubelet-version",
+        kubelet,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .chain(FAST_ROTATION)
+    .chain(flags)
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// The demo's snapshot and policy.
 pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)

@@ -302,7 +302,8 @@ fn judge(
     started: Instant,
     outcome: Result<(usize, BTreeMap<String, usize>, Run), String>,
     (report, fewest_available): (Option<String>, Option<usize>),
-) -> (usize, BTreeMap<String, usize>, Option<usize>) {
+    (min_kills, min_phases): (usize, usize),
+) -> Option<usize> {
     let (kills, phases, last) = outcome.unwrap_or_else(|failure| {
         panic!(
             "{failure}\n{}",
@@ -316,7 +317,12 @@ fn judge(
     if let Some(report) = report {
         panic!("{report}\nlast run:\n{}\n{}", last.stdout, last.stderr);
     }
-    (kills, phases, fewest_available)
+    assert!(kills >= min_kills, "{kills} kills");
+    assert!(
+        phases.len() >= min_phases,
+        "kills landed in at least {min_phases} phases: {phases:?}"
+    );
+    fewest_available
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -469,7 +475,7 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         || (terminated(cluster, group).len(), outdated.len()),
     )
     .await;
-    let (kills, phases, fewest_available) = judge(
+    let fewest_available = judge(
         "rotation chaos",
         started,
         outcome,
@@ -480,11 +486,7 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
                 cluster.nodes.nodes_of(group),
             )
             .await,
-    );
-    assert!(kills >= MIN_KILLS, "{kills} kills");
-    assert!(
-        phases.len() >= 3,
-        "kills landed in at least three phases: {phases:?}"
+        (MIN_KILLS, 3),
     );
     assert_eq!(
         fewest_available,
@@ -530,16 +532,12 @@ async fn a_cluster_api_rotation_killed_anywhere_resumes_and_stays_safe() {
         Err(_) => Vec::new(),
     };
     let calls = cluster.capi.calls_made(ns);
-    let (kills, phases, fewest_available) = judge(
+    let fewest_available = judge(
         "cluster-api chaos",
         started,
         outcome,
         observer.finish(cluster, calls, now).await,
-    );
-    assert!(kills >= MIN_CAPI_KILLS, "{kills} kills");
-    assert!(
-        phases.len() >= 3,
-        "kills landed in at least three phases: {phases:?}"
+        (MIN_CAPI_KILLS, 3),
     );
     assert_eq!(
         fewest_available,
@@ -1024,7 +1022,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         },
     )
     .await;
-    let (kills, _, _) = judge(
+    judge(
         "rolling-update chaos",
         started,
         outcome,
@@ -1035,8 +1033,8 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
                 cluster.nodes.nodes_of("no-nodes"),
             )
             .await,
+        (MIN_UPDATE_KILLS, 0),
     );
-    assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
 
     // The update ended under the old name, with the new template and all replicas, and left
     // no next controller, no update annotation and no rename record behind.
@@ -1426,26 +1424,13 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         nodeclaim_deletions(cluster, pool),
     )
     .await;
-    let args: Vec<String> = [
-        "nodes",
-        "--yes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--provider",
+    let args = rollout_ext_e2e::provider_rotation_args(
+        cluster,
         "karpenter",
-        "--instance-group",
         pool,
-        "--kubelet-version",
         "v1.20.2",
-        "--max-unavailable",
-        "1",
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(rollout_ext_e2e::FAST_ROTATION)
-    .map(|s| s.to_string())
-    .collect();
+        &["--yes", "--max-unavailable", "1"],
+    );
     let started = Instant::now();
     let outcome = chaos_loop(
         args,
@@ -1471,16 +1456,12 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
     // old node's two pods fill exactly one new node, so a node more or less is a wrong launch
     // or a missing one.
     let instances = pool_instances(cluster, pool).await;
-    let (kills, phases, fewest_available) = judge(
+    let fewest_available = judge(
         "karpenter rotation chaos",
         started,
         outcome,
         observer.finish(cluster, calls, instances).await,
-    );
-    assert!(kills >= MIN_KARPENTER_KILLS, "{kills} kills");
-    assert!(
-        phases.len() >= 3,
-        "kills landed in at least three phases: {phases:?}"
+        (MIN_KARPENTER_KILLS, 3),
     );
     let mut deleted = pool_deletions(cluster, pool);
     deleted.sort();

@@ -16,7 +16,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, TestCluster};
 use rollout_ext_e2e::observer::pod_ready;
-use rollout_ext_e2e::{FAST_ROTATION, events, run_plugin};
+use rollout_ext_e2e::{events, provider_rotation_args, run_plugin};
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -25,24 +25,7 @@ const NEW: &str = "v1.20.2";
 
 /// `nodes --provider karpenter` of NodePool `pool` (a plan unless `--yes` is in `flags`).
 fn args(cluster: &TestCluster, pool: &str, flags: &[&str]) -> Vec<String> {
-    [
-        "nodes",
-        "--kubeconfig",
-        cluster.kubeconfig.to_str().unwrap(),
-        "--provider",
-        "karpenter",
-        "--instance-group",
-        pool,
-        "--kubelet-version",
-        NEW,
-        "-o",
-        "json",
-    ]
-    .iter()
-    .chain(FAST_ROTATION)
-    .chain(flags)
-    .map(|s| s.to_string())
-    .collect()
+    provider_rotation_args(cluster, "karpenter", pool, NEW, flags)
 }
 
 /// Watches the pods of `namespace` from now on; the returned cell holds the most that were
