@@ -75,6 +75,7 @@ compile_error!(
 
 #[cfg(feature = "arena")]
 pub mod arena;
+mod flat;
 pub mod helpers;
 pub mod host;
 mod instances;
@@ -111,7 +112,9 @@ pub use instances::{Candidate, Instances, LocalInstance};
 pub use objects::{ConfigMap, Node, ObjectMeta, Pod, PodDisruptionBudget};
 pub use progress::Progress;
 
-use bindings::exports::rollout_ext::policy::{batching, draining, gates, metadata, selection};
+use bindings::exports::rollout_ext::policy::{
+    batching, draining, flat_selection, gates, metadata, selection,
+};
 use bindings::rollout_ext::policy::types;
 
 /// Version of the WIT package (`rollout-ext:policy`) this SDK implements, read from
@@ -258,6 +261,17 @@ impl<P: Policy> selection::Guest for Exported<P> {
         candidates: &types::Instances,
     ) -> Result<Selection, String> {
         P::select(&ctx, &group, &Instances::host(candidates))
+    }
+}
+
+/// The same selection, answered flat (contract 0.3.4).
+impl<P: Policy> flat_selection::Guest for Exported<P> {
+    fn select_flat(
+        ctx: Context,
+        group: Group,
+        candidates: &types::Instances,
+    ) -> Result<flat_selection::FlatAnswer, String> {
+        flat::answer(P::select(&ctx, &group, &Instances::host(candidates))?)
     }
 }
 

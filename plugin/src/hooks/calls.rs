@@ -3,6 +3,7 @@
 
 use wasmtime::component::Resource;
 
+use super::flat_selection::FlatAnswer;
 use super::{WasmHook, check_size, convert, draining, refused, wit};
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, DrainOrderAnswer, GateAnswer, GroupInfo, HealthSummary,
@@ -40,6 +41,24 @@ impl Hook for WasmHook {
     ) -> Result<SelectAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wgroup = convert::group(group);
+        if let Some(flat) = &self.exports.flat_selection {
+            let answer = self.call(ctx.now, self.timeout, |_, instance, store| {
+                let list = store.data_mut().table.push(candidates.clone())?;
+                flat.load(&mut *store, instance)?.call_select_flat(
+                    store,
+                    wctx,
+                    wgroup,
+                    Resource::new_borrow(list.rep()),
+                )
+            })?;
+            return Ok(match refused(answer)? {
+                FlatAnswer::Defer => SelectAnswer::Defer,
+                FlatAnswer::Choose(flat) => {
+                    check_size(flat.text.len())?;
+                    SelectAnswer::ChooseAt(convert::picks(flat, candidates)?)
+                }
+            });
+        }
         let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
             let list = store.data_mut().table.push(candidates.clone())?;
             e.selection.load(&mut *store, instance)?.call_select(
@@ -53,16 +72,7 @@ impl Hook for WasmHook {
             wit::Selection::Defer => Ok(SelectAnswer::Defer),
             wit::Selection::Choose(choices) => {
                 check_size(choices.iter().map(|c| c.name.len() + c.reason.len()).sum())?;
-                Ok(SelectAnswer::Choose(
-                    choices
-                        .into_iter()
-                        .map(|c| crate::plan::hook::Choice {
-                            name: c.name,
-                            reason: c.reason,
-                            force: c.force,
-                        })
-                        .collect(),
-                ))
+                Ok(SelectAnswer::Choose(convert::choices(choices)))
             }
         }
     }

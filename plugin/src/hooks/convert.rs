@@ -5,12 +5,15 @@
 //! built as owned values (`*Result`), since the host returns it.
 
 use super::draining::DrainPod;
+use super::flat_selection::FlatChoices;
 use super::{wit, wit_host};
 use crate::labels::Labels;
 use crate::metrics;
 use crate::plan::Role;
+use crate::plan::decide::{not_a_candidate, positions};
 use crate::plan::hook::{
-    BatchInfo, Candidate, GroupInfo, HealthSummary, InstanceKind, Phase, Progress,
+    BatchInfo, Candidate, Choice, GroupInfo, HealthSummary, HookFault, InstanceKind, Phase, Pick,
+    Progress,
 };
 use crate::policy::HookPoint;
 use crate::snapshot::{Pod, Taint};
@@ -234,6 +237,74 @@ pub fn flat(list: &[Candidate]) -> wit::FlatInstances {
     wit::FlatInstances { fields, text }
 }
 
+/// Choices answered by name, as the planner takes them.
+pub fn choices(list: Vec<wit::Choice>) -> Vec<Choice> {
+    list.into_iter()
+        .map(|c| Choice {
+            name: c.name,
+            reason: c.reason,
+            force: c.force,
+        })
+        .collect()
+}
+
+/// The choices of a flat answer: three numbers each (name length, reason length, force), the
+/// name and the reason cut from the text in turn, each name found among `view`. Numbers that do
+/// not lay the text out, or a name that is no candidate, are an invalid answer.
+pub fn picks(flat: FlatChoices, view: &[Candidate]) -> Result<Vec<Pick>, HookFault> {
+    let invalid = |why: String| HookFault::InvalidAnswer(format!("a flat selection {why}"));
+    if !flat.fields.len().is_multiple_of(3) {
+        let n = flat.fields.len();
+        return Err(invalid(format!("has {n} numbers, not three per choice")));
+    }
+    let position = positions(view);
+    let text = flat.text.as_str();
+    let mut at = 0usize;
+    let mut cut = |len: u32| {
+        let end = at.saturating_add(len as usize);
+        let Some(part) = text.get(at..end) else {
+            return Err(invalid(format!(
+                "gives {len} bytes from byte {at} of its {}-byte text, which are not whole characters of it",
+                text.len()
+            )));
+        };
+        at = end;
+        Ok(part)
+    };
+    let picks = flat
+        .fields
+        .chunks_exact(3)
+        .map(|f| {
+            let name = cut(f[0])?;
+            let reason = cut(f[1])?;
+            let force = match f[2] {
+                0 => false,
+                1 => true,
+                n => {
+                    return Err(invalid(format!(
+                        "marks {name:?} forced with {n}, not 0 or 1"
+                    )));
+                }
+            };
+            let Some(&index) = position.get(name) else {
+                return Err(not_a_candidate(name));
+            };
+            Ok(Pick {
+                index,
+                reason: reason.to_string(),
+                force,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if at != text.len() {
+        let extra = text.len() - at;
+        return Err(invalid(format!(
+            "has {extra} bytes of text no choice takes"
+        )));
+    }
+    Ok(picks)
+}
+
 pub fn group(g: &GroupInfo) -> wit::Group<'_> {
     wit::Group {
         name: &g.name,
@@ -328,6 +399,56 @@ mod tests {
         second.ready = false;
         second.unschedulable = true;
         [first, second]
+    }
+
+    fn flat_choices(fields: &[u32], text: &str) -> FlatChoices {
+        FlatChoices {
+            fields: fields.to_vec(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn a_flat_answer_cuts_each_name_and_reason_in_order() {
+        let view = two();
+        let answer = flat_choices(&[3, 3, 0, 2, 0, 1], "é2é!n1");
+        let got: Vec<_> = picks(answer, &view)
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.index, p.reason, p.force))
+            .collect();
+        assert_eq!(
+            got,
+            [(1, "é!".to_string(), false), (0, String::new(), true)]
+        );
+    }
+
+    #[test]
+    fn a_flat_answer_that_does_not_lay_out_its_text_is_invalid() {
+        let view = two();
+        for (fields, text, says) in [
+            (&[2, 1][..], "n1", "has 2 numbers, not three per choice"),
+            (&[2, 2, 0][..], "n1a", "not whole characters"),
+            (&[1, 0, 0][..], "é2", "not whole characters"),
+            (&[2, u32::MAX, 0][..], "n1", "not whole characters"),
+            (
+                &[2, 0, 2][..],
+                "n1",
+                "marks \"n1\" forced with 2, not 0 or 1",
+            ),
+            (&[2, 1, 0][..], "n1ab", "1 bytes of text no choice takes"),
+            (
+                &[2, 0, 0][..],
+                "n9",
+                "chose \"n9\", which is not a candidate",
+            ),
+        ] {
+            let fault = picks(flat_choices(fields, text), &view).unwrap_err();
+            assert!(
+                matches!(&fault, HookFault::InvalidAnswer(m) if m.contains(says)),
+                "{fields:?} {text:?}: {fault}"
+            );
+        }
     }
 
     #[test]

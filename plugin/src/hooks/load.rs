@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::version::{check_version, compatible, compatible_series};
-use super::{Exports, batching, draining, gates, metadata, selection};
+use super::{Exports, batching, draining, flat_selection, gates, metadata, selection};
 use super::{
     HookRuntime, LOAD_TIMEOUT, ModuleInfo, ObjectSource, SnapshotObjects, WIT_PACKAGE, WIT_VERSION,
     WasmHook, first_line, truncate,
@@ -195,16 +195,25 @@ impl HookRuntime {
         let not_a_policy = |_| LoadError::NotAPolicy {
             path: spec.module.clone(),
         };
-        let draining = format!("{WIT_PACKAGE}/draining@{WIT_VERSION}");
+        // The optional exports, looked up as every export is: any 0.3.x version of one answers.
+        let exports_one = |name: &str| {
+            let name = format!("{WIT_PACKAGE}/{name}@{WIT_VERSION}");
+            component.get_export_index(None, &name).is_some()
+        };
         let exports = Exports {
             metadata: metadata::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
             selection: selection::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
+            flat_selection: match exports_one("flat-selection") {
+                false => None,
+                true => {
+                    Some(flat_selection::GuestIndices::new(&instance_pre).map_err(not_a_policy)?)
+                }
+            },
             batching: batching::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
             gates: gates::GuestIndices::new(&instance_pre).map_err(not_a_policy)?,
-            // Looked up as every export is: any 0.3.x version of it answers.
-            draining: match component.get_export_index(None, &draining) {
-                None => None,
-                Some(_) => Some(draining::GuestIndices::new(&instance_pre).map_err(not_a_policy)?),
+            draining: match exports_one("draining") {
+                false => None,
+                true => Some(draining::GuestIndices::new(&instance_pre).map_err(not_a_policy)?),
             },
         };
         let mut hook = WasmHook {

@@ -66,15 +66,19 @@ mod bindings {
     });
 }
 
-use bindings::exports::rollout_ext::policy::{batching, draining, gates, metadata, selection};
+use bindings::exports::rollout_ext::policy::{
+    batching, draining, flat_selection, gates, metadata, selection,
+};
 use bindings::rollout_ext::policy::host as wit_host;
 use bindings::rollout_ext::policy::types as wit;
 
 /// Where a module's exported interfaces are, found once at load. `draining` (contract 0.3.1) is
-/// optional: a module without it orders no drains.
+/// optional: a module without it orders no drains. So is `flat-selection` (0.3.4): a module
+/// with it is asked `select-flat` instead of `select`.
 struct Exports {
     metadata: metadata::GuestIndices,
     selection: selection::GuestIndices,
+    flat_selection: Option<flat_selection::GuestIndices>,
     batching: batching::GuestIndices,
     gates: gates::GuestIndices,
     draining: Option<draining::GuestIndices>,

@@ -12,9 +12,11 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use rustc_hash::FxHashMap;
+
 use crate::plan::hook::{
-    BatchAnswer, BatchInfo, CallContext, Candidate, DecidedBy, GateAnswer, GroupInfo,
-    HealthSummary, Hook, HookFault, Instances, Phase, Progress, SelectAnswer,
+    BatchAnswer, BatchInfo, CallContext, Candidate, Choice, DecidedBy, GateAnswer, GroupInfo,
+    HealthSummary, Hook, HookFault, Instances, Phase, Pick, Progress, SelectAnswer,
 };
 use crate::policy::{FailurePolicy, HookMode, HookPoint};
 
@@ -254,51 +256,79 @@ pub(crate) fn ask_select(
     ))
 }
 
-/// Checks a selection: every name a candidate, none twice, up-to-date ones only when forced.
+/// Checks a selection: every choice a candidate, none twice, up-to-date ones only when forced.
 /// Returns view indexes and reasons.
 fn check_selection(
     answer: SelectAnswer,
     view: &[Candidate],
 ) -> Result<Option<Vec<(usize, String)>>, HookFault> {
-    let choices = match answer {
+    let picks = match answer {
         SelectAnswer::Defer => return Ok(None),
-        SelectAnswer::Choose(c) => c,
+        SelectAnswer::Choose(choices) => by_name(choices, view)?,
+        SelectAnswer::ChooseAt(picks) => picks,
     };
-    let position: std::collections::HashMap<&str, usize> = view
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.as_str(), i))
-        .collect();
     let mut seen = HashSet::new();
-    let mut order = Vec::with_capacity(choices.len());
-    for choice in choices {
-        let Some(&i) = position.get(choice.name.as_str()) else {
+    let mut order = Vec::with_capacity(picks.len());
+    for pick in picks {
+        let i = pick.index as usize;
+        let Some(candidate) = view.get(i) else {
             return Err(HookFault::InvalidAnswer(format!(
-                "chose {:?}, which is not a candidate",
-                choice.name
+                "chose candidate {i}, but there are {} (counted from 0)",
+                view.len()
             )));
         };
         if !seen.insert(i) {
             return Err(HookFault::InvalidAnswer(format!(
                 "chose {:?} twice",
-                choice.name
+                candidate.name
             )));
         }
         // Adding an up-to-date instance needs force; keeping one an earlier hook forced does not.
-        if view[i].up_to_date && view[i].reason.is_none() && !choice.force {
+        if candidate.up_to_date && candidate.reason.is_none() && !pick.force {
             return Err(HookFault::InvalidAnswer(format!(
                 "chose {:?}, which is up to date, without force (set force on the choice to replace it anyway)",
-                choice.name
+                candidate.name
             )));
         }
-        let reason = if choice.reason.trim().is_empty() {
+        let reason = if pick.reason.trim().is_empty() {
             "chosen by hook".to_string()
         } else {
-            choice.reason
+            pick.reason
         };
         order.push((i, reason));
     }
     Ok(Some(order))
+}
+
+/// Choices by name as picks by index; a name that is no candidate is an invalid answer.
+fn by_name(choices: Vec<Choice>, view: &[Candidate]) -> Result<Vec<Pick>, HookFault> {
+    let position = positions(view);
+    choices
+        .into_iter()
+        .map(|choice| match position.get(choice.name.as_str()) {
+            Some(&index) => Ok(Pick {
+                index,
+                reason: choice.reason,
+                force: choice.force,
+            }),
+            None => Err(not_a_candidate(&choice.name)),
+        })
+        .collect()
+}
+
+/// Where each of `view` is, by name: how an answer that names candidates is read.
+pub fn positions(view: &[Candidate]) -> FxHashMap<&str, u32> {
+    let mut at = FxHashMap::default();
+    at.reserve(view.len());
+    for (i, c) in view.iter().enumerate() {
+        at.insert(c.name.as_str(), i as u32);
+    }
+    at
+}
+
+/// What choosing `name`, which is not a candidate, is.
+pub fn not_a_candidate(name: &str) -> HookFault {
+    HookFault::InvalidAnswer(format!("chose {name:?}, which is not a candidate"))
 }
 
 /// Sizes the next batch. `progress.max_batch` is the built-in size and the upper bound.

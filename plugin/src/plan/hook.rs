@@ -178,10 +178,21 @@ pub struct Choice {
     pub force: bool,
 }
 
+/// One chosen instance by its index among the candidates offered, and the hook's reason: a
+/// flat answer (contract 0.3.4) is read into these as it is cut, without a string per name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub index: u32,
+    pub reason: String,
+    pub force: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SelectAnswer {
     Defer,
     Choose(Vec<Choice>),
+    /// The same, each candidate found already.
+    ChooseAt(Vec<Pick>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -186,6 +186,50 @@ fn selection_rejects_unknown_and_duplicate_names() {
     }
 }
 
+/// An answer by index (contract 0.3.4's flat form): `(index, forced)` each.
+fn pick(picks: &[(u32, bool)]) -> SelectAnswer {
+    SelectAnswer::ChooseAt(
+        picks
+            .iter()
+            .map(|&(index, force)| Pick {
+                index,
+                reason: format!("picked {index}"),
+                force,
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn a_selection_by_index_is_checked_as_one_by_name() {
+    let c = cands();
+    let mut h = FakeHook::new("h", &[HookPoint::Select]);
+    h.select = Box::new(|_| Ok(pick(&[(1, false), (2, true)])));
+    let selected = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut vec![]).unwrap();
+    assert_eq!(names(&selected.chosen, &c), ["b", "c"]);
+    assert_eq!(selected.chosen[0].reason, "picked 1");
+
+    for (bad, says) in [
+        (
+            pick(&[(0, false), (3, false)]),
+            "chose candidate 3, but there are 3",
+        ),
+        (pick(&[(1, false), (1, false)]), "chose \"b\" twice"),
+        (
+            pick(&[(2, false)]),
+            "\"c\", which is up to date, without force",
+        ),
+    ] {
+        let mut h = FakeHook::new("h", &[HookPoint::Select]);
+        h.select = Box::new(move |_| Ok(bad.clone()));
+        let err = select(&mut [h.boxed()], &ctx(), &group(), &c, &mut vec![]).unwrap_err();
+        assert!(
+            matches!(&err.fault, HookFault::InvalidAnswer(m) if m.contains(says)),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn choosing_an_up_to_date_instance_needs_force() {
     let mut h = FakeHook::new("all", &[HookPoint::Select]);
