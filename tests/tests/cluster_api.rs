@@ -120,29 +120,47 @@ async fn a_machine_whose_node_never_registered_is_replaced_without_a_drain() {
         .unwrap();
     capi.set_never_joins(ns, md, false);
 
-    // The plan shows it, and says why.
-    let plan_args: Vec<String> = rotate_args(cluster, md, &[])
-        .into_iter()
-        .filter(|a| a != "--yes")
-        .collect();
-    let plan = run_plugin(plan_args).await;
-    assert!(
-        plan.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plan.stderr)
-    );
-    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
-    let instances = &plan["groups"][0]["instances"];
-    let updated: Vec<(&str, &str)> = instances
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["update"] == true)
-        .map(|i| (i["name"].as_str().unwrap(), i["reason"].as_str().unwrap()))
-        .collect();
-    assert_eq!(updated, [(stuck.as_str(), "not registered as a node")]);
+    // Just created, it is booting: the plan leaves it alone and says so.
+    let plan_of = |flags: &[&str]| {
+        let args: Vec<String> = rotate_args(cluster, md, flags)
+            .into_iter()
+            .filter(|a| a != "--yes")
+            .collect();
+        async move {
+            let plan = run_plugin(args).await;
+            let stderr = String::from_utf8_lossy(&plan.stderr).to_string();
+            assert!(plan.status.success(), "{stderr}");
+            serde_json::from_slice::<serde_json::Value>(&plan.stdout).unwrap()
+        }
+    };
+    let updated = |plan: &serde_json::Value| -> Vec<(String, String)> {
+        plan["groups"][0]["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["update"] == true)
+            .map(|i| (i["name"].to_string(), i["reason"].to_string()))
+            .collect()
+    };
+    let fresh = plan_of(&[]).await;
+    assert!(updated(&fresh).is_empty(), "{fresh}");
+    let warned = fresh["warnings"].as_array().unwrap().iter().any(|w| {
+        w.as_str()
+            .unwrap()
+            .contains(&format!("{stuck} has not registered"))
+    });
+    assert!(warned, "{fresh}");
 
-    let out = run_plugin(rotate_args(cluster, md, &[])).await;
+    // Given no time to register, it is broken: the plan shows it, and says why.
+    let impatient = ["--node-startup-timeout", "0s"];
+    let broken = plan_of(&impatient).await;
+    let want = (
+        format!("{stuck:?}"),
+        "\"not registered as a node\"".to_string(),
+    );
+    assert_eq!(updated(&broken), [want]);
+
+    let out = run_plugin(rotate_args(cluster, md, &impatient)).await;
     assert!(
         out.status.success(),
         "{}",

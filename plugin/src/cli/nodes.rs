@@ -78,6 +78,11 @@ pub struct NodesArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_age)]
     pub max_age: Option<i64>,
 
+    /// How long an instance may go without registering as a node before it counts as broken
+    /// and is replaced; a younger one is booting and left alone (Cluster API Machines).
+    #[arg(long, value_name = "DURATION", value_parser = parse_age, default_value = "10m")]
+    pub node_startup_timeout: i64,
+
     /// Update one instance at a time and ask before each batch.
     #[arg(short = 'i', long)]
     pub interactive: bool,
@@ -381,6 +386,7 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             kubelet_version: args.kubelet_version.clone(),
             expect_labels: args.expect_label.clone(),
             max_age: args.max_age,
+            node_startup_timeout: args.node_startup_timeout,
             now,
         },
         force: args.force,

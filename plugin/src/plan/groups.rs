@@ -68,22 +68,52 @@ pub fn collect<'a>(nodes: &'a [Node], label: Option<&str>) -> Vec<NodeGroup<'a>>
     groups
 }
 
+/// How long, from its creation, an instance may go without registering as a node before it
+/// counts as broken (seconds): as long as Cluster API's MachineHealthCheck waits by default
+/// (`nodeStartupTimeout`, 10m).
+pub const NODE_STARTUP_TIMEOUT: i64 = 600;
+
 /// The built-in rules that make an instance out of date.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Staleness {
     pub kubelet_version: Option<String>,
     pub expect_labels: Vec<(String, String)>,
     /// Maximum age in seconds.
     pub max_age: Option<i64>,
+    /// Seconds an instance is given to register as a node: a younger one is booting (a
+    /// replacement, an autoscaler's scale-up), not broken, and is left alone.
+    pub node_startup_timeout: i64,
     pub now: i64,
+}
+
+impl Default for Staleness {
+    fn default() -> Self {
+        Staleness {
+            kubelet_version: None,
+            expect_labels: Vec::new(),
+            max_age: None,
+            node_startup_timeout: NODE_STARTUP_TIMEOUT,
+            now: 0,
+        }
+    }
+}
+
+/// The age of `node` if it is an instance still booting: not registered as a node yet, and
+/// created less than the startup timeout ago. Unknown creation: not booting.
+pub fn booting(node: &Node, rules: &Staleness) -> Option<i64> {
+    let age = rules.now - node.created?;
+    (!node.registered && age < rules.node_startup_timeout).then_some(age)
 }
 
 /// Why `node` is out of date, or none. Several reasons are joined.
 pub fn outdated_reason(node: &Node, rules: &Staleness) -> Option<String> {
     let mut reasons = Vec::new();
     if !node.registered {
-        // kops replaces an instance that never became a node: it is broken, not spare.
-        return Some("not registered as a node".into());
+        // kops replaces an instance that never became a node: it is broken, not spare. One
+        // still booting is neither.
+        return booting(node, rules)
+            .is_none()
+            .then(|| "not registered as a node".into());
     }
     for key in [keys::KOPS_NEEDS_UPDATE, keys::NEEDS_UPDATE] {
         if node.annotations.contains_key(key) {
@@ -178,12 +208,41 @@ mod tests {
     }
 
     #[test]
+    fn an_unregistered_instance_is_booting_until_its_startup_timeout() {
+        let rules = Staleness {
+            now: 1_000,
+            ..Default::default()
+        };
+        let mut lone = node("m", &[]);
+        lone.registered = false;
+        for (created, booting_for, reason) in [
+            (Some(1_000 - 599), Some(599), None),
+            (Some(1_000 - 600), None, Some("not registered as a node")),
+            (None, None, Some("not registered as a node")),
+        ] {
+            lone.created = created;
+            assert_eq!(booting(&lone, &rules), booting_for, "{created:?}");
+            assert_eq!(outdated_reason(&lone, &rules).as_deref(), reason);
+        }
+        let mut joined = node("n", &[]);
+        joined.created = Some(1_000);
+        assert_eq!(booting(&joined, &rules), None, "registered: not booting");
+        lone.created = Some(1_000);
+        let impatient = Staleness {
+            node_startup_timeout: 0,
+            ..rules
+        };
+        assert_eq!(booting(&lone, &impatient), None);
+    }
+
+    #[test]
     fn outdated_reasons() {
         let rules = Staleness {
             kubelet_version: Some("1.21.0".into()),
             expect_labels: vec![("spec".into(), "v2".into())],
             max_age: Some(86_400),
             now: 3 * 86_400,
+            ..Default::default()
         };
         let mut n = node("n", &[("spec", "v1")]);
         n.annotations

@@ -8,6 +8,7 @@ use super::groups::{self, NodeGroup};
 use super::health::{self, Index};
 use super::hook::{Candidate, DecidedBy, GroupInfo, InstanceKind};
 use super::{GroupPlan, InstancePlan, PlanError, PlanOptions};
+use crate::duration::human_duration;
 use crate::keys;
 use crate::policy::{Policy, PolicyError};
 use crate::snapshot::{Node, Snapshot};
@@ -63,7 +64,27 @@ pub fn survey<'a>(
             .iter()
             .filter_map(|g| snapshot.node_pool(&g.name)?.warning()),
     );
+    warnings.extend(booting_warnings(&groups, &options.staleness));
     Ok(Survey { groups, warnings })
+}
+
+/// One warning per instance left alone because it is still booting: it would be replaced as
+/// broken once older than the startup timeout.
+fn booting_warnings(groups: &[NodeGroup], rules: &groups::Staleness) -> Vec<String> {
+    let timeout = human_duration(rules.node_startup_timeout);
+    groups
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(move |n| (g, n)))
+        .filter_map(|(g, n)| {
+            let age = groups::booting(n, rules)?;
+            Some(format!(
+                "group {}: {} has not registered as a node yet ({} after its creation); it is left alone as booting, and replaced as broken once {timeout} old (--node-startup-timeout)",
+                g.name,
+                n.name,
+                human_duration(age)
+            ))
+        })
+        .collect()
 }
 
 /// `--group-label`, else the policy's.

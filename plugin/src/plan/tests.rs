@@ -10,6 +10,8 @@ use crate::policy::{HookPoint, IntOrPercent};
 use crate::snapshot::Node;
 use crate::snapshot::Snapshot;
 
+mod capi;
+
 fn node(name: &str, group: &str, outdated: bool) -> Node {
     let mut labels = Labels::new();
     labels.insert("kops.k8s.io/instancegroup".into(), group.into());
@@ -505,61 +507,4 @@ fn the_demo_snapshot_has_no_requests_and_forecasts_no_pending_pod() {
             p.warnings
         );
     }
-}
-
-#[test]
-fn cluster_api_machines_make_groups_and_a_machine_without_a_node_is_replaced() {
-    let machine = |name: &str, md: &str, version: &str, node: Option<&str>| {
-        let node_ref = node.map_or(String::new(), |n| {
-            format!(r#", "status": {{"nodeRef": {{"kind": "Node", "name": "{n}"}}}}"#)
-        });
-        format!(
-            r#"{{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-                "metadata": {{"name": "{name}", "namespace": "capi", "labels": {{"cluster.x-k8s.io/deployment-name": "{md}"}},
-                             "ownerReferences": [{{"kind": "MachineSet", "name": "{md}-ms", "controller": true}}]}},
-                "spec": {{"version": "{version}"}}{node_ref}}}"#
-        )
-    };
-    let node = |name: &str, version: &str| {
-        format!(
-            r#"{{"apiVersion": "v1", "kind": "Node", "metadata": {{"name": "{name}"}},
-                "status": {{"conditions": [{{"type": "Ready", "status": "True"}}], "nodeInfo": {{"kubeletVersion": "{version}"}}}}}}"#
-        )
-    };
-    let items = [
-        node("w-1", "v1.19.7"),
-        node("w-2", "v1.20.2"),
-        node("w-3", "v1.20.2"),
-        machine("w-1", "workers", "v1.19.7", Some("w-1")),
-        machine("w-2", "workers", "v1.20.2", Some("w-2")),
-        machine("w-3", "workers", "v1.20.2", Some("w-3")),
-        machine("w-4", "workers", "v1.20.2", None),
-    ];
-    let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
-    let snapshot = Snapshot::from_json(json.as_bytes()).unwrap();
-    let opts = PlanOptions {
-        staleness: groups::Staleness {
-            kubelet_version: Some("v1.20.2".into()),
-            ..Default::default()
-        },
-        ..options(Some(0), Some(1))
-    };
-    let p = plan(&snapshot, &opts);
-    assert_eq!(p.groups.len(), 1, "{p:?}");
-    let g = &p.groups[0];
-    assert_eq!(g.group.name, "workers");
-    assert_eq!(shape(g), ["w-1", "w-4"]);
-    let reasons: Vec<(&str, &str)> = g
-        .instances
-        .iter()
-        .filter(|i| i.update)
-        .map(|i| (i.name.as_str(), i.reason.as_str()))
-        .collect();
-    assert_eq!(
-        reasons,
-        [
-            ("w-1", "kubelet v1.19.7, want v1.20.2"),
-            ("w-4", "not registered as a node")
-        ]
-    );
 }

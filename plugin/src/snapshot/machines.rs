@@ -4,8 +4,8 @@
 //! A Machine's group is its MachineDeployment (label `cluster.x-k8s.io/deployment-name`), else
 //! its MachineSet. Its Node (`status.nodeRef`, or the Node's `cluster.x-k8s.io/machine`
 //! annotation) belongs to that group. A Machine with no Node is an instance of its own, as
-//! kops counts an instance "not registered as a node": out of date, and with nothing to cordon
-//! or drain.
+//! kops counts an instance "not registered as a node": out of date once past its startup
+//! timeout (`plan::groups::booting`), and with nothing to cordon or drain.
 
 use serde::Deserialize;
 
@@ -65,7 +65,7 @@ impl Machine {
     }
 
     /// The instance of a Machine whose Node never registered: nothing schedulable, nothing
-    /// to drain, out of date.
+    /// to drain, out of date unless still booting.
     fn unregistered(&self, reference: MachineRef) -> Node {
         let mut labels = Labels::new();
         if let Some(zone) = &self.failure_domain {
