@@ -87,12 +87,10 @@ impl CallState {
         &self,
         list: &Resource<Instances>,
         index: u32,
-    ) -> wasmtime::Result<Option<&crate::plan::hook::Candidate>> {
+    ) -> wasmtime::Result<Option<&Candidate>> {
         Ok(self.table.get(list)?.get(index as usize))
     }
-}
 
-impl CallState {
     /// The instances of `list` from `start`, at most `count` of them (none past the end).
     fn window(
         &self,
