@@ -409,7 +409,9 @@ mod tests {
         let json = format!(
             r#"{{"kind": "List", "items": [{{"kind": "Pod", "metadata": {{"name": "p"}}, "spec": {spec}}}]}}"#
         );
-        Snapshot::from_json(json.as_bytes()).unwrap().pods.remove(0)
+        Snapshot::from_json(json.as_bytes()).unwrap().pods[0]
+            .as_ref()
+            .clone()
     }
 
     #[test]

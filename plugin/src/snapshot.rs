@@ -8,8 +8,10 @@
 mod machines;
 mod node_pools;
 mod pdbs;
+mod wire;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -43,6 +45,8 @@ pub enum SnapshotError {
 
 pub use machines::{DEPLOYMENT_LABEL, Machine, MachineRef};
 pub use node_pools::NodePool;
+pub use pdbs::PdbBody;
+pub use wire::Decoded;
 
 /// Nodes, pods and PodDisruptionBudgets at one instant; with Cluster API, its Machines too.
 #[derive(Debug, Clone, Default)]
@@ -50,7 +54,8 @@ pub struct Snapshot {
     /// The instances: every Node, and every Machine no Node registered for (see
     /// [`Snapshot::link_machines`]).
     pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
+    /// Shared, so that a live view hands out its pods without copying them.
+    pub pods: Vec<Arc<Pod>>,
     pub pdbs: Vec<Pdb>,
     pub machines: Vec<Machine>,
     /// Karpenter's NodePools, when read.
@@ -171,7 +176,7 @@ impl Snapshot {
             };
             let result = match kind {
                 "Node" => item.parse::<Node>().map(|n| self.nodes.push(n)),
-                "Pod" => item.parse::<Pod>().map(|p| self.pods.push(p)),
+                "Pod" => item.parse::<Pod>().map(|p| self.pods.push(Arc::new(p))),
                 "Machine" if api_version.starts_with(machines::API_GROUP) => {
                     item.parse::<Machine>().map(|m| self.machines.push(m))
                 }
@@ -264,15 +269,18 @@ impl RawItem<'_> {
     }
 }
 
-trait FromParts {
+/// A kind read from its metadata, spec and status, each parsed into what we keep of it.
+pub trait FromParts {
     type Spec: for<'de> Deserialize<'de> + Default;
     type Status: for<'de> Deserialize<'de> + Default;
     fn from_parts(meta: Meta, spec: Self::Spec, status: Self::Status) -> Self;
 }
 
+/// What we read of an object's metadata. `V` is the type its `resourceVersion` is read as:
+/// skipped by default (a snapshot has no use for it), kept by a watch ([`Decoded`]).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct Meta {
+pub struct Meta<V = serde::de::IgnoredAny> {
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -287,6 +295,7 @@ struct Meta {
     deletion_timestamp: Option<String>,
     #[serde(default)]
     owner_references: Vec<OwnerRef>,
+    resource_version: Option<V>,
 }
 
 #[derive(Deserialize)]
@@ -317,7 +326,7 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct NodeSpec {
+pub struct NodeSpec {
     #[serde(default)]
     unschedulable: bool,
     #[serde(default)]
@@ -337,7 +346,7 @@ struct RawTaint {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct NodeStatus {
+pub struct NodeStatus {
     #[serde(default)]
     conditions: Vec<Condition>,
     node_info: Option<NodeInfo>,
@@ -384,7 +393,7 @@ impl FromParts for Node {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct PodSpec {
+pub struct PodSpec {
     node_name: Option<String>,
     #[serde(default)]
     volumes: Vec<Volume>,
@@ -409,7 +418,7 @@ struct Volume {
 }
 
 #[derive(Deserialize, Default)]
-struct PodStatus {
+pub struct PodStatus {
     #[serde(default)]
     phase: String,
     #[serde(default)]

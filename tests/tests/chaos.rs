@@ -223,7 +223,9 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
 const LAST_STEPS: usize = 3;
 
 /// Kills runs of `args` at random moments and reruns until one finishes, after at least
-/// `min_kills` kills. `progress` says how many of how many steps of the work are done: while the work runs
+/// `min_kills` kills (and more while the kills have landed in fewer than `min_phases` phases
+/// and steps of the work are left: a run faster in some phases than others gives them fewer
+/// kills, and the loop must not end before it tried them). `progress` says how many of how many steps of the work are done: while the work runs
 /// ahead of the kills, or only its last `LAST_STEPS` steps are left, runs are killed early in their start
 /// (connecting, taking the lock over, planning), so that the work cannot finish before the kills
 /// are done; with a `finale`, one run is killed right after it prints that event, once only
@@ -234,7 +236,7 @@ async fn chaos_loop(
     rng: &mut SplitMix64,
     events: &'static [&'static str],
     longest: Duration,
-    min_kills: usize,
+    (min_kills, min_phases): (usize, usize),
     finale: Option<&'static str>,
     progress: impl Fn() -> (usize, usize),
 ) -> Result<(usize, BTreeMap<String, usize>, Run), String> {
@@ -243,8 +245,9 @@ async fn chaos_loop(
     let mut finale = finale;
     for round in 1..=min_kills * 5 {
         // Until enough kills happened, kill every run; then let one finish.
-        let moment = if kills < min_kills {
-            let (done, total) = progress();
+        let (done, total) = progress();
+        let more = kills < min_kills || (phases.len() < min_phases && done + LAST_STEPS < total);
+        let moment = if more {
             if done + 1 >= total
                 && let Some(event) = finale.take()
             {
@@ -469,7 +472,7 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
         &mut rng,
         ROTATION_EVENTS,
         Duration::from_millis(1200),
-        MIN_KILLS,
+        (MIN_KILLS, 3),
         None,
         // A step per termination.
         || (terminated(cluster, group).len(), outdated.len()),
@@ -519,7 +522,7 @@ async fn a_cluster_api_rotation_killed_anywhere_resumes_and_stays_safe() {
         &mut rng,
         ROTATION_EVENTS,
         Duration::from_millis(1200),
-        MIN_CAPI_KILLS,
+        (MIN_CAPI_KILLS, 3),
         None,
         // A step per Machine removed.
         || (capi::removed(cluster, ns).len(), outdated.len()),
@@ -980,7 +983,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         &mut rng,
         UPDATE_LINES,
         Duration::from_millis(1000),
-        MIN_UPDATE_KILLS,
+        (MIN_UPDATE_KILLS, 0),
         Some("renaming"),
         // A step per new pod, one for deleting the old controller, one for the rename.
         || {
@@ -1162,7 +1165,7 @@ async fn stateful_set_chaos(ns: &'static str, original: serde_json::Value) {
         &mut rng,
         PARTITION_LINES,
         Duration::from_millis(1500),
-        MIN_UPDATE_KILLS,
+        (MIN_UPDATE_KILLS, 0),
         None,
         // A step per updated pod; with a partition, per ordinal it has let go (the controller
         // goes on updating those while no run is alive, so updated pods run ahead of the runs).
@@ -1252,7 +1255,7 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
         &mut rng,
         NODE_LINES,
         Duration::from_millis(1500),
-        MIN_UPDATE_KILLS,
+        (MIN_UPDATE_KILLS, 0),
         None,
         // A step per new pod (OnDelete: only the runs replace pods).
         || {
@@ -1437,7 +1440,7 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         &mut rng,
         KARPENTER_EVENTS,
         Duration::from_millis(2500),
-        MIN_KARPENTER_KILLS,
+        (MIN_KARPENTER_KILLS, 3),
         None,
         // A step per old node's NodeClaim deleted.
         || {

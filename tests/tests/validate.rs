@@ -1,5 +1,6 @@
-//! Validation on the real test bed: consecutive successes, failures named, cordons of the run
-//! excused, and a failed validation woken up by the change that fixes it.
+//! Validation on the real test bed, read from a live view: consecutive successes, failures
+//! named, cordons of the run excused, and a failed validation woken up by the change that fixes
+//! it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use rollout_ext::cluster::validate::{ValidationError, ValidationSettings};
+use rollout_ext::cluster::view::{Deadline, LiveView};
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 
@@ -40,7 +42,7 @@ async fn validation_counts_successes_names_failures_and_wakes_on_change() {
     for name in ["v-1", "v-2"] {
         cluster.nodes.add(NodeSpec::new(name, "v")).await.unwrap();
     }
-    let live = cluster.live().await;
+    let live = Arc::new(LiveView::start(&cluster.live().await).await.unwrap());
     let none = HashSet::new();
 
     let reporter = Collect::default();
@@ -105,7 +107,15 @@ async fn validation_counts_successes_names_failures_and_wakes_on_change() {
         )
         .await
         .unwrap();
-    let summary = live.check_health(&none).await.unwrap();
+    let cordoned =
+        |s: &rollout_ext::snapshot::Snapshot| match s.nodes.iter().find(|n| n.name == "v-1") {
+            Some(n) if n.unschedulable => Ok(()),
+            _ => Err(()),
+        };
+    live.wait_until(Deadline::Within(Duration::from_secs(30)), cordoned)
+        .await
+        .expect("the view shows the cordon");
+    let summary = live.health(&none).unwrap();
     assert_eq!(summary.failures, ["node v-1 is unschedulable"]);
     let ours: HashSet<&str> = ["v-1"].into();
     live.validate(

@@ -11,6 +11,7 @@ use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::{LeaseRef, LockError, LockGuard};
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::validate::ValidationSettings;
+use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
 use crate::plan::PlanOptions;
@@ -213,9 +214,12 @@ async fn rotate(
         fail_on_drain_error: args.fail_on_drain_error,
         fail_on_validate_error: args.fail_on_validate_error,
     };
+    // Every state question of the run is read from one watched view of the cluster.
+    let view = LiveView::start(cluster).await?;
     let steps = Steps::default();
     let mut rotation = Rotation {
         cluster,
+        view: &view,
         policy,
         settings: &settings,
         hooks: &mut hooks,

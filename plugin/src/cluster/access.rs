@@ -92,6 +92,8 @@ pub fn for_rotation(cloud_only: bool, disable_eviction: bool) -> Vec<Permission>
         all("list", "pods"),
         all("watch", "pods"),
         all("list", "poddisruptionbudgets.policy"),
+        // The run's live view watches what it lists.
+        all("watch", "poddisruptionbudgets.policy"),
         lock("get"),
         // Pause and abort requests reach the run through a watch of its Lease.
         lock("list"),
@@ -141,6 +143,7 @@ pub fn for_karpenter() -> Vec<Permission> {
     let all = |verb, resource| Permission::new(verb, resource, None);
     vec![
         all("list", "nodepools.karpenter.sh"),
+        all("watch", "nodepools.karpenter.sh"),
         all("list", "nodeclaims.karpenter.sh"),
         all("delete", "nodeclaims.karpenter.sh"),
     ]

@@ -13,6 +13,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
+use super::writes::Kind;
 use super::{Cluster, ClusterError, Request, urlencode};
 use crate::events::{Event, Reporter};
 use crate::plan::drain::{DrainOptions, PodFate, classify, in_turns};
@@ -127,9 +128,13 @@ impl Cluster {
             patch["spec"] = serde_json::json!({"unschedulable": true});
         }
         let api: Api<Node> = Api::all(self.client.clone());
-        api.patch(node, &patch_params(dry_run), &Patch::Merge(patch))
+        let patched = api
+            .patch(node, &patch_params(dry_run), &Patch::Merge(patch))
             .await
             .map_err(|e| server_error(self, "patch", "nodes", None, e))?;
+        if !dry_run {
+            self.writes.now(Kind::Node, &patched.metadata);
+        }
         Ok(())
     }
 
@@ -172,7 +177,12 @@ impl Cluster {
                 .patch(node, &patch_params(dry_run), &Patch::Merge(patch))
                 .await
             {
-                Ok(_) => break,
+                Ok(patched) => {
+                    if !dry_run {
+                        self.writes.now(Kind::Node, &patched.metadata);
+                    }
+                    break;
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_ATTEMPTS => {
                     attempt += 1;
                 }
@@ -222,7 +232,11 @@ impl Cluster {
                 resource: "pods".into(),
                 source,
             })?;
-        Ok(snapshot.pods)
+        Ok(snapshot
+            .pods
+            .into_iter()
+            .map(std::sync::Arc::unwrap_or_clone)
+            .collect())
     }
 
     /// The PodDisruptionBudgets of a namespace.

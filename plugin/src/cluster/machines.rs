@@ -78,7 +78,8 @@ impl Cluster {
             .map(|(k, v)| (k.to_string(), Value::from(*v)))
             .collect();
         let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-        self.capi(CapiKind::Machine, namespace)
+        let patched = self
+            .capi(CapiKind::Machine, namespace)
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|e| {
@@ -86,6 +87,8 @@ impl Cluster {
                     .request("patch", namespace)
                     .error(&self.server, e)
             })?;
+        self.writes
+            .now(super::writes::Kind::Machine, &patched.metadata);
         Ok(())
     }
 
@@ -96,6 +99,8 @@ impl Cluster {
             .delete(name, &DeleteParams::default())
             .await
         {
+            // A Machine goes once its machine controller has let its instance go: the view
+            // need not wait for that, only for what the run changed.
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(CapiKind::Machine

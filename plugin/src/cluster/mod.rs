@@ -15,7 +15,9 @@ mod objects;
 pub mod recorder;
 pub mod retry;
 pub mod validate;
+pub mod view;
 pub mod workloads;
+pub mod writes;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -72,6 +74,15 @@ pub enum ClusterError {
         #[source]
         source: SnapshotError,
     },
+    /// A watch of the live view could not go on; every read after says why.
+    #[error("the live view of the cluster stopped: {0}")]
+    ViewFailed(std::sync::Arc<ClusterError>),
+    #[error("the live view of the cluster is gone")]
+    ViewStopped,
+    #[error(
+        "the live view of the cluster did not show {what} within {waited} (its watch may be stuck); stopping here"
+    )]
+    Behind { what: String, waited: String },
 }
 
 /// The API request a [`ClusterError`] is about.
@@ -138,6 +149,10 @@ pub struct Cluster {
     machines: bool,
     /// Snapshots include Karpenter NodePools (see [`Cluster::with_node_pools`]).
     node_pools: bool,
+    /// This process's writes that a live view has yet to show (see [`view::LiveView`]).
+    pub(crate) writes: writes::Writes,
+    /// How long a request failing transiently is retried.
+    retry_for: Duration,
 }
 
 impl Cluster {
@@ -187,10 +202,8 @@ impl Cluster {
         config.default_retry = false;
         let server = config.cluster_url.to_string();
         let default_namespace = config.default_namespace.clone();
-        let retry = retry::RetryLayer::new(
-            options.retry_for.unwrap_or(retry::DEFAULT_RETRY_FOR),
-            retry::to_stderr(),
-        );
+        let retry_for = options.retry_for.unwrap_or(retry::DEFAULT_RETRY_FOR);
+        let retry = retry::RetryLayer::new(retry_for, retry::to_stderr());
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?
             .with_layer(&retry)
@@ -203,6 +216,8 @@ impl Cluster {
             evictions: Default::default(),
             machines: false,
             node_pools: false,
+            writes: Default::default(),
+            retry_for,
         })
     }
 
@@ -326,8 +341,8 @@ impl Cluster {
         Ok(snapshot)
     }
 
-    /// Only the instances (nodes, and Machines with [`Cluster::with_machines`]): what waiting
-    /// for replacements and validating need.
+    /// Only the instances (nodes, and Machines with [`Cluster::with_machines`]): what `status`
+    /// and a DaemonSet's update read of them.
     pub async fn snapshot_nodes(&self) -> Result<Snapshot, ClusterError> {
         let mut snapshot = Snapshot::default();
         let mut lists = vec![("/api/v1/nodes".to_string(), "nodes")];
@@ -342,24 +357,6 @@ impl Cluster {
         }
         snapshot.link_machines();
         Ok(snapshot)
-    }
-
-    /// Only the pods: what waiting for evicted pods to be Ready again needs.
-    pub async fn snapshot_pods(&self) -> Result<Snapshot, ClusterError> {
-        let mut snapshot = Snapshot::default();
-        self.list_pages("/api/v1/pods", "pods", |body| {
-            snapshot.extend_from_json(body.as_bytes())
-        })
-        .await?;
-        Ok(snapshot)
-    }
-
-    /// Yields whenever the watch of every pod delivers something: a wake-up to read the pods
-    /// again, instead of polling.
-    pub fn pod_changes(&self) -> impl futures::Stream<Item = ()> + Send + use<> {
-        use futures::StreamExt;
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(self.client.clone());
-        kube::runtime::watcher(pods, kube::runtime::watcher::Config::default()).map(|_| ())
     }
 
     /// The same objects as a `v1` `List`, each item with its kind and apiVersion: the file

@@ -1,11 +1,10 @@
-//! Node objects: annotating, deleting, and watching them change. Cordons, taints and drains
-//! are in [`super::drain`].
+//! Node objects: annotating and deleting them. Cordons, taints and drains are in
+//! [`super::drain`].
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::watcher;
 
+use super::writes::Kind;
 use super::{Cluster, ClusterError, Request};
 
 const NODES: Request = Request {
@@ -27,10 +26,12 @@ impl Cluster {
         value: &str,
     ) -> Result<(), ClusterError> {
         let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
-        self.nodes_api()
+        let patched = self
+            .nodes_api()
             .patch(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|e| NODES.error(&self.server, e))?;
+        self.writes.now(Kind::Node, &patched.metadata);
         Ok(())
     }
 
@@ -41,8 +42,15 @@ impl Cluster {
             .delete(node, &DeleteParams::default())
             .await
         {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Ok(deleted) => {
+                let uid = deleted.either(|n| n.metadata.uid, |s| s.details.map(|d| d.uid));
+                self.writes.gone(Kind::Node, "", node, uid);
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                self.writes.gone(Kind::Node, "", node, None);
+                Ok(())
+            }
             Err(e) => Err(Request {
                 verb: "delete",
                 ..NODES
@@ -55,11 +63,5 @@ impl Cluster {
     pub async fn node_uid(&self, node: &str) -> Option<String> {
         let node = self.nodes_api().get_opt(node).await.ok()??;
         node.metadata.uid
-    }
-
-    /// Yields whenever the watch of nodes delivers something (a change, or a re-list): a
-    /// wake-up to read the nodes again, instead of polling.
-    pub fn node_changes(&self) -> impl Stream<Item = ()> + Send + use<> {
-        watcher(self.nodes_api(), watcher::Config::default()).map(|_| ())
     }
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::keys;
 use crate::plan::drain::{DrainOptions, PodFate, classify};
+use crate::plan::groups::NodeGroup;
 use crate::plan::hook::{BudgetCover, HealthSummary};
 use crate::snapshot::{Pdb, Pod, Snapshot};
 
@@ -133,6 +134,28 @@ pub fn evicted<'a, 'i>(
         .iter()
         .copied()
         .filter(move |pod| classify(pod, drain).is_evicted() && counts(pod))
+}
+
+/// What of `snapshot` a live run watches, and so what the health hooks are shown counts: every
+/// node, and the pods on the nodes of `groups` and of the system namespaces (a pod elsewhere,
+/// which the run never touches, is not read; see `cluster::view`). Budgets are left out: the
+/// summary's are the batch's, read from the whole snapshot.
+pub fn watched(snapshot: &Snapshot, groups: &[NodeGroup]) -> Snapshot {
+    let nodes: HashSet<&str> = groups
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(|n| n.name.as_str()))
+        .collect();
+    Snapshot {
+        nodes: snapshot.nodes.clone(),
+        pods: (snapshot.pods.iter())
+            .filter(|p| {
+                keys::SYSTEM_NAMESPACES.contains(&p.namespace.as_str())
+                    || p.node_name.as_deref().is_some_and(|n| nodes.contains(n))
+            })
+            .cloned()
+            .collect(),
+        ..Snapshot::default()
+    }
 }
 
 /// The pods that draining `batch` would evict, under each budget that covers them (by namespace

@@ -30,7 +30,15 @@ pub fn plan_nodes(
 ) -> Result<Plan, PlanError> {
     let index = Index::new(snapshot);
     let survey = prepare::survey(snapshot, &index, policy, options)?;
-    let health = health::summarize(snapshot, &index, &[], &Default::default(), &options.drain);
+    // Counted as a live run counts them, from what it watches.
+    let watched = health::watched(snapshot, &survey.groups);
+    let health = health::summarize(
+        &watched,
+        &Index::new(&watched),
+        &[],
+        &Default::default(),
+        &options.drain,
+    );
     let mut warnings = decide::left_out_warnings(hooks);
     warnings.extend(survey.warnings);
     let mut planner = Planner {

@@ -178,8 +178,16 @@ impl Rotation<'_> {
                     ..health
                 }
             }
-            Phase::BeforeGroup | Phase::AfterBatch => {
-                self.cluster.check_health(&HashSet::new()).await?
+            // The view's pods, as a plan counts them.
+            Phase::BeforeGroup => {
+                self.refresh(run).await?;
+                let index = Index::new(&run.latest);
+                let drain = &self.settings.plan.drain;
+                health::summarize(&run.latest, &index, &[], &HashSet::new(), drain)
+            }
+            Phase::AfterBatch => {
+                self.view.caught_up().await?;
+                self.view.health(&HashSet::new())?
             }
         };
         let ctx = self.ctx();
@@ -214,13 +222,12 @@ impl Rotation<'_> {
             canary: batch.canary,
             attempt: 0,
         };
+        let snapshot = self.view.caught_up().await?;
         for node in &batch.instances {
-            let pods: Vec<Pod> = self
-                .cluster
-                .pods_on(node)
-                .await?
-                .into_iter()
+            let pods: Vec<Pod> = (snapshot.pods.iter())
+                .filter(|p| p.node_name.as_deref() == Some(node.as_str()))
                 .filter(|p| classify(p, &self.settings.drain.options).is_evicted())
+                .map(|p| Pod::clone(p))
                 .collect();
             let ctx = self.ctx();
             let mut warnings = Vec::new();

@@ -2,9 +2,13 @@
 //! planner drives ([`crate::plan::group_loop`]), with real effects.
 //!
 //! The machine says what to ask or do next; this module answers each question once, when it is
-//! due (with a fresh read of the cluster, so hooks see it as it is), and carries out each action
-//! through `cluster` and `provider`. It owns the run's effects and their crash safety, not the
-//! order of steps: that is the machine's.
+//! due (from the run's live view of the cluster, caught up with the run's own last change, so
+//! hooks see it as it is), and carries out each action through `cluster` and `provider`. It owns
+//! the run's effects and their crash safety, not the order of steps: that is the machine's.
+//!
+//! Every state question is read from the view ([`crate::cluster::view`]): the snapshot a hook
+//! question or a group's start reads, validation, replacements Ready, evicted pods Ready again.
+//! The server is asked only what needs its word: the Lease, evictions and their waits, writes.
 //!
 //! Progress lives in the cluster itself: replaced instances are up to date, instances it
 //! cordoned carry the phase annotation, detached ones the detached annotation, and the lock
@@ -21,11 +25,13 @@ mod records;
 mod replace;
 mod surge;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster::drain::{DrainError, DrainSettings};
 use crate::cluster::lock::LockGuard;
 use crate::cluster::validate::{ValidationError, ValidationSettings};
+use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
 use crate::plan::decide::{self, HookFailed};
@@ -130,6 +136,8 @@ impl RotateError {
 /// A rotation in progress.
 pub struct Rotation<'a> {
     pub cluster: &'a Cluster,
+    /// The run's watched view of the cluster, which every state question reads.
+    pub view: &'a LiveView,
     pub policy: &'a Policy,
     pub settings: &'a RotateSettings,
     pub hooks: &'a mut [Box<dyn Hook>],
@@ -169,9 +177,7 @@ struct GroupRun {
     role: Role,
     /// The cluster as last read: when the group started, before hooks are asked about a batch,
     /// and when a batch is replaced.
-    latest: Snapshot,
-    /// `latest` was read after the last action: nothing this run did since can have changed it.
-    fresh: bool,
+    latest: Arc<Snapshot>,
     /// How many Ready nodes the group must have between batches (see [`records`]).
     expected: usize,
     begun: bool,
@@ -221,17 +227,18 @@ impl Rotation<'_> {
         // What held an earlier run that stopped is not what holds this one.
         self.lock.set_state(crate::keys::HOLDING, None).await?;
         self.finish_stopped_steps().await?;
-        let snapshot = self.cluster.snapshot().await?;
-        let index = Index::new(&snapshot);
         let mut options = self.options();
         // A chosen group an earlier run emptied is not unknown: it is only left to wait for.
-        let emptied = self.emptied_groups(&snapshot).await?;
+        let emptied = self.emptied_groups(&*self.view.caught_up().await?).await?;
         if !emptied.is_empty() {
             options.instance_groups.retain(|g| !emptied.contains(g));
             if options.instance_groups.is_empty() {
                 return self.finish_left_groups().await;
             }
         }
+        self.follow_chosen_groups(&options)?;
+        let snapshot = self.view.caught_up().await?;
+        let index = Index::new(&snapshot);
         let survey = prepare::survey(&snapshot, &index, self.policy, &options)?;
         for warning in decide::left_out_warnings(self.hooks)
             .iter()
@@ -273,10 +280,25 @@ impl Rotation<'_> {
         self.finish_left_groups().await
     }
 
+    /// Brings into view the pods of the nodes of the groups `options` choose, as they are now
+    /// and as replacements join them: what the run drains and what its hooks are shown.
+    fn follow_chosen_groups(&self, options: &PlanOptions) -> Result<(), RotateError> {
+        let snapshot = self.view.current()?;
+        let index = Index::new(&snapshot);
+        let survey = prepare::survey(&snapshot, &index, self.policy, options)?;
+        let chosen: std::collections::HashSet<String> =
+            survey.groups.iter().map(|g| g.name.clone()).collect();
+        let label = prepare::group_label(self.policy, options).map(str::to_string);
+        self.view.follow(move |node| {
+            chosen.contains(&crate::plan::groups::group_of(node, label.as_deref()))
+        });
+        Ok(())
+    }
+
     /// Reads the cluster, starts the group's loop from it and drives the loop to its end.
     async fn rotate_group(&mut self, name: String, role: Role) -> Result<(), RotateError> {
         self.await_left_replacements(&name).await?;
-        let snapshot = self.cluster.snapshot().await?;
+        let snapshot = self.view.caught_up().await?;
         let mut options = self.options();
         options.instance_groups = vec![name.clone()];
         let start = {
@@ -296,7 +318,6 @@ impl Rotation<'_> {
             name,
             role,
             latest: snapshot,
-            fresh: true,
             expected: 0,
             begun: false,
         };
@@ -319,7 +340,6 @@ impl Rotation<'_> {
                 }
                 Step::Do(action) => {
                     self.carry_out(action, &mut run).await?;
-                    run.fresh = false;
                     Input::Done
                 }
                 Step::Done(Outcome::Finished) => break,
@@ -379,13 +399,9 @@ impl Rotation<'_> {
         }
     }
 
-    /// Reads the cluster again unless nothing was done since the last read (the questions about
-    /// one batch and its replacement follow each other within moments).
+    /// Reads the cluster again from the view, once it shows the run's own last change.
     async fn refresh(&self, run: &mut GroupRun) -> Result<(), RotateError> {
-        if !run.fresh {
-            run.latest = self.cluster.snapshot().await?;
-            run.fresh = true;
-        }
+        run.latest = self.view.caught_up().await?;
         Ok(())
     }
 
@@ -446,7 +462,7 @@ impl Rotation<'_> {
         else {
             return Ok(());
         };
-        let nodes = self.cluster.snapshot_nodes().await?;
+        let nodes = self.view.caught_up().await?;
         if self.ready_in(&nodes, group) < expected {
             self.wait_ready(group, expected).await?;
         }

@@ -2,21 +2,27 @@
 //! (Karpenter) is not kept at a size, so a batch is replaced once the pods evicted from it are
 //! scheduled and Ready again. Before a batch's drain, each controller with pods to evict owes
 //! as many Ready pods as it has then; the debt is recorded on the lock, so a run stopped before
-//! the pods came back waits for them when it resumes.
+//! the pods came back waits for them when it resumes. The controllers' namespaces come into the
+//! live view for it: their pods are counted wherever they run.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
-
-use futures::StreamExt;
 
 use super::records::run_key;
 use super::{RotateError, Rotation};
+use crate::cluster::view::{Deadline, Scope, WaitError};
 use crate::events::Event;
 use crate::plan::drain;
 use crate::snapshot::{Pod, Snapshot};
 
 /// Ready pods owed, by controller (`namespace/Kind/name`).
 type Owed = BTreeMap<String, usize>;
+
+/// The namespaces of the controllers `owed` names.
+fn namespaces(owed: &Owed) -> impl Iterator<Item = Scope> + '_ {
+    owed.keys()
+        .filter_map(|c| c.split('/').next())
+        .map(|ns| Scope::Namespace(ns.to_string()))
+}
 
 /// The run-state key of what a group's batch owes.
 pub(super) fn pods_back_key(group: &str) -> String {
@@ -42,7 +48,7 @@ fn owed(snapshot: &Snapshot, nodes: &[String], options: &drain::DrainOptions) ->
         .iter()
         .filter(|p| p.node_name.as_ref().is_some_and(|n| nodes.contains(n)))
         .filter(|p| drain::classify(p, options).is_evicted() && !p.finished)
-        .filter_map(controller_of)
+        .filter_map(|p| controller_of(p))
         .map(|c| (c, 0))
         .collect();
     for pod in snapshot.pods.iter().filter(|p| ready(p)) {
@@ -86,8 +92,17 @@ impl Rotation<'_> {
         group: &str,
         nodes: &[String],
     ) -> Result<(), RotateError> {
-        let pods = self.cluster.snapshot_pods().await?;
-        let owed = owed(&pods, nodes, &self.settings.drain.options);
+        let on_nodes = owed(
+            &*self.view.caught_up().await?,
+            nodes,
+            &self.settings.drain.options,
+        );
+        self.view.look_at(namespaces(&on_nodes));
+        let owed = owed(
+            &*self.view.caught_up().await?,
+            nodes,
+            &self.settings.drain.options,
+        );
         let record = serde_json::to_string(&owed).expect("records serialize");
         self.lock
             .set_state(&pods_back_key(group), Some(&record))
@@ -107,6 +122,7 @@ impl Rotation<'_> {
         else {
             return Ok(());
         };
+        self.view.look_at(namespaces(&owed));
         let what = format!("waiting for the pods evicted from group {group} to be Ready again");
         self.holding(what, None, self.watch_pods_back(group, &owed))
             .await?;
@@ -116,27 +132,25 @@ impl Rotation<'_> {
 
     async fn watch_pods_back(&self, group: &str, owed: &Owed) -> Result<(), RotateError> {
         let timeout = self.settings.replacement_timeout;
-        let deadline = Instant::now() + timeout;
-        let mut changes = self.cluster.pod_changes().boxed();
-        loop {
-            let pods = self.cluster.snapshot_pods().await?;
-            let (short, lacking) = missing(&pods, owed);
-            if short.is_empty() {
+        let paid = |pods: &Snapshot| match missing(pods, owed) {
+            (short, _) if short.is_empty() => Ok(()),
+            unpaid => Err(unpaid),
+        };
+        match self.view.wait_until(Deadline::Within(timeout), paid).await {
+            Ok(()) => {
                 self.reporter.report(Event::PodsBack {
                     group: group.to_string(),
                     pods: owed.values().sum(),
                 });
-                return Ok(());
+                Ok(())
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || tokio::time::timeout(left, changes.next()).await.is_err() {
-                return Err(RotateError::PodsNotBack {
-                    group: group.to_string(),
-                    timeout,
-                    lacking,
-                    controllers: short.join(", "),
-                });
-            }
+            Err(WaitError::Expired((short, lacking))) => Err(RotateError::PodsNotBack {
+                group: group.to_string(),
+                timeout,
+                lacking,
+                controllers: short.join(", "),
+            }),
+            Err(WaitError::View(e)) => Err(e.into()),
         }
     }
 }

@@ -1,12 +1,12 @@
-//! Waiting: for a hook's hold or a configured delay, for replacements to be Ready (by watching
-//! nodes), and for the cluster to validate.
+//! Waiting: for a hook's hold or a configured delay, for replacements to be Ready (a predicate
+//! over the live view), and for the cluster to validate.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
-
-use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{RotateError, Rotation};
+use crate::cluster::view::{Deadline, WaitError};
 use crate::events::Event;
 use crate::keys;
 use crate::plan::Role;
@@ -84,13 +84,13 @@ impl Rotation<'_> {
             .count()
     }
 
-    /// Waits, by watching nodes, until `group` has `expected` Ready nodes.
-    /// Returns the nodes as they were when enough were Ready.
+    /// Waits, on the live view, until `group` has `expected` Ready nodes.
+    /// Returns the cluster as it was when enough were Ready.
     pub(super) async fn wait_ready(
         &self,
         group: &str,
         expected: usize,
-    ) -> Result<Snapshot, RotateError> {
+    ) -> Result<Arc<Snapshot>, RotateError> {
         let what = format!(
             "waiting for group {group} to have {expected} Ready nodes (replacements joining)"
         );
@@ -98,29 +98,35 @@ impl Rotation<'_> {
             .await
     }
 
-    async fn watch_ready(&self, group: &str, expected: usize) -> Result<Snapshot, RotateError> {
+    async fn watch_ready(
+        &self,
+        group: &str,
+        expected: usize,
+    ) -> Result<Arc<Snapshot>, RotateError> {
         let timeout = self.settings.replacement_timeout;
-        let deadline = Instant::now() + timeout;
-        let mut changes = self.cluster.node_changes().boxed();
-        loop {
-            let nodes = self.cluster.snapshot_nodes().await?;
-            let ready = self.ready_in(&nodes, group);
-            if ready >= expected {
+        let enough = |snapshot: &Snapshot| match self.ready_in(snapshot, group) {
+            ready if ready >= expected => Ok(ready),
+            ready => Err(ready),
+        };
+        match self
+            .view
+            .wait_until(Deadline::Within(timeout), enough)
+            .await
+        {
+            Ok(ready) => {
                 self.reporter.report(Event::Replaced {
                     group: group.into(),
                     ready,
                 });
-                return Ok(nodes);
+                Ok(self.view.current()?)
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || tokio::time::timeout(left, changes.next()).await.is_err() {
-                return Err(RotateError::NoReplacement {
-                    group: group.into(),
-                    timeout,
-                    ready,
-                    expected,
-                });
-            }
+            Err(WaitError::Expired(ready)) => Err(RotateError::NoReplacement {
+                group: group.into(),
+                timeout,
+                ready,
+                expected,
+            }),
+            Err(WaitError::View(e)) => Err(e.into()),
         }
     }
 
@@ -137,7 +143,7 @@ impl Rotation<'_> {
             .map(|n| n.name.as_str())
             .collect();
         match self
-            .cluster
+            .view
             .validate(&self.settings.validation, &excused, self.reporter)
             .await
         {

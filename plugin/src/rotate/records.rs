@@ -137,7 +137,7 @@ impl Rotation<'_> {
         if terminations.is_empty() && surges.is_empty() {
             return Ok(());
         }
-        let nodes = self.cluster.snapshot_nodes().await?;
+        let nodes = self.view.caught_up().await?;
         for (key, record) in terminations {
             let target = target_of(&record);
             let expected = status
@@ -221,7 +221,7 @@ impl Rotation<'_> {
             return Ok(());
         }
         // A long group name is recorded as a hash: the group is found among the nodes' groups.
-        let nodes = self.cluster.snapshot_nodes().await?;
+        let nodes = self.view.caught_up().await?;
         let label = crate::plan::prepare::group_label(self.policy, &self.settings.plan);
         let mut groups: Vec<String> = nodes
             .nodes

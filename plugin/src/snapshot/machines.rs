@@ -90,7 +90,7 @@ impl Machine {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct MachineSpec {
+pub struct MachineSpec {
     version: Option<String>,
     #[serde(rename = "providerID")]
     provider_id: Option<String>,
@@ -99,7 +99,7 @@ pub(super) struct MachineSpec {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct MachineStatus {
+pub struct MachineStatus {
     node_ref: Option<NodeRef>,
 }
 

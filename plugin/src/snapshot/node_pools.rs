@@ -40,7 +40,7 @@ impl NodePool {
 }
 
 #[derive(Deserialize, Default)]
-pub(super) struct NodePoolSpec {
+pub struct NodePoolSpec {
     #[serde(default)]
     disruption: Disruption,
 }

@@ -6,20 +6,23 @@ use serde::Deserialize;
 use super::{FromParts, Meta, Pdb};
 use crate::labels::LabelSelector;
 
-pub(super) struct PdbBody {
-    meta: Meta,
+/// A PodDisruptionBudget before its version says how to read an empty selector.
+#[derive(Debug, Clone)]
+pub struct PdbBody {
+    namespace: String,
+    name: String,
     selector: Option<LabelSelector>,
     disruptions_allowed: i32,
 }
 
 #[derive(Deserialize, Default)]
-pub(super) struct PdbSpec {
+pub struct PdbSpec {
     selector: Option<LabelSelector>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct PdbStatus {
+pub struct PdbStatus {
     #[serde(default)]
     disruptions_allowed: i32,
 }
@@ -29,7 +32,8 @@ impl FromParts for PdbBody {
     type Status = PdbStatus;
     fn from_parts(meta: Meta, spec: PdbSpec, status: PdbStatus) -> Self {
         PdbBody {
-            meta,
+            namespace: meta.namespace,
+            name: meta.name,
             selector: spec.selector,
             disruptions_allowed: status.disruptions_allowed,
         }
@@ -39,7 +43,7 @@ impl FromParts for PdbBody {
 impl PdbBody {
     /// policy/v1beta1 treats an empty selector as matching no pod; policy/v1 as matching every
     /// pod of the namespace.
-    pub(super) fn into_pdb(self, v1beta1: bool) -> Pdb {
+    pub fn into_pdb(self, v1beta1: bool) -> Pdb {
         let selector = match (self.selector, v1beta1) {
             (Some(s), true) if s.is_empty() => LabelSelector::nothing(),
             (None, true) => LabelSelector::nothing(),
@@ -47,8 +51,8 @@ impl PdbBody {
             (None, false) => LabelSelector::default(),
         };
         Pdb {
-            namespace: self.meta.namespace,
-            name: self.meta.name,
+            namespace: self.namespace,
+            name: self.name,
             selector,
             disruptions_allowed: self.disruptions_allowed,
         }

@@ -9,6 +9,7 @@ use kube::runtime::wait::await_condition;
 
 use super::{DrainError, DrainSettings, EVICTION_RETRY, server_error};
 use crate::cluster::eviction::Eviction;
+use crate::cluster::writes::Kind;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::{Event, Reporter};
 use crate::plan::drain::{Hold, PodFate, eviction_fate, ladder_in_words, ladder_length, rung_at};
@@ -66,7 +67,11 @@ impl Cluster {
                     });
                     break;
                 }
-                Eviction::Gone => return Ok(true),
+                Eviction::Gone => {
+                    self.writes
+                        .gone(Kind::Pod, &pod.namespace, &pod.name, Some(pod.uid.clone()));
+                    return Ok(true);
+                }
                 Eviction::Blocked { message } => message,
             };
             let since = *refused_since.get_or_insert_with(Instant::now);
@@ -126,6 +131,8 @@ impl Cluster {
         let left = deadline.saturating_duration_since(Instant::now());
         match self.pod_gone(pod, left).await? {
             true => {
+                self.writes
+                    .gone(Kind::Pod, &pod.namespace, &pod.name, Some(pod.uid.clone()));
                 reporter.report(Event::PodGone {
                     node: node.into(),
                     pod: id,

@@ -111,6 +111,8 @@ mod tests {
             .unwrap()
             .pods
             .remove(0)
+            .as_ref()
+            .clone()
     }
 
     #[test]

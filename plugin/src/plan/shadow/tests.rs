@@ -140,9 +140,12 @@ fn a_shadow_drain_order_is_reported_beside_the_order_taken() {
     let json = r#"{"kind": "List", "items": [
         {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}},
         {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "b", "namespace": "ns"}, "spec": {"nodeName": "n1"}}]}"#;
-    let pods = crate::snapshot::Snapshot::from_json(json.as_bytes())
+    let pods: Vec<_> = crate::snapshot::Snapshot::from_json(json.as_bytes())
         .unwrap()
-        .pods;
+        .pods
+        .into_iter()
+        .map(std::sync::Arc::unwrap_or_clone)
+        .collect();
     let mut tried = FakeHook::new("tried", &[HookPoint::DrainOrder]);
     tried.drain_order = Some(DrainOrderAnswer::Turns(vec![
         vec!["ns/b".into()],

@@ -6,11 +6,14 @@
 //! instantiate and first compile, against the same policy as native Rust), `drain` (a 100-pod
 //! node against `kubectl drain`, and a live plan against `kubectl get`), `rotation` (the
 //! tool's own share of a 10-node rotation's wall time, without hooks and with the three demo
-//! hooks) and `calls` (hook calls per live rotation of 12 and 100 instances) on a real test
-//! cluster. With `--baseline-binary PATH` (another build of the plugin, e.g. the previous
-//! release), `rotation` and `calls` measure it too, in the same run.
+//! hooks), `calls` (hook calls per live rotation of 12 and 100 instances) on a real test
+//! cluster, and `live-scale` (what a 4-node rotation costs the API server beside 0, 3,000 and
+//! 10,000 unrelated pods, against `kubectl drain`; and the live view's memory at 150,000 pods).
+//! With `--baseline-binary PATH` (another build of the plugin, e.g. the previous release),
+//! `rotation`, `calls` and `live-scale` measure it too, in the same run.
 //!
-//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,calls] [--baseline-binary PATH]`.
+//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,calls,live-scale]
+//! [--baseline-binary PATH]`.
 //! Prints a Markdown table.
 //!
 //! `bench --repeat CALL N` makes one hook call (`select`, or `native-select` for the peer) N
@@ -20,6 +23,7 @@
 mod calls;
 mod drain;
 mod hooks;
+mod live_scale;
 mod measure;
 mod plan;
 mod rotation;
@@ -61,7 +65,7 @@ impl Row {
     }
 }
 
-const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation", "calls"];
+const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation", "calls", "live-scale"];
 
 struct Args {
     runs: usize,
@@ -154,6 +158,7 @@ fn main() -> anyhow::Result<()> {
     for section in &args.only {
         match section.as_str() {
             "calls" => eprintln!("bench: {section} (one rotation per size and binary)…"),
+            "live-scale" => eprintln!("bench: {section} (one rotation per size and tool)…"),
             _ => eprintln!("bench: {section} ({} runs each)…", args.runs),
         }
         let mut section_rows = match section.as_str() {
@@ -163,6 +168,8 @@ fn main() -> anyhow::Result<()> {
             "rotation" => rotation::run(args.runs, work.path(), args.baseline.as_deref())?,
             // Counts, not timings: one rotation per size and binary.
             "calls" => calls::run(work.path(), args.baseline.as_deref())?,
+            // Counts from the apiserver: one run per size and tool, each on a fresh cluster.
+            "live-scale" => live_scale::run(work.path(), args.baseline.as_deref())?,
             _ => unreachable!("sections are checked when parsing"),
         };
         rows.append(&mut section_rows);

@@ -337,19 +337,26 @@ fn overhead_row(what: &str, results: &[Run]) -> (Row, Duration) {
 }
 
 /// What the executor may read before its hooks' decisions, each timed alone on the same cluster
-/// with one connection (medians): a snapshot (nodes, pods, budgets: what a batching hook and the
-/// before-batch gate are shown) and a health check (what the before-group and after-batch gates
-/// are shown).
+/// (medians), from a live view of the bench group: a snapshot caught up with the run's writes
+/// (nodes, the group's pods, budgets: what a batching hook and the before-batch gate are shown)
+/// and a health check (what the after-batch gate is shown).
 fn reads(cluster: &TestCluster, samples: usize) -> anyhow::Result<(Duration, Duration)> {
     cluster.block_on(async {
         let live = cluster.live().await;
+        let view = rollout_ext::cluster::view::LiveView::start(&live).await?;
+        view.follow(|n| {
+            n.labels
+                .get("kops.k8s.io/instancegroup")
+                .map(String::as_str)
+                == Some(GROUP)
+        });
         let (mut snapshots, mut checks) = (Vec::new(), Vec::new());
         for _ in 0..samples {
             let started = Instant::now();
-            live.snapshot().await?;
+            view.caught_up().await?;
             snapshots.push(started.elapsed());
             let started = Instant::now();
-            live.check_health(&HashSet::new()).await?;
+            view.health(&HashSet::new())?;
             checks.push(started.elapsed());
         }
         Ok((measure::median(&snapshots), measure::median(&checks)))

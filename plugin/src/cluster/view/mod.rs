@@ -1,0 +1,440 @@
+//! The live view: one watched picture of the cluster that a live run reads every state question
+//! from, so that a batch costs the API server what it touches, not what the cluster holds.
+//!
+//! Started once per run, it lists each kind the run needs once and then watches it: every node,
+//! every PodDisruptionBudget, kube-system's pods (validation reads them), Cluster API Machines
+//! and Karpenter NodePools when the providers use them. Pods elsewhere are kept only where the
+//! run looks: on the nodes of the groups it rotates (and replacements that join them) and in
+//! namespaces it names (a batch's evicted pods' controllers), each scope listed when it comes
+//! into view, all of them kept current by one watch of bound pods. It keeps the planner's
+//! compact objects, never full API objects.
+//!
+//! What needs the server's word (the Lease, an eviction, a write's result) still goes to the
+//! server. Before a decision the executor asks the view to catch up ([`LiveView::caught_up`]):
+//! every write of the run's shown, every scope listed; a wait is a predicate over the view, woken
+//! by its changes ([`LiveView::wait_until`]).
+
+mod feed;
+mod object;
+pub mod store;
+mod wait;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource};
+use kube::runtime::watcher;
+use tokio::task::JoinSet;
+
+use super::writes::{Change, Kind, Written};
+use super::{Cluster, ClusterError};
+use crate::keys;
+use crate::plan::drain::DrainOptions;
+use crate::plan::health::{Index, summarize};
+use crate::plan::hook::HealthSummary;
+use crate::snapshot::{Machine, Node, NodePool, Pdb, PdbBody, Pod, Snapshot};
+use object::{Watched, api_resource};
+pub use store::Scope;
+use store::{Entry, Key, Scoped, Whole, in_namespace, merged};
+pub use wait::{Deadline, WaitError};
+
+/// Which nodes' pods the run looks at, also as nodes join.
+type Follow = Arc<dyn Fn(&Node) -> bool + Send + Sync>;
+
+/// Everything the view holds.
+pub struct State {
+    nodes: Whole<Node>,
+    /// kube-system's pods, every one (validation reads them).
+    system: Whole<Pod>,
+    /// Bound pods where the run looks.
+    pods: Scoped,
+    /// The watch of bound pods is open.
+    pods_watched: bool,
+    pdbs: Whole<Pdb>,
+    machines: Whole<Machine>,
+    node_pools: Whole<NodePool>,
+    watches_machines: bool,
+    watches_node_pools: bool,
+    failed: Option<Arc<ClusterError>>,
+    follow: Option<Follow>,
+}
+
+impl State {
+    fn synced(&self) -> bool {
+        self.nodes.synced
+            && self.system.synced
+            && self.pods_watched
+            && self.pdbs.synced
+            && (!self.watches_machines || self.machines.synced)
+            && (!self.watches_node_pools || self.node_pools.synced)
+    }
+
+    /// Whether the view reflects `written`.
+    fn shows(&self, written: &Written) -> bool {
+        let key = (written.namespace.clone(), written.name.clone());
+        match written.kind {
+            Kind::Node => shows(
+                &self.nodes.objects,
+                self.nodes.newest,
+                &key,
+                &written.change,
+            ),
+            Kind::Machine => shows(
+                &self.machines.objects,
+                self.machines.newest,
+                &key,
+                &written.change,
+            ),
+            Kind::Pod => {
+                let newest = self.pods.newest.max(self.system.newest);
+                shows(&self.pods.objects, newest, &key, &written.change)
+                    && shows(&self.system.objects, newest, &key, &written.change)
+            }
+        }
+    }
+
+    /// The view as the planner reads a cluster.
+    fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot {
+            nodes: self.nodes.values().map(|n| Node::clone(n)).collect(),
+            pods: merged(&self.pods.objects, &self.system.objects),
+            pdbs: self.pdbs.values().map(|p| Pdb::clone(p)).collect(),
+            machines: self.machines.values().map(|m| Machine::clone(m)).collect(),
+            node_pools: self
+                .node_pools
+                .values()
+                .map(|p| NodePool::clone(p))
+                .collect(),
+        };
+        snapshot.link_machines();
+        snapshot
+    }
+}
+
+fn shows<T>(
+    objects: &std::collections::BTreeMap<Key, Entry<T>>,
+    newest: u64,
+    key: &Key,
+    change: &Change,
+) -> bool {
+    match (change, objects.get(key)) {
+        (Change::Now(version), Some(held)) => held.version >= *version,
+        // Deleted since, if the watch went past the write.
+        (Change::Now(version), None) => newest >= *version,
+        (Change::Gone(_), None) => true,
+        (Change::Gone(uid), Some(held)) => uid.as_ref().is_some_and(|u| *u != held.uid),
+    }
+}
+
+/// What the watch tasks share with the view.
+pub struct Shared {
+    state: Mutex<State>,
+    /// Counts the view's changes: readers wait on it.
+    changed: tokio::sync::watch::Sender<u64>,
+    server: String,
+    /// How long a request failing transiently is retried: a watch failing longer fails the view.
+    retry_for: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the state; `f` says whether what a reader sees changed.
+    fn change(&self, f: impl FnOnce(&mut State) -> bool) {
+        self.change_then(|state| (f(state), ()));
+    }
+
+    fn change_then<R>(&self, f: impl FnOnce(&mut State) -> (bool, R)) -> R {
+        let (changed, value) = f(&mut self.lock());
+        if changed {
+            self.changed.send_modify(|n| *n += 1);
+        }
+        value
+    }
+
+    /// A watch cannot go on: every read of the view fails with `error` from now on.
+    fn fail(&self, error: ClusterError) {
+        self.change(|state| {
+            state.failed.get_or_insert_with(|| Arc::new(error));
+            true
+        });
+    }
+}
+
+fn pods_resource() -> ApiResource {
+    api_resource("", "v1", "Pod", "pods")
+}
+
+/// A live run's watched view of the cluster. Dropping it stops its watches.
+pub struct LiveView {
+    shared: Arc<Shared>,
+    pods: Api<Watched<Pod>>,
+    writes: super::writes::Writes,
+    tasks: Mutex<JoinSet<()>>,
+    /// The last snapshot read, and the change count it was read at.
+    cache: Mutex<Option<(u64, Arc<Snapshot>)>>,
+    /// How long the view may take to show the run's own writes.
+    catch_up: Duration,
+}
+
+impl Drop for LiveView {
+    fn drop(&mut self) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .abort_all();
+    }
+}
+
+impl LiveView {
+    /// Lists and starts watching what a run of `cluster` reads; returns once every kind is
+    /// listed.
+    pub async fn start(cluster: &Cluster) -> Result<LiveView, ClusterError> {
+        let policy = cluster.policy_version().await?;
+        let state = State {
+            nodes: Whole::default(),
+            system: Whole::default(),
+            pods: Scoped::leaving(keys::SYSTEM_NAMESPACES),
+            pods_watched: false,
+            pdbs: Whole::default(),
+            machines: Whole::default(),
+            node_pools: Whole::default(),
+            watches_machines: cluster.machines,
+            watches_node_pools: cluster.node_pools,
+            failed: None,
+            follow: None,
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            changed: tokio::sync::watch::Sender::new(0),
+            server: cluster.server.clone(),
+            retry_for: cluster.retry_for,
+        });
+        let client = cluster.client.clone();
+        fn all<T>(client: &kube::Client, r: &ApiResource) -> Api<Watched<T>> {
+            Api::all_with(client.clone(), r)
+        }
+        let config = watcher::Config::default;
+        let mut tasks = JoinSet::new();
+        let nodes = api_resource("", "v1", "Node", "nodes");
+        tasks.spawn(feed::whole(
+            shared.clone(),
+            all(&client, &nodes),
+            config(),
+            "nodes",
+            |s| &mut s.nodes,
+            |n: crate::snapshot::Decoded<Node>| n.value,
+        ));
+        let system =
+            Api::namespaced_with(client.clone(), keys::SYSTEM_NAMESPACES[0], &pods_resource());
+        tasks.spawn(feed::whole(
+            shared.clone(),
+            system,
+            config(),
+            "pods",
+            |s| &mut s.system,
+            |p: crate::snapshot::Decoded<Pod>| p.value,
+        ));
+        let pdbs = api_resource(
+            "policy",
+            policy,
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+        );
+        let v1beta1 = policy == "v1beta1";
+        tasks.spawn(feed::whole(
+            shared.clone(),
+            all(&client, &pdbs),
+            config(),
+            "poddisruptionbudgets.policy",
+            |s| &mut s.pdbs,
+            move |p: crate::snapshot::Decoded<PdbBody>| p.value.into_pdb(v1beta1),
+        ));
+        if cluster.machines {
+            let machines = api_resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
+            tasks.spawn(feed::whole(
+                shared.clone(),
+                all(&client, &machines),
+                config(),
+                "machines.cluster.x-k8s.io",
+                |s| &mut s.machines,
+                |m: crate::snapshot::Decoded<Machine>| m.value,
+            ));
+        }
+        if cluster.node_pools {
+            let pools = api_resource("karpenter.sh", "v1", "NodePool", "nodepools");
+            tasks.spawn(feed::whole(
+                shared.clone(),
+                all(&client, &pools),
+                config(),
+                "nodepools.karpenter.sh",
+                |s| &mut s.node_pools,
+                |p: crate::snapshot::Decoded<NodePool>| p.value,
+            ));
+        }
+        let pods = all(&client, &pods_resource());
+        tasks.spawn(feed::bound_pods(shared.clone(), pods.clone()));
+        let view = LiveView {
+            shared,
+            pods,
+            writes: cluster.writes.clone(),
+            tasks: Mutex::new(tasks),
+            cache: Mutex::new(None),
+            catch_up: cluster.retry_for + CATCH_UP_MARGIN,
+        };
+        view.settled(|_| Vec::new(), "its first lists").await?;
+        Ok(view)
+    }
+
+    /// From now on the pods of every node `follow` accepts, and of nodes it accepts as they
+    /// join, are in view.
+    pub fn follow(&self, follow: impl Fn(&Node) -> bool + Send + Sync + 'static) {
+        self.shared.lock().follow = Some(Arc::new(follow));
+    }
+
+    /// Brings `scopes` into view (each is listed once, then kept current).
+    pub fn look_at(&self, scopes: impl IntoIterator<Item = Scope>) {
+        let new: Vec<Scope> = self.shared.change_then(|state| {
+            let new: Vec<Scope> = scopes
+                .into_iter()
+                .filter(|s| !state.pods.covers(s))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            for scope in &new {
+                state.pods.widen(scope);
+            }
+            (false, new)
+        });
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        for scope in new {
+            let (shared, api) = (self.shared.clone(), self.pods.clone());
+            tasks.spawn(async move { feed::list_scope(&shared, &api, &scope).await });
+        }
+    }
+
+    /// The view now, as the planner reads a cluster. It may not show the run's last writes yet:
+    /// before a decision, read it through [`LiveView::caught_up`].
+    pub fn current(&self) -> Result<Arc<Snapshot>, ClusterError> {
+        let count = *self.shared.changed.borrow();
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, snapshot)) = cache.as_ref()
+            && *at == count
+        {
+            return Ok(snapshot.clone());
+        }
+        let state = self.shared.lock();
+        if let Some(failed) = &state.failed {
+            return Err(ClusterError::ViewFailed(failed.clone()));
+        }
+        let snapshot = Arc::new(state.snapshot());
+        *cache = Some((count, snapshot.clone()));
+        Ok(snapshot)
+    }
+
+    /// The view once it shows every write of this run's, every followed node's pods and every
+    /// scope listed: the cluster as it is after the run's last step.
+    pub async fn caught_up(&self) -> Result<Arc<Snapshot>, ClusterError> {
+        self.settled(
+            |snapshot| {
+                let Some(follow) = self.shared.lock().follow.clone() else {
+                    return Vec::new();
+                };
+                snapshot
+                    .nodes
+                    .iter()
+                    .filter(|n| n.registered && follow(n))
+                    .map(|n| Scope::Node(n.name.clone()))
+                    .collect()
+            },
+            "this run's last change",
+        )
+        .await?;
+        self.current()
+    }
+
+    /// Waits until the view is listed, shows every pending write and has no scope to list
+    /// (`scopes` names more, read from the view as it is).
+    async fn settled(
+        &self,
+        scopes: impl Fn(&Snapshot) -> Vec<Scope>,
+        what: &str,
+    ) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + self.catch_up;
+        let mut changes = self.shared.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let ready = {
+                let state = self.shared.lock();
+                if let Some(failed) = &state.failed {
+                    return Err(ClusterError::ViewFailed(failed.clone()));
+                }
+                state.synced()
+            };
+            let behind = if ready {
+                let wanted = scopes(&*self.current()?);
+                self.look_at(wanted);
+                let state = self.shared.lock();
+                let pending = self.writes.settle(|w| state.shows(w));
+                match pending.first() {
+                    Some(w) => Some(w.describe()),
+                    None if state.pods.listing > 0 => {
+                        Some("the pods of the nodes it looks at".into())
+                    }
+                    None => None,
+                }
+            } else {
+                Some(what.to_string())
+            };
+            let Some(behind) = behind else {
+                return Ok(());
+            };
+            if tokio::time::timeout_at(deadline.into(), changes.changed())
+                .await
+                .is_err()
+            {
+                return Err(ClusterError::Behind {
+                    what: behind,
+                    waited: crate::duration::human_duration(self.catch_up.as_secs() as i64),
+                });
+            }
+        }
+    }
+
+    /// Health as the built-in validation judges it: every node, and kube-system's pods.
+    pub fn health(&self, cordoned_by_run: &HashSet<&str>) -> Result<HealthSummary, ClusterError> {
+        let snapshot = {
+            let state = self.shared.lock();
+            if let Some(failed) = &state.failed {
+                return Err(ClusterError::ViewFailed(failed.clone()));
+            }
+            Snapshot {
+                nodes: state.nodes.values().map(|n| Node::clone(n)).collect(),
+                pods: in_namespace(&state.system.objects, keys::SYSTEM_NAMESPACES[0])
+                    .map(|e| e.value.clone())
+                    .collect(),
+                ..Snapshot::default()
+            }
+        };
+        let index = Index::new(&snapshot);
+        Ok(summarize(
+            &snapshot,
+            &index,
+            &[],
+            cordoned_by_run,
+            &DrainOptions::default(),
+        ))
+    }
+
+    /// A receiver of the view's changes.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+}
+
+/// Time the view gets beyond the client's retries to show a write: its watch may be resuming
+/// after the API server came back.
+const CATCH_UP_MARGIN: Duration = Duration::from_secs(30);
