@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod duration;
 pub mod events;
 pub mod hooks;
+pub mod kernel;
 pub mod keys;
 pub mod labels;
 pub mod metrics;

@@ -1086,3 +1086,61 @@ async fn a_rolling_update_is_paused_and_aborted_from_another_terminal_then_resum
         text(&out)
     );
 }
+
+/// A gate's wait is held by the executor kernel, as a rotation's is: an abort cuts it short at
+/// once, where before it stood until the wait was over (an hour here).
+#[tokio::test]
+async fn an_abort_during_a_gate_wait_stops_the_update_at_once() {
+    let cluster = TestCluster::shared();
+    let ns = "ru-abort-wait";
+    let client = setup(cluster, ns).await;
+    create_rc(&client, ns, "held", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm_module("hostile-hook"), dir.path().join("hostile.wasm")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: slow, module: hostile.wasm, points: [gate], config: {gate: wait-an-hour}}\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap().to_string();
+    let mut cmd = plugin(
+        cluster,
+        ns,
+        &["held", &format!("--image={V2}"), "--policy", &policy],
+    );
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+    let (lines, code, after_abort) = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let mut lines = Vec::new();
+        let mut aborted = None;
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = without_timestamp(&line.unwrap()).to_string();
+            if line.starts_with("waiting 1h") && aborted.is_none() {
+                let out = Command::new(plugin_binary())
+                    .args(["abort", "held", "--reason", "no more waiting"])
+                    .args(["--kubeconfig", &kubeconfig, "-n", ns])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                aborted = Some(std::time::Instant::now());
+            }
+            lines.push(line);
+        }
+        let code = child.wait().unwrap().code();
+        (lines, code, aborted.map(|at| at.elapsed()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(3), "{lines:?}");
+    let after_abort = after_abort.unwrap_or_else(|| panic!("the gate's wait was held: {lines:?}"));
+    assert!(
+        lines.iter().any(|l| l.contains("aborted by ")
+            && l.contains(": no more waiting; stopped while waiting 1h")),
+        "{lines:?}"
+    );
+    assert!(
+        after_abort < Duration::from_secs(1),
+        "the run stopped {after_abort:?} after the abort, within a second of it: {lines:?}"
+    );
+}

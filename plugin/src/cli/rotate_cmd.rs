@@ -14,6 +14,7 @@ use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
+use crate::kernel::{ControlsAt, Kernel};
 use crate::plan::PlanOptions;
 use crate::plan::hook::Hook;
 use crate::policy::Policy;
@@ -222,9 +223,15 @@ async fn rotate(
         view: &view,
         policy,
         settings: &settings,
-        hooks: &mut hooks,
+        kernel: Kernel {
+            cluster,
+            hooks: &mut hooks,
+            reporter,
+            run_id: lock.identity().to_string(),
+            controls: ControlsAt::Lease,
+            lock: Some(lock),
+        },
         providers,
-        reporter,
         lock,
         steps: &steps,
     };

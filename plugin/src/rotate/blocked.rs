@@ -5,10 +5,8 @@
 
 use std::sync::Mutex;
 
-use super::ready::holding_record;
 use super::{RotateError, Rotation};
 use crate::events::{Event, Reporter};
-use crate::keys;
 
 /// Passes the drain's events on, keeping the latest blocked eviction for the run to record.
 pub(super) struct BlockedEvictions<'a> {
@@ -49,25 +47,26 @@ impl Rotation<'_> {
         drains: impl std::future::Future<Output = T>,
     ) -> Result<T, RotateError> {
         tokio::pin!(drains);
-        let abort = self.abort_requested();
+        let abort = self.kernel.abort_requested();
         tokio::pin!(abort);
         let mut recorded: Option<String> = None;
         loop {
             tokio::select! {
                 value = &mut drains => {
                     if recorded.is_some() {
-                        self.lock.set_state(keys::HOLDING, None).await?;
+                        self.kernel.record_holding(None).await?;
                     }
                     return Ok(value);
                 }
                 request = &mut abort, if recorded.is_some() => {
                     let what = recorded.take().unwrap_or_default();
-                    return Err(self.honour_abort(request?, &format!("while {what}")).await);
+                    let at = format!("while {what}");
+                    return Err(self.kernel.honour_abort(request?, &at).await.into());
                 }
                 () = blocked.changed.notified() => {
                     let latest = blocked.latest.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(what) = latest {
-                        self.lock.set_state(keys::HOLDING, Some(&holding_record(&what))).await?;
+                        self.kernel.record_holding(Some(&what)).await?;
                         recorded = Some(what);
                     }
                 }

@@ -1,103 +1,46 @@
 //! Answering the group loop's questions with the hooks, live: each question once, when it is
 //! due, about the batch at hand only, with the cluster read just before (so hooks see it as it
-//! is) and `dryRun = false`. Every decision a hook takes part in is reported, and beside it
-//! what each shadow hook would have decided.
+//! is) and `dryRun = false`. The kernel asks them and reports each decision a hook takes part
+//! in, and beside it what each shadow hook would have decided.
 
 use std::collections::{HashMap, HashSet};
 
 use super::{GroupRun, RotateError, Rotation};
-use crate::events::Event;
+use crate::kernel::At;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
 use crate::plan::drain::classify;
 use crate::plan::group_loop::{BatchStep, GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
-use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Instances, Phase};
+use crate::plan::hook::{BatchInfo, DecidedBy, HealthSummary, Instances, Phase};
 use crate::plan::prepare;
-use crate::plan::shadow::{self, ShadowDecision};
+use crate::plan::shadow;
 use crate::policy::HookPoint;
 use crate::snapshot::Pod;
 
-/// Runs sync hook calls off the async workers' hot path (hooks may block on `list-objects`).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 impl Rotation<'_> {
-    fn ctx(&self) -> CallContext {
-        CallContext {
-            now: jiff::Timestamp::now().as_second(),
-            run_id: self.lock.identity().to_string(),
-            dry_run: false,
-        }
-    }
-
-    fn serves(&self, point: HookPoint) -> bool {
-        decide::serves_any(self.hooks, point)
-    }
-
-    /// Reports the warnings a decision left (hooks ignored under `failurePolicy: Ignore`).
-    fn report_warnings(&self, warnings: Vec<String>) {
-        for message in warnings {
-            self.warn(message);
-        }
-    }
-
-    fn decided(
-        &self,
-        point: HookPoint,
-        phase: Option<Phase>,
-        batch: &BatchInfo,
-        by: &DecidedBy,
-        decision: String,
-    ) {
-        self.reporter.report(Event::Decided {
-            point,
-            phase,
-            batch: batch.index,
-            attempt: batch.attempt,
-            decided_by: by.to_string(),
-            decision,
-        });
-    }
-
-    fn shadowed(&self, batch: &BatchInfo, said: Vec<ShadowDecision>) {
-        for said in said {
-            self.reporter.report(Event::Shadow {
-                batch: batch.index,
-                attempt: batch.attempt,
-                said,
-            });
-        }
-    }
-
     /// The selection, from the candidates the group started with (read just before).
     pub(super) fn select(&mut self, machine: &GroupLoop) -> Result<Selected, RotateError> {
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
         let (group, candidates) = (machine.group(), machine.candidates());
-        let (selected, said) = blocking(|| {
-            let selected = decide::select(hooks, &ctx, group, candidates, &mut warnings)?;
-            let said = shadow::select(hooks, &ctx, group, candidates, &selected);
-            Ok::<_, HookFailed>((selected, said))
-        })?;
-        self.report_warnings(warnings);
-        if self.serves(HookPoint::Select) {
-            let names: Vec<&str> = selected
-                .chosen
-                .iter()
-                .map(|c| machine.candidates()[c.index].name.as_str())
-                .collect();
-            let batch = BatchInfo {
-                index: 0,
-                instances: Vec::new(),
-                canary: false,
-                attempt: 0,
-            };
-            let decision = format!("order {}", names.join(", "));
-            self.decided(HookPoint::Select, None, &batch, &selected.by, decision);
-            self.shadowed(&batch, said);
-        }
+        let at = At {
+            point: HookPoint::Select,
+            phase: None,
+            batch: 0,
+            attempt: 0,
+        };
+        let selected = self.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                let selected = decide::select(hooks, ctx, group, candidates, warnings)?;
+                let said = shadow::select(hooks, ctx, group, candidates, &selected);
+                Ok::<_, HookFailed>((selected, said))
+            },
+            |selected| {
+                let names: Vec<&str> = (selected.chosen.iter())
+                    .map(|c| candidates[c.index].name.as_str())
+                    .collect();
+                (selected.by.clone(), format!("order {}", names.join(", ")))
+            },
+        )?;
         Ok(selected)
     }
 
@@ -110,7 +53,7 @@ impl Rotation<'_> {
         run: &mut GroupRun,
     ) -> Result<BatchDecision, RotateError> {
         let mut progress = machine.progress(sizing);
-        if !self.serves(HookPoint::Batch) {
+        if !self.kernel.serves(HookPoint::Batch) {
             return Ok(BatchDecision::Size {
                 size: sizing.max_batch,
                 reason: sizing.max_batch_reason.clone(),
@@ -125,29 +68,21 @@ impl Rotation<'_> {
             let fresh = prepare::refresh(&index, &self.settings.plan.drain, group, &sizing.pending);
             progress.pending = Instances::from(fresh);
         }
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) = blocking(|| {
-            let decision = decide::batch_size(hooks, &ctx, &progress, &mut warnings)?;
-            let said = shadow::batch_size(hooks, &ctx, &progress, &decision);
-            Ok::<_, HookFailed>((decision, said))
-        })?;
-        self.report_warnings(warnings);
-        let batch = BatchInfo {
-            index: sizing.batches_done,
-            instances: Vec::new(),
-            canary: false,
+        let at = At {
+            point: HookPoint::Batch,
+            phase: None,
+            batch: sizing.batches_done,
             attempt: sizing.attempt,
         };
-        self.decided(
-            HookPoint::Batch,
-            None,
-            &batch,
-            decision.by(),
-            decision.to_string(),
-        );
-        self.shadowed(&batch, said);
+        let decision = self.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                let decision = decide::batch_size(hooks, ctx, &progress, warnings)?;
+                let said = shadow::batch_size(hooks, ctx, &progress, &decision);
+                Ok::<_, HookFailed>((decision, said))
+            },
+            |d| (d.by().clone(), d.to_string()),
+        )?;
         Ok(decision)
     }
 
@@ -159,7 +94,7 @@ impl Rotation<'_> {
         batch: &BatchInfo,
         run: &mut GroupRun,
     ) -> Result<GateDecision, RotateError> {
-        if !self.serves(HookPoint::Gate) {
+        if !self.kernel.serves(HookPoint::Gate) {
             return Ok(GateDecision {
                 verdict: Verdict::Proceed,
                 by: DecidedBy::BuiltIn,
@@ -190,18 +125,21 @@ impl Rotation<'_> {
                 self.view.health(&HashSet::new())?
             }
         };
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) = blocking(|| {
-            let decision = decide::gate(hooks, &ctx, phase, batch, &summary, &mut warnings)?;
-            let said = shadow::gate(hooks, &ctx, phase, batch, &summary, &decision);
-            Ok::<_, HookFailed>((decision, said))
-        })?;
-        self.report_warnings(warnings);
-        let text = decision.verdict.to_string();
-        self.decided(HookPoint::Gate, Some(phase), batch, &decision.by, text);
-        self.shadowed(batch, said);
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(phase),
+            batch: batch.index,
+            attempt: batch.attempt,
+        };
+        let decision = self.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                let decision = decide::gate(hooks, ctx, phase, batch, &summary, warnings)?;
+                let said = shadow::gate(hooks, ctx, phase, batch, &summary, &decision);
+                Ok::<_, HookFailed>((decision, said))
+            },
+            |d| (d.by.clone(), d.verdict.to_string()),
+        )?;
         Ok(decision)
     }
 
@@ -213,7 +151,7 @@ impl Rotation<'_> {
         batch: &BatchStep,
     ) -> Result<HashMap<String, Vec<Vec<String>>>, RotateError> {
         let mut orders = HashMap::new();
-        if !self.serves(HookPoint::DrainOrder) {
+        if !self.kernel.serves(HookPoint::DrainOrder) {
             return Ok(orders);
         }
         let info = BatchInfo {
@@ -229,18 +167,21 @@ impl Rotation<'_> {
                 .filter(|p| classify(p, &self.settings.drain.options).is_evicted())
                 .map(|p| Pod::clone(p))
                 .collect();
-            let ctx = self.ctx();
-            let mut warnings = Vec::new();
-            let hooks = &mut *self.hooks;
-            let (ordered, said) = blocking(|| {
-                let ordered = decide::drain_order(hooks, &ctx, node, &pods, &mut warnings)?;
-                let said = shadow::drain_order(hooks, &ctx, node, &pods, &ordered);
-                Ok::<_, HookFailed>((ordered, said))
-            })?;
-            self.report_warnings(warnings);
-            let decision = format!("node {node}: {}", ordered.describe());
-            self.decided(HookPoint::DrainOrder, None, &info, &ordered.by, decision);
-            self.shadowed(&info, said);
+            let at = At {
+                point: HookPoint::DrainOrder,
+                phase: None,
+                batch: info.index,
+                attempt: info.attempt,
+            };
+            let ordered = self.kernel.ask(
+                at,
+                |hooks, ctx, warnings| {
+                    let ordered = decide::drain_order(hooks, ctx, node, &pods, warnings)?;
+                    let said = shadow::drain_order(hooks, ctx, node, &pods, &ordered);
+                    Ok::<_, HookFailed>((ordered, said))
+                },
+                |o| (o.by.clone(), format!("node {node}: {}", o.describe())),
+            )?;
             if let Some(turns) = ordered.turns {
                 orders.insert(node.clone(), turns);
             }

@@ -33,11 +33,12 @@ use crate::cluster::lock::LockGuard;
 use crate::cluster::validate::{ValidationError, ValidationSettings};
 use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, ClusterError};
-use crate::events::{Event, Reporter};
+use crate::events::Event;
+use crate::kernel::{Kernel, KernelError};
 use crate::plan::decide::{self, HookFailed};
 use crate::plan::group_loop::{Action, GroupLoop, Input, Outcome, Question, Step};
 use crate::plan::health::{self, Index};
-use crate::plan::hook::{Hook, Phase};
+use crate::plan::hook::Phase;
 use crate::plan::prepare::{self, Prepared};
 use crate::plan::{PlanError, PlanOptions, Role};
 use crate::policy::Policy;
@@ -121,6 +122,17 @@ pub enum RotateError {
     },
 }
 
+impl From<KernelError> for RotateError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Hook(e) => RotateError::Hook(e),
+            KernelError::Cluster(e) => RotateError::Cluster(e),
+            KernelError::Stopped { request, at } => RotateError::Stopped { request, at },
+            KernelError::LockLost => RotateError::LockLost,
+        }
+    }
+}
+
 impl RotateError {
     /// Whether a gate or an operator stopped the run (exit code 3), as opposed to a failure.
     pub fn is_abort(&self) -> bool {
@@ -140,9 +152,10 @@ pub struct Rotation<'a> {
     pub view: &'a LiveView,
     pub policy: &'a Policy,
     pub settings: &'a RotateSettings,
-    pub hooks: &'a mut [Box<dyn Hook>],
+    /// Hooks, holds, pause and abort, the lock and the reporter (controls on the Lease).
+    pub kernel: Kernel<'a>,
     pub providers: &'a Providers,
-    pub reporter: &'a dyn Reporter,
+    /// The run's lock, which also keeps its records (see [`records`]).
     pub lock: &'a LockGuard,
     pub steps: &'a Steps,
 }
@@ -211,21 +224,14 @@ impl Rotation<'_> {
             .is_ok_and(|p| p.judges_by_pods())
     }
 
-    fn check_lock(&self) -> Result<(), RotateError> {
-        if self.lock.lost() {
-            return Err(RotateError::LockLost);
-        }
-        Ok(())
-    }
-
     fn warn(&self, message: String) {
-        self.reporter.report(Event::Warning { message });
+        self.kernel.warn(message);
     }
 
     /// Rotates every group the options choose, in order.
     pub async fn run(&mut self) -> Result<(), RotateError> {
         // What held an earlier run that stopped is not what holds this one.
-        self.lock.set_state(crate::keys::HOLDING, None).await?;
+        self.kernel.record_holding(None).await?;
         self.finish_stopped_steps().await?;
         let mut options = self.options();
         // A chosen group an earlier run emptied is not unknown: it is only left to wait for.
@@ -240,7 +246,7 @@ impl Rotation<'_> {
         let snapshot = self.view.caught_up().await?;
         let index = Index::new(&snapshot);
         let survey = prepare::survey(&snapshot, &index, self.policy, &options)?;
-        for warning in decide::left_out_warnings(self.hooks)
+        for warning in decide::left_out_warnings(self.kernel.hooks)
             .iter()
             .chain(&survey.warnings)
         {
@@ -323,12 +329,12 @@ impl Rotation<'_> {
         };
         let mut input = Input::Start;
         loop {
-            self.check_lock()?;
+            self.kernel.check_lock()?;
             let step = machine.step(input);
             // Every step boundary is a safe point: no action is ever cut in half.
             if !matches!(step, Step::Done(_)) {
-                self.checkpoint(&controls::safe_point(&step, &run.name))
-                    .await?;
+                let at = controls::safe_point(&step, &run.name);
+                self.kernel.checkpoint(&at).await?;
             }
             input = match step {
                 Step::Ask(Question::Select) => Input::Selected(self.select(&machine)?),
@@ -385,16 +391,16 @@ impl Rotation<'_> {
                     batch + 1,
                     run.name
                 );
-                self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                    .await
+                let soak = Duration::from_secs(u64::from(seconds));
+                Ok(self.kernel.hold(soak, reason).await?)
             }
             Action::Begin { instances } => self.begin(&instances, run).await,
             Action::Surge { instances, canary } => self.surge(&instances, canary, run).await,
             Action::Replace(batch) => self.replace(&batch, run).await,
             Action::Wait(wait) => {
                 let reason = format!("{} [{}]", wait.reason, wait.decided_by);
-                self.hold(Duration::from_secs(u64::from(wait.seconds)), reason)
-                    .await
+                let held = Duration::from_secs(u64::from(wait.seconds));
+                Ok(self.kernel.hold(held, reason).await?)
             }
         }
     }
@@ -421,7 +427,7 @@ impl Rotation<'_> {
         }
         run.expected = self.expected_size(run).await?;
         run.begun = true;
-        self.reporter.report(Event::GroupStarted {
+        self.kernel.reporter.report(Event::GroupStarted {
             group: run.name.clone(),
             instances: instances.to_vec(),
         });
@@ -438,7 +444,7 @@ impl Rotation<'_> {
                 node,
                 &self.settings.taint_key,
                 false,
-                self.reporter,
+                self.kernel.reporter,
             )
         });
         futures::future::try_join_all(taints).await?;
@@ -478,7 +484,7 @@ impl Rotation<'_> {
         self.lock
             .set_state(&records::expected_key(&run.name), None)
             .await?;
-        self.reporter.report(Event::GroupDone {
+        self.kernel.reporter.report(Event::GroupDone {
             group: run.name.clone(),
         });
         Ok(())

@@ -124,7 +124,8 @@ impl Rotation<'_> {
         };
         self.view.look_at(namespaces(&owed));
         let what = format!("waiting for the pods evicted from group {group} to be Ready again");
-        self.holding(what, None, self.watch_pods_back(group, &owed))
+        self.kernel
+            .holding(what, None, self.watch_pods_back(group, &owed))
             .await?;
         self.lock.set_state(&key, None).await?;
         Ok(())
@@ -138,7 +139,7 @@ impl Rotation<'_> {
         };
         match self.view.wait_until(Deadline::Within(timeout), paid).await {
             Ok(()) => {
-                self.reporter.report(Event::PodsBack {
+                self.kernel.reporter.report(Event::PodsBack {
                     group: group.to_string(),
                     pods: owed.values().sum(),
                 });

@@ -1,5 +1,5 @@
-//! Waiting: for a hook's hold or a configured delay, for replacements to be Ready (a predicate
-//! over the live view), and for the cluster to validate.
+//! Waiting for replacements to be Ready (a predicate over the live view), and for the cluster
+//! to validate; holds are the kernel's.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,57 +14,7 @@ use crate::plan::groups::group_of;
 use crate::plan::prepare::group_label;
 use crate::snapshot::Snapshot;
 
-/// What holds the run, as the lock records it for `status`: JSON `{"what", "since"}`.
-pub(super) fn holding_record(what: &str) -> String {
-    let since = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .unwrap_or_default();
-    serde_json::json!({"what": what, "since": since.to_string()}).to_string()
-}
-
 impl Rotation<'_> {
-    /// Reports a wait and sleeps through it, with the wait recorded on the lock meanwhile.
-    pub(super) async fn hold(&self, duration: Duration, reason: String) -> Result<(), RotateError> {
-        let what = format!(
-            "waiting {}: {reason}",
-            crate::duration::human_duration(duration.as_secs() as i64)
-        );
-        // Reported once recorded: whoever sees the event finds the record.
-        let wait = async {
-            self.reporter.report(Event::Waiting {
-                seconds: duration.as_secs(),
-                reason,
-            });
-            tokio::time::sleep(duration).await;
-            Ok(())
-        };
-        self.holding(what, None, wait).await
-    }
-
-    /// Runs `wait` with `what` recorded on the lock as what holds the run, so that `status`
-    /// says it; the record goes when the wait ends, and stays with a run that stopped in it.
-    /// An abort request ends the wait (nothing is in flight during one) and stops the run
-    /// `stop_at` (by default, "while" what it waited for).
-    pub(super) async fn holding<T>(
-        &self,
-        what: String,
-        stop_at: Option<&str>,
-        wait: impl std::future::Future<Output = Result<T, RotateError>>,
-    ) -> Result<T, RotateError> {
-        self.lock
-            .set_state(keys::HOLDING, Some(&holding_record(&what)))
-            .await?;
-        let value = tokio::select! {
-            value = wait => value?,
-            abort = self.abort_requested() => {
-                let at = stop_at.map_or_else(|| format!("while {what}"), str::to_string);
-                return Err(self.honour_abort(abort?, &at).await);
-            }
-        };
-        self.lock.set_state(keys::HOLDING, None).await?;
-        Ok(value)
-    }
-
     /// The wait after terminating an instance of `role`.
     pub(super) fn interval(&self, role: Role) -> Duration {
         match role {
@@ -94,7 +44,8 @@ impl Rotation<'_> {
         let what = format!(
             "waiting for group {group} to have {expected} Ready nodes (replacements joining)"
         );
-        self.holding(what, None, self.watch_ready(group, expected))
+        (self.kernel)
+            .holding(what, None, self.watch_ready(group, expected))
             .await
     }
 
@@ -114,7 +65,7 @@ impl Rotation<'_> {
             .await
         {
             Ok(ready) => {
-                self.reporter.report(Event::Replaced {
+                self.kernel.reporter.report(Event::Replaced {
                     group: group.into(),
                     ready,
                 });
@@ -144,7 +95,7 @@ impl Rotation<'_> {
             .collect();
         match self
             .view
-            .validate(&self.settings.validation, &excused, self.reporter)
+            .validate(&self.settings.validation, &excused, self.kernel.reporter)
             .await
         {
             Ok(_) => Ok(()),

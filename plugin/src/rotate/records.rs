@@ -252,7 +252,7 @@ impl Rotation<'_> {
                 } else {
                     format!("{expected} Ready nodes")
                 };
-                self.reporter.report(Event::Warning {
+                self.kernel.reporter.report(Event::Warning {
                     message: format!(
                         "an earlier run expected {owed} in a group that has no nodes now ({key}); not waiting for it"
                     ),
@@ -268,7 +268,7 @@ impl Rotation<'_> {
                 }
             }
             self.lock.set_state(key, None).await?;
-            self.reporter.report(Event::GroupDone {
+            self.kernel.reporter.report(Event::GroupDone {
                 group: group.to_string(),
             });
         }
@@ -347,7 +347,7 @@ impl Rotation<'_> {
             source,
         })?;
         self.lock.set_state(record, None).await?;
-        self.reporter.report(Event::Terminated {
+        self.kernel.reporter.report(Event::Terminated {
             node: target.node.clone(),
             output,
         });

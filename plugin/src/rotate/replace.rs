@@ -38,7 +38,7 @@ impl Rotation<'_> {
                 batch: batch.index + 1,
             });
         }
-        self.reporter.report(Event::BatchStarted {
+        self.kernel.reporter.report(Event::BatchStarted {
             group: group.clone(),
             index: batch.index,
             nodes: batch.instances.clone(),
@@ -51,7 +51,7 @@ impl Rotation<'_> {
         }
         if move_pods {
             let orders = self.drain_orders(batch).await?;
-            let blocked = BlockedEvictions::new(self.reporter);
+            let blocked = BlockedEvictions::new(self.kernel.reporter);
             // An instance that never registered as a node has nothing to cordon or drain.
             let drains = batch
                 .instances
@@ -63,19 +63,20 @@ impl Rotation<'_> {
                 result?;
             }
             if !self.settings.post_drain_delay.is_zero() {
-                self.hold(
-                    self.settings.post_drain_delay,
-                    "post-drain delay: connections to the evicted pods close".into(),
-                )
-                .await?;
+                self.kernel
+                    .hold(
+                        self.settings.post_drain_delay,
+                        "post-drain delay: connections to the evicted pods close".into(),
+                    )
+                    .await?;
             }
         }
-        self.check_lock()?;
+        self.kernel.check_lock()?;
         self.terminate_batch(batch, run).await?;
         let interval = self.interval(run.role);
         if !interval.is_zero() {
             let reason = format!("{} interval after terminating", run.role.as_str());
-            self.hold(interval, reason).await?;
+            self.kernel.hold(interval, reason).await?;
         }
         if self.settings.plan.cloud_only {
             return Ok(());

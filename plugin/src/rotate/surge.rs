@@ -30,7 +30,7 @@ impl Rotation<'_> {
                 (&key, Some(&record)),
             ])
             .await?;
-        self.reporter.report(Event::Surging {
+        self.kernel.reporter.report(Event::Surging {
             group: run.name.clone(),
             detached: instances.to_vec(),
             canary,

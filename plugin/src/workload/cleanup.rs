@@ -33,7 +33,8 @@ impl Updater<'_> {
             Some(name) => self.get(kind, ns, name).await?,
             None => {
                 let prefix = format!("{}:", request.old_name);
-                self.cluster
+                self.kernel
+                    .cluster
                     .list_controllers(kind, ns)
                     .await?
                     .into_iter()
@@ -52,7 +53,7 @@ impl Updater<'_> {
                 desired,
                 cleanup: Cleanup::for_next(request.next_name.is_some()),
             };
-            self.reporter.report(Event::OldGone {
+            self.kernel.reporter.report(Event::OldGone {
                 old: format!("{}/{}", kind.short(), request.old_name),
                 next: pair.to.name().to_string(),
             });
@@ -60,7 +61,7 @@ impl Updater<'_> {
             return self.finish(&pair, ns, &request.old_name, false).await;
         }
         if let Some((pod, record)) = self.find_rename_record(kind, ns, &request.old_name).await? {
-            self.reporter.report(Event::RenameResumed {
+            self.kernel.reporter.report(Event::RenameResumed {
                 controller: format!("{}/{}", kind.short(), request.old_name),
                 pod,
             });
@@ -82,10 +83,11 @@ impl Updater<'_> {
     ) -> Result<(), UpdateError> {
         let old_name = pair.from.name().to_string();
         if rollback {
-            self.reporter.report(Event::Deleting {
+            self.kernel.reporter.report(Event::Deleting {
                 controller: pair.from.name().to_string(),
             });
-            self.cluster
+            self.kernel
+                .cluster
                 .delete_controller(
                     pair.from.kind,
                     ns,
@@ -95,7 +97,7 @@ impl Updater<'_> {
                 )
                 .await?;
             self.clear_update_annotations(&pair.to, ns, true).await?;
-            self.reporter.report(Event::RolledBack {
+            self.kernel.reporter.report(Event::RolledBack {
                 controller: pair.to.display(),
             });
             return Ok(());
@@ -115,15 +117,16 @@ impl Updater<'_> {
         match pair.cleanup {
             Cleanup::DeleteOld => {
                 if old_exists {
-                    self.reporter.report(Event::Deleting {
+                    self.kernel.reporter.report(Event::Deleting {
                         controller: old_name.to_string(),
                     });
-                    self.cluster
+                    self.kernel
+                        .cluster
                         .delete_controller(kind, ns, old_name, false, self.settings.timeout)
                         .await?;
                 }
                 self.clear_update_annotations(&pair.to, ns, false).await?;
-                self.reporter.report(Event::UpdateDone {
+                self.kernel.reporter.report(Event::UpdateDone {
                     controller: format!("{}/{old_name}", kind.short()),
                     next: Some(pair.to.name().to_string()),
                 });
@@ -147,18 +150,20 @@ impl Updater<'_> {
                 // Recorded before anything is deleted: a rerun finds it if we stop midway.
                 self.write_rename_record(&pair.to, ns, &record).await?;
                 if old_exists {
-                    self.reporter.report(Event::Deleting {
+                    self.kernel.reporter.report(Event::Deleting {
                         controller: old_name.to_string(),
                     });
-                    self.cluster
+                    self.kernel
+                        .cluster
                         .delete_controller(kind, ns, old_name, false, self.settings.timeout)
                         .await?;
                 }
-                self.reporter.report(Event::Renaming {
+                self.kernel.reporter.report(Event::Renaming {
                     from: pair.to.name().to_string(),
                     to: old_name.to_string(),
                 });
-                self.cluster
+                self.kernel
+                    .cluster
                     .delete_controller(kind, ns, pair.to.name(), true, self.settings.timeout)
                     .await?;
                 self.create_renamed(kind, ns, &record).await
@@ -192,9 +197,14 @@ impl Updater<'_> {
         record: &RenameRecord,
     ) -> Result<(), UpdateError> {
         let text = serde_json::to_string(record).expect("records serialize");
-        let pods = self.cluster.list_pods(ns, &next.selector_string()).await?;
+        let pods = self
+            .kernel
+            .cluster
+            .list_pods(ns, &next.selector_string())
+            .await?;
         for (_, pod) in pods.iter().filter(|(_, p)| !p.terminating).take(3) {
-            self.cluster
+            self.kernel
+                .cluster
                 .annotate_pod(ns, &pod.name, keys::RENAME_RECORD, Some(&text))
                 .await?;
         }
@@ -207,7 +217,7 @@ impl Updater<'_> {
         ns: &str,
         name: &str,
     ) -> Result<Option<(String, RenameRecord)>, UpdateError> {
-        let pods = self.cluster.list_pods(ns, "").await?;
+        let pods = self.kernel.cluster.list_pods(ns, "").await?;
         Ok(pods.into_iter().find_map(|(_, pod)| {
             let record: RenameRecord =
                 serde_json::from_str(pod.annotations.get(keys::RENAME_RECORD)?).ok()?;
@@ -230,12 +240,14 @@ impl Updater<'_> {
         let created = match self.get(kind, ns, &record.name).await? {
             Some(existing) => existing,
             None => {
-                self.cluster
+                self.kernel
+                    .cluster
                     .create_controller(ns, &controller, Write::Apply)
                     .await?
             }
         };
         let pods = self
+            .kernel
             .cluster
             .list_pods(ns, &created.selector_string())
             .await?;
@@ -243,11 +255,12 @@ impl Updater<'_> {
             .iter()
             .filter(|(_, p)| p.annotations.contains_key(keys::RENAME_RECORD))
         {
-            self.cluster
+            self.kernel
+                .cluster
                 .annotate_pod(ns, &pod.name, keys::RENAME_RECORD, None)
                 .await?;
         }
-        self.reporter.report(Event::UpdateDone {
+        self.kernel.reporter.report(Event::UpdateDone {
             controller: format!("{}/{}", kind.short(), record.name),
             next: None,
         });

@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::cluster::ClusterError;
 use crate::cluster::controllers::Write;
-use crate::cluster::{Cluster, ClusterError};
-use crate::events::{Event, Reporter};
+use crate::events::Event;
+use crate::kernel::{Kernel, KernelError};
 use crate::keys;
-use crate::plan::decide::{self, HookFailed};
-use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
+use crate::plan::decide::HookFailed;
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::planner::Cleanup;
 use crate::plan::rolling_update::prepare::NextSource;
-use crate::plan::shadow::ShadowDecision;
-use crate::policy::{HookPoint, IntOrPercent};
+use crate::policy::IntOrPercent;
 
 /// What the command asks for.
 #[derive(Debug, Clone)]
@@ -63,8 +62,21 @@ pub enum UpdateError {
     /// An operator's abort: the update stops where it is, never rolled back.
     #[error("{0}")]
     Stopped(String),
+    #[error("the lock was taken over by another run; stopping here")]
+    LockLost,
     #[error("timed out waiting for any update progress to be made (nothing changed for {0:?})")]
     NoProgress(Duration),
+}
+
+impl From<KernelError> for UpdateError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Hook(e) => UpdateError::Hook(e),
+            KernelError::Cluster(e) => UpdateError::Cluster(e),
+            e @ KernelError::Stopped { .. } => UpdateError::Stopped(e.to_string()),
+            KernelError::LockLost => UpdateError::LockLost,
+        }
+    }
 }
 
 /// Where the two controllers stand when the loop starts.
@@ -78,12 +90,10 @@ pub struct Pair {
 }
 
 pub struct Updater<'a> {
-    pub cluster: &'a Cluster,
     pub settings: &'a Settings,
-    pub hooks: &'a mut [Box<dyn Hook>],
-    pub run_id: String,
-    /// Where progress goes: the same events and reporters as a node rotation.
-    pub reporter: &'a dyn Reporter,
+    /// Hooks, holds, pause and abort and the reporter (the same events as a node rotation);
+    /// its controls stand on the workload being updated.
+    pub kernel: Kernel<'a>,
 }
 
 pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
@@ -95,90 +105,13 @@ pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {
 }
 
 impl Updater<'_> {
-    /// Reports a decision of the hooks at `point`; nothing when no hook serves it (then the
-    /// built-in behaviour is not a decision anyone asked for).
-    pub(super) fn decided(
-        &self,
-        point: HookPoint,
-        phase: Option<Phase>,
-        (batch, attempt): (u32, u32),
-        by: &DecidedBy,
-        decision: String,
-    ) {
-        if decide::serves_any(self.hooks, point) {
-            self.reporter.report(Event::Decided {
-                point,
-                phase,
-                batch,
-                attempt,
-                decided_by: by.to_string(),
-                decision,
-            });
-        }
-    }
-
-    /// Reports what shadow hooks would have decided about step `at`.
-    pub(super) fn shadowed(&self, (batch, attempt): (u32, u32), said: Vec<ShadowDecision>) {
-        for said in said {
-            self.reporter.report(Event::Shadow {
-                batch,
-                attempt,
-                said,
-            });
-        }
-    }
-
-    /// Asks the hooks through `ask` (off the async threads, since hooks run synchronously),
-    /// then reports the warnings it left, the decision (`describe` says who took it and what it
-    /// was) and what shadow hooks would have said, for step `at`.
-    pub(super) fn asked<D>(
-        &mut self,
-        (point, phase): (HookPoint, Option<Phase>),
-        at: (u32, u32),
-        ask: impl FnOnce(
-            &mut [Box<dyn Hook>],
-            &CallContext,
-            &mut Vec<String>,
-        ) -> Result<(D, Vec<ShadowDecision>), HookFailed>,
-        describe: impl Fn(&D) -> (DecidedBy, String),
-    ) -> Result<D, UpdateError> {
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) = tokio::task::block_in_place(|| ask(hooks, &ctx, &mut warnings))?;
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
-        let (by, text) = describe(&decision);
-        self.decided(point, phase, at, &by, text);
-        self.shadowed(at, said);
-        Ok(decision)
-    }
-
-    /// Reports a wait and sleeps through it.
-    pub(super) async fn hold(&self, duration: Duration, reason: String) {
-        self.reporter.report(Event::Waiting {
-            seconds: duration.as_secs(),
-            reason,
-        });
-        tokio::time::sleep(duration).await;
-    }
-
-    pub(super) fn ctx(&self) -> CallContext {
-        CallContext {
-            now: jiff::Timestamp::now().as_second(),
-            run_id: self.run_id.clone(),
-            dry_run: false,
-        }
-    }
-
     pub(super) async fn get(
         &self,
         kind: Kind,
         ns: &str,
         name: &str,
     ) -> Result<Option<Controller>, UpdateError> {
-        Ok(self.cluster.get_controller(kind, ns, name).await?)
+        Ok(self.kernel.cluster.get_controller(kind, ns, name).await?)
     }
 
     pub(super) async fn annotate(
@@ -188,6 +121,7 @@ impl Updater<'_> {
         entries: &[(&str, Option<&str>)],
     ) -> Result<Controller, UpdateError> {
         Ok(self
+            .kernel
             .cluster
             .patch_controller(
                 c.kind,
@@ -214,7 +148,7 @@ impl Updater<'_> {
         let ns = request.namespace.as_str();
         match self.scale_loop(&pair, ns, true).await {
             Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.reporter.report(Event::RollingBackOnAbort {
+                self.kernel.reporter.report(Event::RollingBackOnAbort {
                     reason: reason.clone(),
                 });
                 let back = Request {
@@ -245,10 +179,12 @@ impl Updater<'_> {
         next: &Controller,
         ns: &str,
     ) -> Result<(), UpdateError> {
-        self.cluster
+        self.kernel
+            .cluster
             .create_controller(ns, next, Write::ServerDryRun)
             .await?;
-        self.cluster
+        self.kernel
+            .cluster
             .patch_controller(
                 old.kind,
                 ns,

@@ -11,7 +11,6 @@
 //! request through `start`, `scale` (the loop's live driver) and `cleanup`, which do the I/O.
 
 mod cleanup;
-mod controls;
 pub mod execute;
 pub mod node_by_node;
 pub mod partitioned;

@@ -14,6 +14,7 @@ use crate::cluster::controllers::Write;
 use crate::cluster::controls::Workload;
 use crate::cluster::workloads::AppsKind;
 use crate::events::Event;
+use crate::kernel::{At, ControlsAt};
 use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::{BatchInfo, Candidate, DecidedBy, Phase};
 use crate::plan::rolling_update::daemon_set::{
@@ -74,7 +75,7 @@ impl Updater<'_> {
             .await
         {
             Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.reporter.report(Event::RollingBackOnAbort {
+                self.kernel.reporter.report(Event::RollingBackOnAbort {
                     reason: reason.clone(),
                 });
                 let set = self.daemon_set(ns, &request.name).await?;
@@ -88,9 +89,13 @@ impl Updater<'_> {
     }
 
     async fn daemon_set(&self, ns: &str, name: &str) -> Result<DaemonSet, UpdateError> {
-        self.cluster.get_daemon_set(ns, name).await?.ok_or_else(|| {
-            UpdateError::Invalid(format!("daemonset {name:?} not found in namespace {ns:?}"))
-        })
+        self.kernel
+            .cluster
+            .get_daemon_set(ns, name)
+            .await?
+            .ok_or_else(|| {
+                UpdateError::Invalid(format!("daemonset {name:?} not found in namespace {ns:?}"))
+            })
     }
 
     /// The DaemonSet once its controller has seen its spec, with its pods and revisions.
@@ -102,11 +107,12 @@ impl Updater<'_> {
         let set = if set.observed() {
             set
         } else {
-            self.cluster
+            self.kernel
+                .cluster
                 .wait_daemon_set(ns, set.name(), self.settings.timeout, DaemonSet::observed)
                 .await?
         };
-        let (pods, revisions) = self.cluster.daemon_set_state(ns, &set).await?;
+        let (pods, revisions) = self.kernel.cluster.daemon_set_state(ns, &set).await?;
         Ok(Observed {
             set,
             pods,
@@ -127,14 +133,14 @@ impl Updater<'_> {
         let set = seen.set;
         let next = match start {
             Start::Resume => {
-                self.reporter.report(Event::UpdateContinued {
+                self.kernel.reporter.report(Event::UpdateContinued {
                     controller: set.display(),
                 });
                 return Ok((set, true));
             }
             Start::Write(template) => set.begun(template, false),
             Start::Revert(revision) => {
-                self.reporter.report(Event::RollbackStarted {
+                self.kernel.reporter.report(Event::RollbackStarted {
                     controller: set.display(),
                     replicas: seen.pods.len() as i32,
                 });
@@ -142,6 +148,7 @@ impl Updater<'_> {
             }
         };
         let set = self
+            .kernel
             .cluster
             .replace_daemon_set(ns, &next, Write::Apply)
             .await?;
@@ -162,7 +169,7 @@ impl Updater<'_> {
         let seen = self.observe_daemon_set(ns, set).await?;
         let hash = seen.newest();
         let pending = daemon_set::pending_nodes(&seen.pods, &hash);
-        let nodes = self.cluster.snapshot_nodes().await?.nodes;
+        let nodes = self.kernel.cluster.snapshot_nodes().await?.nodes;
         let name = seen.set.name().to_string();
         let candidates: Vec<Candidate> = pending
             .iter()
@@ -177,7 +184,7 @@ impl Updater<'_> {
         let budget = seen.set.budget(max).map_err(UpdateError::Invalid)?;
         let max_unavailable = pods_at_a_time(budget, desired);
         let display = seen.set.display();
-        self.reporter.report(Event::NodeUpdateStarted {
+        self.kernel.reporter.report(Event::NodeUpdateStarted {
             workload: display.clone(),
             nodes: pending.len(),
             revision: hash.clone(),
@@ -193,6 +200,10 @@ impl Updater<'_> {
             daemon_set::updated_nodes(&seen.pods, &hash)
         } else {
             Vec::new()
+        };
+        self.kernel.controls = ControlsAt::Workload {
+            workload: Workload::DaemonSet(name.clone()),
+            namespace: ns.to_string(),
         };
         let mut machine = NodeLoop::new(pending, updated, max_unavailable);
         let mut sized_by = DecidedBy::BuiltIn;
@@ -215,9 +226,13 @@ impl Updater<'_> {
                 Step::Ask(Question::Order { pending }) => {
                     if with_hooks {
                         let candidates = in_order(&candidates, &pending);
-                        let (order, by) = self.asked(
-                            (HookPoint::Select, None),
-                            (at.steps_done, 0),
+                        let (order, by) = self.kernel.ask(
+                            At {
+                                point: HookPoint::Select,
+                                phase: None,
+                                batch: at.steps_done,
+                                attempt: 0,
+                            },
                             |hooks, ctx, warnings| {
                                 ask_order(hooks, ctx, &at, &candidates, warnings)
                                     .map(|(order, by, said)| ((order, by), said))
@@ -236,11 +251,10 @@ impl Updater<'_> {
                     ..
                 }) => {
                     let at_step = format!("before step {} of the update of {display}", step + 1);
-                    let w = Workload::DaemonSet(name.clone());
-                    self.checkpoint(&w, ns, &at_step).await?;
+                    self.kernel.checkpoint(&at_step).await?;
                     self.within_budget(ns, &name, &nodes, max_unavailable)
                         .await?;
-                    self.reporter.report(Event::NodesReplacing {
+                    self.kernel.reporter.report(Event::NodesReplacing {
                         step,
                         workload: display.clone(),
                         nodes: nodes.clone(),
@@ -252,7 +266,7 @@ impl Updater<'_> {
                 }
                 Step::Do(Action::AwaitReplaced { nodes }) => {
                     self.await_replaced(ns, &name, &nodes).await?;
-                    self.reporter.report(Event::NodesReplaced {
+                    self.kernel.reporter.report(Event::NodesReplaced {
                         step: at.steps_done,
                         workload: display.clone(),
                         nodes,
@@ -262,8 +276,9 @@ impl Updater<'_> {
                 Step::Do(Action::Wait {
                     seconds, reason, ..
                 }) => {
-                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                        .await;
+                    self.kernel
+                        .hold(Duration::from_secs(u64::from(seconds)), reason)
+                        .await?;
                     Input::Done
                 }
                 Step::Ask(Question::Gate {
@@ -286,11 +301,12 @@ impl Updater<'_> {
                 Step::Done(Outcome::Finished) => {
                     let set = self.daemon_set(ns, &name).await?;
                     if let Some(patch) = set.restoring() {
-                        self.cluster
+                        self.kernel
+                            .cluster
                             .patch_workload(AppsKind::DaemonSet, ns, &name, &patch)
                             .await?;
                     }
-                    self.reporter.report(if rollback {
+                    self.kernel.reporter.report(if rollback {
                         Event::RolledBack {
                             controller: display,
                         }
@@ -332,12 +348,16 @@ impl Updater<'_> {
                 by: DecidedBy::BuiltIn,
             });
         }
-        self.asked(
-            (HookPoint::Batch, None),
-            (at.steps_done, attempt),
+        Ok(self.kernel.ask(
+            At {
+                point: HookPoint::Batch,
+                phase: None,
+                batch: at.steps_done,
+                attempt,
+            },
             |hooks, ctx, warnings| ask_size(hooks, ctx, at, candidates, max, warnings),
             |d| (d.by().clone(), d.to_string()),
-        )
+        )?)
     }
 
     async fn node_gate(
@@ -362,12 +382,17 @@ impl Updater<'_> {
             .filter(|p| !p.ready && !p.terminating)
             .count() as u32;
         let total = seen.pods.len() as i32;
-        self.asked(
-            (HookPoint::Gate, Some(Phase::AfterBatch)),
-            (batch.index, batch.attempt),
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(Phase::AfterBatch),
+            batch: batch.index,
+            attempt: batch.attempt,
+        };
+        Ok(self.kernel.ask(
+            at,
             |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, total, not_ready, warnings),
             |g| (g.by.clone(), g.verdict.to_string()),
-        )
+        )?)
     }
 
     /// Waits until replacing the pods on `nodes` keeps the unavailable ones within `max`
@@ -392,13 +417,14 @@ impl Updater<'_> {
             if started.elapsed() > self.settings.timeout {
                 return Err(UpdateError::NoProgress(self.settings.timeout));
             }
-            self.reporter.report(Event::Waiting {
+            self.kernel.reporter.report(Event::Waiting {
                 seconds: self.settings.poll_interval.as_secs(),
                 reason: format!(
                     "{unavailable} pods of daemonset/{name} are unavailable: replacing {count} more would pass maxUnavailable {max}"
                 ),
             });
-            self.cluster
+            self.kernel
+                .cluster
                 .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
                 .await;
         }
@@ -420,7 +446,7 @@ impl Updater<'_> {
             .iter()
             .filter(|p| nodes.contains(&p.node) && p.hash != hash && !p.terminating)
         {
-            self.cluster.delete_pod_named(ns, &pod.name).await?;
+            self.kernel.cluster.delete_pod_named(ns, &pod.name).await?;
         }
         Ok(())
     }
@@ -451,7 +477,8 @@ impl Updater<'_> {
             } else if moved.elapsed() > self.settings.timeout {
                 return Err(UpdateError::NoProgress(self.settings.timeout));
             }
-            self.cluster
+            self.kernel
+                .cluster
                 .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
                 .await;
         }

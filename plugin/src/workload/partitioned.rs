@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::execute::{UpdateError, Updater};
 use crate::cluster::controls::Workload;
 use crate::events::Event;
+use crate::kernel::{At, ControlsAt};
 use crate::plan::decide::{self, BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::{BatchInfo, DecidedBy, Phase};
 use crate::plan::rolling_update::partition_loop::{
@@ -56,7 +57,7 @@ impl Updater<'_> {
             .await
         {
             Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.reporter.report(Event::RollingBackOnAbort {
+                self.kernel.reporter.report(Event::RollingBackOnAbort {
                     reason: reason.clone(),
                 });
                 let set = self.stateful_set(ns, &request.name).await?;
@@ -69,7 +70,8 @@ impl Updater<'_> {
     }
 
     async fn stateful_set(&self, ns: &str, name: &str) -> Result<StatefulSet, UpdateError> {
-        self.cluster
+        self.kernel
+            .cluster
             .get_stateful_set(ns, name)
             .await?
             .ok_or_else(|| {
@@ -85,6 +87,7 @@ impl Updater<'_> {
             return Ok(set);
         }
         Ok(self
+            .kernel
             .cluster
             .wait_stateful_set(ns, set.name(), self.settings.timeout, |s| {
                 s.observed() && s.update_revision().is_some()
@@ -94,6 +97,7 @@ impl Updater<'_> {
 
     async fn set_pods(&self, ns: &str, set: &StatefulSet) -> Result<Vec<PodInfo>, UpdateError> {
         Ok(self
+            .kernel
             .cluster
             .list_pods(ns, &set.selector_string())
             .await?
@@ -113,14 +117,14 @@ impl Updater<'_> {
         let pods = self.set_pods(ns, &set).await?;
         match stateful_set::start(&set, &pods, action).map_err(UpdateError::Invalid)? {
             Start::Resume => {
-                self.reporter.report(Event::UpdateContinued {
+                self.kernel.reporter.report(Event::UpdateContinued {
                     controller: set.display(),
                 });
                 Ok(set)
             }
             Start::Write(template) => {
                 if template.is_some() && set.recorded_strategy().is_some() {
-                    self.reporter.report(Event::Warning {
+                    self.kernel.reporter.report(Event::Warning {
                         message: format!(
                             "{} was being updated to another template; this update starts over from its pods as they are",
                             set.display()
@@ -130,8 +134,7 @@ impl Updater<'_> {
                 self.begin(ns, set, template, false).await
             }
             Start::Revert(revision) => {
-                let template = self
-                    .cluster
+                let template = self.kernel.cluster
                     .revision_template(ns, &revision)
                     .await?
                     .ok_or_else(|| {
@@ -140,7 +143,7 @@ impl Updater<'_> {
                             set.display()
                         ))
                     })?;
-                self.reporter.report(Event::RollbackStarted {
+                self.kernel.reporter.report(Event::RollbackStarted {
                     controller: set.display(),
                     replicas: set.replicas(),
                 });
@@ -159,6 +162,7 @@ impl Updater<'_> {
     ) -> Result<StatefulSet, UpdateError> {
         use crate::cluster::controllers::Write;
         Ok(self
+            .kernel
             .cluster
             .replace_stateful_set(ns, &set.begun(template, rollback), Write::Apply)
             .await?)
@@ -181,7 +185,7 @@ impl Updater<'_> {
         let at = stateful_set::partition_of(&set, &pods, &revision);
         let replicas = set.replicas();
         let max_unavailable = pods_at_a_time(self.settings.max_unavailable, replicas);
-        self.reporter.report(Event::PartitionUpdateStarted {
+        self.kernel.reporter.report(Event::PartitionUpdateStarted {
             workload: set.display(),
             replicas,
             partition: at,
@@ -190,10 +194,14 @@ impl Updater<'_> {
             max_unavailable,
         });
         if with_hooks {
-            for message in decide::left_out_warnings(self.hooks) {
-                self.reporter.report(Event::Warning { message });
+            for message in decide::left_out_warnings(self.kernel.hooks) {
+                self.kernel.reporter.report(Event::Warning { message });
             }
         }
+        self.kernel.controls = ControlsAt::Workload {
+            workload: Workload::StatefulSet(set.name().to_string()),
+            namespace: ns.to_string(),
+        };
         let mut machine = PartitionLoop::new(replicas, at, floor, max_unavailable, canary);
         let mut partition = at;
         let mut steps_done = 0;
@@ -226,9 +234,8 @@ impl Updater<'_> {
                         step + 1,
                         set.display()
                     );
-                    let w = Workload::StatefulSet(set.name().to_string());
-                    self.checkpoint(&w, ns, &at).await?;
-                    self.reporter.report(Event::PartitionSet {
+                    self.kernel.checkpoint(&at).await?;
+                    self.kernel.reporter.report(Event::PartitionSet {
                         step,
                         workload: set.display(),
                         from,
@@ -243,7 +250,7 @@ impl Updater<'_> {
                     Input::Done
                 }
                 Step::Do(Action::Settle { from }) => {
-                    self.reporter.report(Event::PartitionSet {
+                    self.kernel.reporter.report(Event::PartitionSet {
                         step: steps_done,
                         workload: set.display(),
                         from,
@@ -259,7 +266,7 @@ impl Updater<'_> {
                 }
                 Step::Do(Action::AwaitUpdated { partition }) => {
                     self.await_updated(ns, &set, partition).await?;
-                    self.reporter.report(Event::PodsUpdated {
+                    self.kernel.reporter.report(Event::PodsUpdated {
                         step: steps_done,
                         workload: set.display(),
                         partition,
@@ -269,8 +276,9 @@ impl Updater<'_> {
                 Step::Do(Action::Wait {
                     seconds, reason, ..
                 }) => {
-                    self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                        .await;
+                    self.kernel
+                        .hold(Duration::from_secs(u64::from(seconds)), reason)
+                        .await?;
                     Input::Done
                 }
                 Step::Ask(Question::Gate {
@@ -293,7 +301,7 @@ impl Updater<'_> {
                 }
                 Step::Done(Outcome::Finished) => {
                     self.restore(ns, &set).await?;
-                    self.reporter.report(if rollback {
+                    self.kernel.reporter.report(if rollback {
                         Event::RolledBack {
                             controller: set.display(),
                         }
@@ -338,12 +346,16 @@ impl Updater<'_> {
             });
         }
         let pods = self.set_pods(ns, set).await?;
-        self.asked(
-            (HookPoint::Batch, None),
-            (at.steps_done, attempt),
+        Ok(self.kernel.ask(
+            At {
+                point: HookPoint::Batch,
+                phase: None,
+                batch: at.steps_done,
+                attempt,
+            },
             |hooks, ctx, warnings| ask_size(hooks, ctx, at, &pods, max, warnings),
             |d| (d.by().clone(), d.to_string()),
-        )
+        )?)
     }
 
     async fn judge_step(
@@ -362,12 +374,17 @@ impl Updater<'_> {
         let pods = self.set_pods(ns, set).await?;
         let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
         let replicas = set.replicas();
-        self.asked(
-            (HookPoint::Gate, Some(Phase::AfterBatch)),
-            (batch.index, batch.attempt),
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(Phase::AfterBatch),
+            batch: batch.index,
+            attempt: batch.attempt,
+        };
+        Ok(self.kernel.ask(
+            at,
             |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, replicas, not_ready, warnings),
             |g| (g.by.clone(), g.verdict.to_string()),
-        )
+        )?)
     }
 
     /// Lowers the partition from `from` to `partition` (for an `OnDelete` StatefulSet: deletes
@@ -400,7 +417,7 @@ impl Updater<'_> {
             if started.elapsed() > self.settings.timeout {
                 return Err(UpdateError::NoProgress(self.settings.timeout));
             }
-            self.reporter.report(Event::Waiting {
+            self.kernel.reporter.report(Event::Waiting {
                 seconds: self.settings.poll_interval.as_secs(),
                 reason: format!(
                     "{others_down} pods of {} are unavailable: updating {} more would pass maxUnavailable {max_unavailable}",
@@ -408,19 +425,21 @@ impl Updater<'_> {
                     doomed.len()
                 ),
             });
-            self.cluster
+            self.kernel
+                .cluster
                 .wait_pod_change(ns, &set.selector_string(), self.settings.poll_interval)
                 .await;
         };
         if set.on_delete() {
             for pod in doomed {
-                self.cluster.delete_pod_named(ns, &pod).await?;
+                self.kernel.cluster.delete_pod_named(ns, &pod).await?;
             }
             return Ok(());
         }
         let patch =
             json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}}});
-        self.cluster
+        self.kernel
+            .cluster
             .patch_stateful_set(ns, set.name(), &patch)
             .await?;
         Ok(())
@@ -456,7 +475,8 @@ impl Updater<'_> {
             }
             // A pod Ready but not yet for minReadySeconds is due at a known time; any other
             // change comes through the watch.
-            self.cluster
+            self.kernel
+                .cluster
                 .wait_pod_change(ns, &selector, self.settings.poll_interval)
                 .await;
         }
@@ -464,13 +484,14 @@ impl Updater<'_> {
 
     /// Puts the recorded update strategy back and forgets the record.
     async fn restore(&self, ns: &str, set: &StatefulSet) -> Result<(), UpdateError> {
-        let Some(set) = self.cluster.get_stateful_set(ns, set.name()).await? else {
+        let Some(set) = self.kernel.cluster.get_stateful_set(ns, set.name()).await? else {
             return Ok(());
         };
         let Some(patch) = set.restoring() else {
             return Ok(());
         };
-        self.cluster
+        self.kernel
+            .cluster
             .patch_stateful_set(ns, set.name(), &patch)
             .await?;
         Ok(())

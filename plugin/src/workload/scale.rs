@@ -12,8 +12,9 @@ use super::execute::{Pair, UpdateError, Updater};
 use crate::cluster::controllers::Write;
 use crate::cluster::controls::Workload;
 use crate::events::Event;
+use crate::kernel::{At, ControlsAt};
 use crate::keys;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
 use crate::plan::hook::{DecidedBy, Phase};
 use crate::plan::rolling_update::controller::Controller;
 use crate::plan::rolling_update::planner::{self, LoopState, Side};
@@ -59,7 +60,7 @@ impl Updater<'_> {
             desired,
             pair.from.replicas(),
         );
-        self.reporter.report(Event::UpdateStarted {
+        self.kernel.reporter.report(Event::UpdateStarted {
             old: pair.from.name().to_string(),
             old_replicas: pair.from.replicas(),
             next: pair.to.name().to_string(),
@@ -69,7 +70,9 @@ impl Updater<'_> {
             max_total: desired + budgets.max_surge,
         });
         if with_hooks {
-            self.flush(decide::left_out_warnings(self.hooks));
+            for message in decide::left_out_warnings(self.kernel.hooks) {
+                self.kernel.warn(message);
+            }
         }
         let mut sides = Sides {
             from: pair.from.clone(),
@@ -79,6 +82,11 @@ impl Updater<'_> {
             pods: Vec::new(),
             with_hooks,
             deadline: Instant::now() + self.settings.timeout,
+        };
+        // The operator's requests stand on the controller scaled down.
+        self.kernel.controls = ControlsAt::Workload {
+            workload: Workload::Controller(pair.from.kind, pair.from.name().to_string()),
+            namespace: ns.to_string(),
         };
         let mut machine = ScaleLoop::new(budgets, desired);
         let mut input = Input::Start;
@@ -110,9 +118,7 @@ impl Updater<'_> {
                             step + 1,
                             sides.from.display()
                         );
-                        let from = &sides.from;
-                        let w = Workload::Controller(from.kind, from.name().to_string());
-                        self.checkpoint(&w, &sides.ns, &at).await?;
+                        self.kernel.checkpoint(&at).await?;
                     }
                     self.carry_out(&mut sides, action).await?
                 }
@@ -155,14 +161,17 @@ impl Updater<'_> {
                 ..
             } => {
                 let reason = format!("{reason} [{decided_by}]");
-                self.hold(Duration::from_secs(u64::from(seconds)), reason)
-                    .await;
+                self.kernel
+                    .hold(Duration::from_secs(u64::from(seconds)), reason)
+                    .await?;
                 // A hook's hold is a decision, not a lack of progress.
                 sides.deadline = Instant::now() + self.settings.timeout;
             }
             Action::UpdatePeriod if !self.settings.update_period.is_zero() => {
                 let reason = "update period between scaling up and scaling down".into();
-                self.hold(self.settings.update_period, reason).await;
+                self.kernel
+                    .hold(self.settings.update_period, reason)
+                    .await?;
             }
             Action::UpdatePeriod => {}
             Action::AwaitChange => {
@@ -170,7 +179,8 @@ impl Updater<'_> {
                     return Err(UpdateError::NoProgress(self.settings.timeout));
                 }
                 let selector = sides.to.selector_string();
-                self.cluster
+                self.kernel
+                    .cluster
                     .wait_pod_change(&sides.ns, &selector, self.settings.poll_interval)
                     .await;
             }
@@ -204,20 +214,18 @@ impl Updater<'_> {
     ) -> Result<Vec<PodInfo>, UpdateError> {
         let mut pods: Vec<PodInfo> = Vec::new();
         for c in [from, to] {
-            for (_, pod) in self.cluster.list_pods(ns, &c.selector_string()).await? {
+            for (_, pod) in self
+                .kernel
+                .cluster
+                .list_pods(ns, &c.selector_string())
+                .await?
+            {
                 if !pods.iter().any(|p| p.name == pod.name) {
                     pods.push(pod);
                 }
             }
         }
         Ok(pods)
-    }
-
-    /// Reports the warnings a decision left (hooks ignored under `failurePolicy: Ignore`).
-    fn flush(&self, warnings: Vec<String>) {
-        for message in warnings {
-            self.reporter.report(Event::Warning { message });
-        }
     }
 
     /// The size of a step: built in, or what the batching hooks say.
@@ -240,31 +248,20 @@ impl Updater<'_> {
             .map(|p| p.candidate(sides.from.name()))
             .collect();
         let group = planner::group_info(sides.from.name(), state, &sides.budgets);
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (decision, said) = tokio::task::block_in_place(|| {
-            planner::step_amount(
-                hooks,
-                &ctx,
-                &group,
-                state,
-                candidates.into(),
-                max,
-                &mut warnings,
-            )
-        })?;
-        self.flush(warnings);
-        let at = (state.steps_done, attempt);
-        self.decided(
-            HookPoint::Batch,
-            None,
+        let at = At {
+            point: HookPoint::Batch,
+            phase: None,
+            batch: state.steps_done,
+            attempt,
+        };
+        Ok(self.kernel.ask(
             at,
-            decision.by(),
-            decision.to_string(),
-        );
-        self.shadowed(at, said);
-        Ok(decision)
+            |hooks, ctx, warnings| {
+                let pending = candidates.into();
+                planner::step_amount(hooks, ctx, &group, state, pending, max, warnings)
+            },
+            |d| (d.by().clone(), d.to_string()),
+        )?)
     }
 
     /// Puts the selection hook's order on the old pods as deletion costs before a scale-down.
@@ -283,41 +280,45 @@ impl Updater<'_> {
             return Ok(());
         }
         let group = planner::group_info(sides.from.name(), state, &sides.budgets);
-        let ctx = self.ctx();
-        let mut warnings = Vec::new();
-        let hooks = &mut *self.hooks;
-        let (selected, said) = tokio::task::block_in_place(|| {
-            let selected = decide::select(hooks, &ctx, &group, &candidates, &mut warnings)?;
-            let said = shadow::select(hooks, &ctx, &group, &candidates, &selected);
-            Ok::<_, HookFailed>((selected, said))
-        })?;
-        self.flush(warnings);
-        let at = (state.steps_done, 0);
-        self.shadowed(at, said);
+        let at = At {
+            point: HookPoint::Select,
+            phase: None,
+            batch: state.steps_done,
+            attempt: 0,
+        };
+        let going = |selected: &Selected| -> Vec<String> {
+            (selected.chosen.iter())
+                .take(amount.max(0) as usize)
+                .map(|c| candidates[c.index].name.clone())
+                .collect()
+        };
+        let selected = self.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                let selected = decide::select(hooks, ctx, &group, &candidates, warnings)?;
+                let said = shadow::select(hooks, ctx, &group, &candidates, &selected);
+                Ok::<_, HookFailed>((selected, said))
+            },
+            |selected| match selected.by {
+                DecidedBy::BuiltIn => (DecidedBy::BuiltIn, "order left to the controller".into()),
+                _ => (
+                    selected.by.clone(),
+                    format!("order {}", going(selected).join(", ")),
+                ),
+            },
+        )?;
         if selected.by == DecidedBy::BuiltIn {
-            let text = "order left to the controller".into();
-            self.decided(HookPoint::Select, None, at, &selected.by, text);
             return Ok(());
         }
-        let first: Vec<&str> = selected
-            .chosen
-            .iter()
-            .take(amount.max(0) as usize)
-            .map(|c| candidates[c.index].name.as_str())
-            .collect();
+        let first = going(&selected);
         for (i, name) in first.iter().enumerate() {
             let cost = (i as i64) - (first.len() as i64);
-            self.cluster
-                .annotate_pod(
-                    &sides.ns,
-                    name,
-                    keys::POD_DELETION_COST,
-                    Some(&cost.to_string()),
-                )
+            let cost = cost.to_string();
+            let key = keys::POD_DELETION_COST;
+            (self.kernel.cluster)
+                .annotate_pod(&sides.ns, name, key, Some(&cost))
                 .await?;
         }
-        let text = format!("order {}", first.join(", "));
-        self.decided(HookPoint::Select, None, at, &selected.by, text);
         Ok(())
     }
 
@@ -330,7 +331,7 @@ impl Updater<'_> {
         decided_by: DecidedBy,
     ) -> Result<i32, UpdateError> {
         let c = sides.of(side).clone();
-        self.reporter.report(Event::StepStarted {
+        self.kernel.reporter.report(Event::StepStarted {
             step,
             controller: c.name().to_string(),
             from: c.replicas(),
@@ -338,14 +339,16 @@ impl Updater<'_> {
             decided_by: decided_by.to_string(),
         });
         let patch = json!({"spec": {"replicas": replicas}});
-        self.cluster
+        self.kernel
+            .cluster
             .patch_controller(c.kind, &sides.ns, c.name(), &patch, Write::Apply)
             .await?;
         let scaled = self
+            .kernel
             .cluster
             .wait_settled(c.kind, &sides.ns, c.name(), self.settings.timeout)
             .await?;
-        self.reporter.report(Event::Scaled {
+        self.kernel.reporter.report(Event::Scaled {
             controller: scaled.name().to_string(),
             from: c.replicas(),
             to: scaled.replicas(),
@@ -372,18 +375,19 @@ impl Updater<'_> {
             let pods = self.pods_of(&sides.from, &sides.to, &sides.ns).await?;
             let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
             let name = sides.of(side).name().to_string();
-            let ctx = self.ctx();
-            let mut warnings = Vec::new();
-            let hooks = &mut *self.hooks;
-            let (gate, said) = tokio::task::block_in_place(|| {
-                planner::gate_after(hooks, &ctx, &name, state, not_ready, attempt, &mut warnings)
-            })?;
-            self.flush(warnings);
-            let text = gate.verdict.to_string();
-            let at = (step, attempt);
-            self.decided(HookPoint::Gate, Some(Phase::AfterBatch), at, &gate.by, text);
-            self.shadowed(at, said);
-            gate
+            let at = At {
+                point: HookPoint::Gate,
+                phase: Some(Phase::AfterBatch),
+                batch: step,
+                attempt,
+            };
+            self.kernel.ask(
+                at,
+                |hooks, ctx, warnings| {
+                    planner::gate_after(hooks, ctx, &name, state, not_ready, attempt, warnings)
+                },
+                |g| (g.by.clone(), g.verdict.to_string()),
+            )?
         } else {
             GateDecision {
                 verdict: Verdict::Proceed,
@@ -391,7 +395,7 @@ impl Updater<'_> {
             }
         };
         if decision.verdict == Verdict::Proceed {
-            self.reporter.report(Event::StepDone {
+            self.kernel.reporter.report(Event::StepDone {
                 step,
                 old: sides.from.name().to_string(),
                 old_replicas: sides.from.replicas(),

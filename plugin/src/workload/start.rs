@@ -91,7 +91,7 @@ impl Updater<'_> {
         let Some((pod, record)) = record.filter(|(_, r)| renamed(r)) else {
             return Ok(false);
         };
-        self.reporter.report(Event::RenameResumed {
+        self.kernel.reporter.report(Event::RenameResumed {
             controller: format!("{}/{}", kind.short(), request.old_name),
             pod,
         });
@@ -135,7 +135,7 @@ impl Updater<'_> {
                 )));
             }
         }
-        self.reporter.report(Event::UpdateContinued {
+        self.kernel.reporter.report(Event::UpdateContinued {
             controller: next.name().to_string(),
         });
         // Labelled already (or a ReplicaSet, whose selector is fixed): nothing to add.
@@ -168,10 +168,11 @@ impl Updater<'_> {
             return Ok((left, label));
         }
         let created = self
+            .kernel
             .cluster
             .create_controller(ns, &next, Write::Apply)
             .await?;
-        self.reporter.report(Event::ControllerCreated {
+        self.kernel.reporter.report(Event::ControllerCreated {
             controller: created.name().to_string(),
         });
         Ok((created, prepared.old_label))
@@ -229,15 +230,21 @@ impl Updater<'_> {
     ) -> Result<Controller, UpdateError> {
         let template = json!({"spec": {"template": {"metadata": {"labels": {key: value}}}}});
         let old = self
+            .kernel
             .cluster
             .patch_controller(old.kind, ns, old.name(), &template, Write::Apply)
             .await?;
-        let pods = self.cluster.list_pods(ns, &old.selector_string()).await?;
+        let pods = self
+            .kernel
+            .cluster
+            .list_pods(ns, &old.selector_string())
+            .await?;
         for (_, pod) in pods
             .iter()
             .filter(|(_, p)| p.owner_uid.as_deref() == Some(old.uid()))
         {
-            self.cluster
+            self.kernel
+                .cluster
                 .patch_pod(
                     ns,
                     &pod.name,
@@ -251,6 +258,7 @@ impl Updater<'_> {
         let mut selector = old.selector();
         selector.insert(key.to_string(), value.to_string());
         Ok(self
+            .kernel
             .cluster
             .patch_controller(
                 old.kind,
@@ -300,7 +308,7 @@ impl Updater<'_> {
                     cleanup: Cleanup::DeleteOld,
                 };
                 self.clear_update_annotations(&pair.to, ns, true).await?;
-                self.reporter.report(Event::RolledBack {
+                self.kernel.reporter.report(Event::RolledBack {
                     controller: pair.to.display(),
                 });
                 return Ok(None);
@@ -317,7 +325,7 @@ impl Updater<'_> {
                 keys::LEGACY_ORIGINAL_REPLICAS
             )));
         };
-        self.reporter.report(Event::RollbackStarted {
+        self.kernel.reporter.report(Event::RollbackStarted {
             controller: old.name().to_string(),
             replicas: original,
         });

@@ -12,9 +12,11 @@ use crate::cli::rotate_cmd::{identity, take_lock};
 use crate::cluster::Cluster;
 use crate::cluster::LiveObjects;
 use crate::cluster::access::Permission;
+use crate::cluster::controls::Workload;
 use crate::cluster::lock::LeaseRef;
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::hooks::ObjectSource;
+use crate::kernel::{ControlsAt, Kernel};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::template::TemplateChange;
@@ -231,12 +233,24 @@ pub async fn run_live(
         namespace: namespace.clone(),
     };
     let recorder = EventRecorder::start(cluster, &identity, scope, Arc::clone(&reporter));
+    let workload = match &request {
+        LiveRequest::Partition(r) => Workload::StatefulSet(r.name.clone()),
+        LiveRequest::Nodes(r) => Workload::DaemonSet(r.name.clone()),
+    };
     let mut updater = Updater {
-        cluster,
         settings: &settings,
-        hooks: &mut hooks,
-        run_id: identity,
-        reporter: &recorder,
+        kernel: Kernel {
+            cluster,
+            hooks: &mut hooks,
+            reporter: &recorder,
+            run_id: identity,
+            controls: ControlsAt::Workload {
+                workload,
+                namespace: namespace.clone(),
+            },
+            // The lock is watched beside the run, which stops at once when it is lost.
+            lock: None,
+        },
     };
     let run = async {
         match &request {

@@ -20,9 +20,11 @@ use clap::Args;
 
 use super::nodes::DryRun;
 use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
+use crate::cluster::controls::Workload;
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
+use crate::kernel::{ControlsAt, Kernel};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::prepare::NextSource;
@@ -314,11 +316,18 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         };
         let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output));
         let mut updater = Updater {
-            cluster: &cluster,
             settings: &settings,
-            hooks: &mut hooks,
-            run_id,
-            reporter: &recorder,
+            kernel: Kernel {
+                cluster: &cluster,
+                hooks: &mut hooks,
+                reporter: &recorder,
+                run_id,
+                controls: ControlsAt::Workload {
+                    workload: Workload::Controller(kind, request.old_name.clone()),
+                    namespace: request.namespace.clone(),
+                },
+                lock: None,
+            },
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),

@@ -276,6 +276,10 @@ impl Policy for Hostile {
                 seconds: u32::MAX,
                 reason: "forever".into(),
             })),
+            "wait-an-hour" => Ok(Verdict::Wait(Pause {
+                seconds: 3600,
+                reason: "an hour, on purpose".into(),
+            })),
             "abort" => Ok(Verdict::Abort("hostile gate says stop".into())),
             _ => Ok(Verdict::Defer),
         }

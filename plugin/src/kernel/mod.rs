@@ -1,0 +1,82 @@
+//! The executor kernel: what every live flow (the node rotation, and each workload flow) does
+//! the same way around its own steps. It asks the hooks (once per decision, off the async
+//! workers, reporting each decision they took part in and what shadow hooks would have said),
+//! holds for waits that an abort cuts short, honours pause, resume and abort at safe points,
+//! checks the lock, and records what holds the run where `status` reads it.
+//!
+//! The flows own their steps and effects; the kernel owns none of them.
+
+mod ask;
+mod controls;
+mod hold;
+
+use crate::cluster::Cluster;
+use crate::cluster::ClusterError;
+use crate::cluster::controls::{ControlRequest, Workload};
+use crate::cluster::lock::LockGuard;
+use crate::events::{Event, Reporter};
+use crate::plan::decide::HookFailed;
+use crate::plan::hook::{CallContext, Hook};
+
+pub use ask::At;
+
+/// Where the operator's pause and abort requests to a run stand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlsAt {
+    /// The rotation's Lease, which is also its lock and its record of what holds it.
+    Lease,
+    /// The workload being updated.
+    Workload {
+        workload: Workload,
+        namespace: String,
+    },
+}
+
+/// Why the kernel stopped a run.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error(transparent)]
+    Hook(#[from] HookFailed),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// An operator's abort, honoured at `at`.
+    #[error("aborted {}; stopped {at}", request.describe())]
+    Stopped { request: ControlRequest, at: String },
+    #[error("the lock was taken over by another run; stopping here")]
+    LockLost,
+}
+
+/// One live run's kernel.
+pub struct Kernel<'a> {
+    pub cluster: &'a Cluster,
+    pub hooks: &'a mut [Box<dyn Hook>],
+    pub reporter: &'a dyn Reporter,
+    /// Who runs, as hooks are told (`run-id`).
+    pub run_id: String,
+    pub controls: ControlsAt,
+    /// The run's lock, when it holds one: a run that lost it stops at its next safe point.
+    pub lock: Option<&'a LockGuard>,
+}
+
+impl Kernel<'_> {
+    /// The context of a hook call made now, for real.
+    pub fn ctx(&self) -> CallContext {
+        CallContext {
+            now: jiff::Timestamp::now().as_second(),
+            run_id: self.run_id.clone(),
+            dry_run: false,
+        }
+    }
+
+    pub fn warn(&self, message: String) {
+        self.reporter.report(Event::Warning { message });
+    }
+
+    /// Stops the run if another took its lock over.
+    pub fn check_lock(&self) -> Result<(), KernelError> {
+        match self.lock {
+            Some(lock) if lock.lost() => Err(KernelError::LockLost),
+            _ => Ok(()),
+        }
+    }
+}
