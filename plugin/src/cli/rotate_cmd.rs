@@ -14,7 +14,7 @@ use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource};
-use crate::kernel::{ControlsAt, Kernel};
+use crate::kernel::{ControlsAt, Kernel, Parts};
 use crate::plan::PlanOptions;
 use crate::plan::hook::Hook;
 use crate::policy::Policy;
@@ -129,8 +129,10 @@ pub fn run(
             needed.extend(access::for_karpenter());
         }
         // Nothing changes before every permission the run needs is known to be granted, and
-        // every hook has loaded.
-        cluster.check_access(&needed).await?;
+        // every hook has loaded. The run's view of the cluster (reads only) starts meanwhile.
+        let (access, view) = tokio::join!(cluster.check_access(&needed), LiveView::start(&cluster));
+        access?;
+        let view = view?;
         let policy_version = cluster.policy_version().await?;
         let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
             cluster: cluster.clone(),
@@ -150,18 +152,17 @@ pub fn run(
         let lease = LeaseRef::rotation();
         let lock = take_lock(&cluster, &lease, &identity, args.force_unlock, &*reporter).await?;
         let recorder = EventRecorder::start(&cluster, &identity, Scope::Rotation, reporter.clone());
-        let result = rotate(
-            &cluster,
+        let run = Run {
+            cluster: &cluster,
+            view: &view,
             policy,
-            hooks,
             args,
-            plan,
-            &providers,
-            &recorder,
-            &lock,
+            providers: &providers,
+            reporter: &recorder,
+            lock: &lock,
             policy_version,
-        )
-        .await;
+        };
+        let result = rotate(run, hooks, plan).await;
         // A finished run removes its state; a stopped one keeps it for the next run.
         let released = match &result {
             Ok(()) => lock.release().await,
@@ -181,18 +182,34 @@ pub fn run(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn rotate(
-    cluster: &Cluster,
-    policy: &Policy,
-    mut hooks: Vec<Box<dyn Hook>>,
-    args: &NodesArgs,
-    plan: PlanOptions,
-    providers: &Providers,
-    reporter: &dyn Reporter,
-    lock: &crate::cluster::lock::LockGuard,
+/// What a rotation runs with, once connected, checked and locked.
+struct Run<'a> {
+    cluster: &'a Cluster,
+    /// The run's watched view of the cluster, which every state question reads.
+    view: &'a LiveView,
+    policy: &'a Policy,
+    args: &'a NodesArgs,
+    providers: &'a Providers,
+    reporter: &'a dyn Reporter,
+    lock: &'a LockGuard,
     policy_version: &'static str,
+}
+
+async fn rotate(
+    run: Run<'_>,
+    mut hooks: Vec<Box<dyn Hook>>,
+    plan: PlanOptions,
 ) -> Result<(), Failure> {
+    let Run {
+        cluster,
+        view,
+        policy,
+        args,
+        providers,
+        reporter,
+        lock,
+        policy_version,
+    } = run;
     let settings = RotateSettings {
         drain: DrainSettings {
             options: plan.drain.clone(),
@@ -215,22 +232,20 @@ async fn rotate(
         fail_on_drain_error: args.fail_on_drain_error,
         fail_on_validate_error: args.fail_on_validate_error,
     };
-    // Every state question of the run is read from one watched view of the cluster.
-    let view = LiveView::start(cluster).await?;
     let steps = Steps::default();
     let mut rotation = Rotation {
         cluster,
-        view: &view,
+        view,
         policy,
         settings: &settings,
-        kernel: Kernel {
+        kernel: Kernel::new(Parts {
             cluster,
             hooks: &mut hooks,
             reporter,
             run_id: lock.identity().to_string(),
             controls: ControlsAt::Lease,
             lock: Some(lock),
-        },
+        }),
         providers,
         lock,
         steps: &steps,

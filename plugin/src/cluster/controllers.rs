@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams, PropagationPolicy,
 };
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::{Cluster, ClusterError, Request};
@@ -41,7 +41,7 @@ fn to_controller(kind: Kind, object: DynamicObject) -> Controller {
 }
 
 impl Cluster {
-    fn controllers(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+    pub(super) fn controllers(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), namespace, &resource(kind))
     }
 
@@ -102,20 +102,6 @@ impl Cluster {
             .map_err(|e| {
                 request("create", controller.kind.resource(), namespace).error(&self.server, e)
             })
-    }
-
-    /// Yields whenever the watch of controller `name` delivers something: a wake-up to read
-    /// its controls again.
-    pub fn controller_changes(
-        &self,
-        kind: Kind,
-        namespace: &str,
-        name: &str,
-    ) -> impl Stream<Item = ()> + Send + use<> {
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        watcher(self.controllers(kind, namespace), config)
-            .default_backoff()
-            .map(|_| ())
     }
 
     /// Merge-patches a controller (annotations, labels, replicas, selector).

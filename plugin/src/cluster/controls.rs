@@ -6,15 +6,15 @@
 
 use std::collections::BTreeMap;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::ResourceExt;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
 use super::controllers::Write;
 use super::lock::{LOCK_NAME, api, delete_unchanged, has_run_state, lease_request};
 use super::workloads::AppsKind;
-use super::{Cluster, ClusterError};
+use super::{Cluster, ClusterError, Request};
 use crate::keys;
 use crate::plan::rolling_update::controller::Kind;
 
@@ -188,14 +188,6 @@ impl Cluster {
         // Changed meanwhile (a new pause, a run taking it): it is no longer idle.
         delete_unchanged(self, lease).await.map(drop)
     }
-
-    /// Yields whenever the watch of the Lease delivers something (a change, or a re-list): a
-    /// wake-up to read the controls again, instead of polling. Backs off on watch errors; the
-    /// read that follows each wake-up reports them.
-    pub fn lock_changes(&self) -> impl Stream<Item = ()> + Send + use<> {
-        let config = watcher::Config::default().fields(&format!("metadata.name={LOCK_NAME}"));
-        watcher(api(self), config).default_backoff().map(|_| ())
-    }
 }
 
 /// A controller of a rolling update as a control request sees it.
@@ -291,21 +283,197 @@ impl Cluster {
                 .map(drop),
         }
     }
+}
 
-    /// Yields whenever the watch of `workload` delivers something: a wake-up to read its
-    /// controls again.
-    pub fn workload_changes(
+/// Where the operator's pause and abort requests to a run stand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlsAt {
+    /// The rotation's Lease.
+    Lease,
+    /// The workload being updated.
+    Workload {
+        workload: Workload,
+        namespace: String,
+    },
+}
+
+/// What a watch of the controls has seen.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// Not listed yet.
+    Unknown,
+    Known(Controls),
+    Failed(std::sync::Arc<ClusterError>),
+}
+
+/// The requests standing where a run's controls stand, kept current by a watch of that one
+/// object (its metadata only): a safe point reads them without asking the server, and an abort
+/// is seen the moment it is made. Dropping it stops the watch.
+pub struct WatchedControls {
+    seen: tokio::sync::watch::Receiver<Seen>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for WatchedControls {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl WatchedControls {
+    /// The requests standing now (once the watch has listed the object).
+    pub async fn current(&self) -> Result<Controls, ClusterError> {
+        let mut seen = self.seen.clone();
+        self.next(&mut seen, true).await
+    }
+
+    /// Resolves with the requests at their next change (or the first list).
+    pub async fn changed(&self) -> Result<Controls, ClusterError> {
+        let mut seen = self.seen.clone();
+        seen.borrow_and_update();
+        self.next(&mut seen, false).await
+    }
+
+    async fn next(
         &self,
-        workload: &Workload,
-        namespace: &str,
-    ) -> std::pin::Pin<Box<dyn Stream<Item = ()> + Send>> {
-        match workload {
-            Workload::Controller(kind, name) => {
-                Box::pin(self.controller_changes(*kind, namespace, name))
+        seen: &mut tokio::sync::watch::Receiver<Seen>,
+        now: bool,
+    ) -> Result<Controls, ClusterError> {
+        let mut now = now;
+        loop {
+            if now {
+                match &*seen.borrow_and_update() {
+                    Seen::Known(controls) => return Ok(controls.clone()),
+                    Seen::Failed(error) => return Err(ClusterError::ViewFailed(error.clone())),
+                    Seen::Unknown => {}
+                }
             }
-            Workload::StatefulSet(name) | Workload::DaemonSet(name) => {
-                Box::pin(self.apps_changes(workload.apps_kind(), namespace, name))
+            now = true;
+            if seen.changed().await.is_err() {
+                return Err(ClusterError::ViewStopped);
             }
+        }
+    }
+}
+
+/// Keeps `tx` current with the annotations of object `name` of `api`: read once, then watched
+/// from the version read (so that only `get` and `watch` of it are needed, never `list`), read
+/// again when the watch loses its place.
+async fn watch_annotations<K>(
+    api: kube::Api<K>,
+    name: String,
+    request: Request<'static>,
+    server: String,
+    tx: tokio::sync::watch::Sender<Seen>,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let fail = |e: kube::Error| {
+        let error = std::sync::Arc::new(request.error(&server, e));
+        tx.send_replace(Seen::Failed(error));
+    };
+    // After a failure that is worth another try, the next one waits a little longer.
+    let mut rest = RETRY_FIRST;
+    loop {
+        let (controls, version) = match api.get_opt(&name).await {
+            Ok(Some(o)) => (
+                Controls::from_annotations(o.annotations()),
+                o.resource_version().unwrap_or_default(),
+            ),
+            // No object (yet): its requests are none, and the watch sees it come.
+            Ok(None) => (Controls::default(), "0".to_string()),
+            Err(e) if super::retry::is_final(&e) => return fail(e),
+            Err(_) => {
+                tokio::time::sleep(rest).await;
+                rest = (rest * 2).min(RETRY_MOST);
+                continue;
+            }
+        };
+        tx.send_replace(Seen::Known(controls));
+        let mut from = version;
+        'watch: loop {
+            let mut events = match api.watch(&params, &from).await {
+                Ok(events) => events.boxed(),
+                Err(e) if super::retry::is_final(&e) => return fail(e),
+                Err(_) => break 'watch,
+            };
+            rest = RETRY_FIRST;
+            while let Some(event) = events.next().await {
+                let seen = match event {
+                    Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
+                        from = o.resource_version().unwrap_or(from);
+                        Controls::from_annotations(o.annotations())
+                    }
+                    Ok(WatchEvent::Deleted(o)) => {
+                        from = o.resource_version().unwrap_or(from);
+                        Controls::default()
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => {
+                        from = b.metadata.resource_version;
+                        continue;
+                    }
+                    // The version is gone (or the watch failed): read the object again.
+                    Ok(WatchEvent::Error(_)) | Err(_) => break 'watch,
+                };
+                tx.send_replace(Seen::Known(seen));
+            }
+            // Closed by the server: resumed where it was.
+        }
+        tokio::time::sleep(rest).await;
+        rest = (rest * 2).min(RETRY_MOST);
+    }
+}
+
+/// How long the watch of the controls rests after a failure, doubling up to a few seconds.
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Cluster {
+    /// Starts watching the requests standing at `at`.
+    pub fn watch_controls(&self, at: &ControlsAt) -> WatchedControls {
+        let (tx, seen) = tokio::sync::watch::channel(Seen::Unknown);
+        let server = self.server.clone();
+        let task = match at {
+            ControlsAt::Lease => tokio::spawn(watch_annotations(
+                api(self),
+                LOCK_NAME.to_string(),
+                lease_request("watch"),
+                server,
+                tx,
+            )),
+            ControlsAt::Workload {
+                workload: Workload::Controller(kind, name),
+                namespace,
+            } => tokio::spawn(watch_annotations(
+                self.controllers(*kind, namespace),
+                name.clone(),
+                Request {
+                    verb: "watch",
+                    resource: kind.resource(),
+                    namespace: None,
+                },
+                server,
+                tx,
+            )),
+            ControlsAt::Workload {
+                workload: workload @ (Workload::StatefulSet(name) | Workload::DaemonSet(name)),
+                namespace,
+            } => tokio::spawn(watch_annotations(
+                self.apps(workload.apps_kind(), namespace),
+                name.clone(),
+                Request {
+                    verb: "watch",
+                    resource: workload.apps_kind().resource(),
+                    namespace: None,
+                },
+                server,
+                tx,
+            )),
+        };
+        WatchedControls {
+            seen,
+            task: task.abort_handle(),
         }
     }
 }

@@ -91,6 +91,26 @@ fn transport_failure(error: &(dyn std::error::Error + 'static)) -> Option<String
     None
 }
 
+/// Whether a failed request is final for a watch that would try it again: an answer
+/// (forbidden, not found), or a request this layer's retries gave up on. Anything else (a
+/// connection cut, refused or reset while the API server restarts, a watch's version gone) is
+/// worth another try.
+pub fn is_final(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(s) => !(s.code == 410 || s.code == 429 || s.code >= 500),
+        other => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
+            while let Some(e) = source {
+                if e.downcast_ref::<GaveUp>().is_some() {
+                    return true;
+                }
+                source = e.source();
+            }
+            false
+        }
+    }
+}
+
 /// What a retry tells the operator.
 pub type Notify = Arc<dyn Fn(&str) + Send + Sync>;
 

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::controllers::Write;
@@ -32,7 +32,7 @@ impl AppsKind {
         }
     }
 
-    fn resource(self) -> &'static str {
+    pub(super) fn resource(self) -> &'static str {
         match self {
             AppsKind::StatefulSet => "statefulsets.apps",
             AppsKind::DaemonSet => "daemonsets.apps",
@@ -53,7 +53,7 @@ fn apps_resource(kind: &str) -> ApiResource {
 }
 
 impl Cluster {
-    fn apps(&self, kind: AppsKind, namespace: &str) -> Api<DynamicObject> {
+    pub(super) fn apps(&self, kind: AppsKind, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), namespace, &apps_resource(kind.kind()))
     }
 
@@ -112,19 +112,6 @@ impl Cluster {
             .await
             .map(|o| Self::to_object(kind, o))
             .map_err(|e| kind.request("patch", namespace).error(&self.server, e))
-    }
-
-    /// Yields whenever the watch of workload `name` delivers something.
-    pub fn apps_changes(
-        &self,
-        kind: AppsKind,
-        namespace: &str,
-        name: &str,
-    ) -> impl Stream<Item = ()> + Send + use<> {
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        watcher(self.apps(kind, namespace), config)
-            .default_backoff()
-            .map(|_| ())
     }
 
     /// Waits, watching it, until `ready` holds for the workload `name`.
@@ -277,14 +264,6 @@ impl Cluster {
             .patch_workload(AppsKind::StatefulSet, namespace, name, patch)
             .await?;
         Ok(StatefulSet { object })
-    }
-
-    pub fn stateful_set_changes(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Stream<Item = ()> + Send + use<> {
-        self.apps_changes(AppsKind::StatefulSet, namespace, name)
     }
 
     pub async fn wait_stateful_set(

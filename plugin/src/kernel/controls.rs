@@ -1,49 +1,20 @@
 //! The operator's pause and abort requests, honoured at the flow's safe points (between two
 //! steps, so never inside a drain's evictions, a termination or a scaling step) and in holds,
 //! which an abort cuts short. The requests stand on the rotation's Lease or on the workload
-//! ([`crate::cluster::controls`]); the run learns of them by watching it.
-
-use futures::{Stream, StreamExt};
+//! ([`crate::cluster::controls`]); the kernel keeps them current with one watch of that object.
 
 use super::hold::holding_record;
 use super::{ControlsAt, Kernel, KernelError};
-use crate::cluster::controls::{Control, ControlRequest, Controls};
+use crate::cluster::controls::{Control, ControlRequest};
 use crate::events::Event;
 use crate::keys;
 
 impl Kernel<'_> {
-    async fn read_controls(&self) -> Result<Controls, KernelError> {
-        let controls = match &self.controls {
-            ControlsAt::Lease => self.cluster.controls().await?.map(|l| l.controls),
-            ControlsAt::Workload {
-                workload,
-                namespace,
-            } => (self
-                .cluster
-                .controller_controls(workload, namespace)
-                .await?)
-                .map(|v| v.controls),
-        };
-        Ok(controls.unwrap_or_default())
-    }
-
-    /// Wakes up at each change of what the requests stand on (its first wake-up follows the
-    /// watch's initial list).
-    fn control_changes(&self) -> std::pin::Pin<Box<dyn Stream<Item = ()> + Send>> {
-        match &self.controls {
-            ControlsAt::Lease => Box::pin(self.cluster.lock_changes()),
-            ControlsAt::Workload {
-                workload,
-                namespace,
-            } => self.cluster.workload_changes(workload, namespace),
-        }
-    }
-
     /// A safe point `at`: a lost lock or a standing abort stops the run here; a pause holds it
     /// here until it is withdrawn (or an abort comes).
     pub async fn checkpoint(&self, at: &str) -> Result<(), KernelError> {
         self.check_lock()?;
-        let controls = self.read_controls().await?;
+        let controls = self.watched.current().await?;
         if let Some(abort) = controls.abort {
             return Err(self.honour_abort(abort, at).await);
         }
@@ -70,22 +41,21 @@ impl Kernel<'_> {
 
     /// Resolves once no pause stands.
     async fn until_resumed(&self) -> Result<(), KernelError> {
-        let mut changes = self.control_changes();
-        while self.read_controls().await?.pause.is_some() {
-            changes.next().await;
+        let mut controls = self.watched.current().await?;
+        while controls.pause.is_some() {
+            controls = self.watched.changed().await?;
         }
         Ok(())
     }
 
     /// Resolves with the first abort request that stands.
     pub async fn abort_requested(&self) -> Result<ControlRequest, KernelError> {
-        let mut changes = self.control_changes();
+        let mut controls = self.watched.current().await?;
         loop {
-            // The watch's first wake-up follows its initial list: the requests are read at once.
-            changes.next().await;
-            if let Some(abort) = self.read_controls().await?.abort {
+            if let Some(abort) = controls.abort {
                 return Ok(abort);
             }
+            controls = self.watched.changed().await?;
         }
     }
 

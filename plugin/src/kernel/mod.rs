@@ -12,25 +12,14 @@ mod hold;
 
 use crate::cluster::Cluster;
 use crate::cluster::ClusterError;
-use crate::cluster::controls::{ControlRequest, Workload};
+pub use crate::cluster::controls::ControlsAt;
+use crate::cluster::controls::{ControlRequest, WatchedControls};
 use crate::cluster::lock::LockGuard;
 use crate::events::{Event, Reporter};
 use crate::plan::decide::HookFailed;
 use crate::plan::hook::{CallContext, Hook};
 
 pub use ask::At;
-
-/// Where the operator's pause and abort requests to a run stand.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ControlsAt {
-    /// The rotation's Lease, which is also its lock and its record of what holds it.
-    Lease,
-    /// The workload being updated.
-    Workload {
-        workload: Workload,
-        namespace: String,
-    },
-}
 
 /// Why the kernel stopped a run.
 #[derive(Debug, thiserror::Error)]
@@ -53,9 +42,46 @@ pub struct Kernel<'a> {
     pub reporter: &'a dyn Reporter,
     /// Who runs, as hooks are told (`run-id`).
     pub run_id: String,
-    pub controls: ControlsAt,
+    /// Where the operator's requests stand (the rotation's Lease, which is also its lock and
+    /// its record of what holds it; or the workload), and a watch of them.
+    controls: ControlsAt,
+    watched: WatchedControls,
     /// The run's lock, when it holds one: a run that lost it stops at its next safe point.
     pub lock: Option<&'a LockGuard>,
+}
+
+/// What a kernel is made of.
+pub struct Parts<'a> {
+    pub cluster: &'a Cluster,
+    pub hooks: &'a mut [Box<dyn Hook>],
+    pub reporter: &'a dyn Reporter,
+    pub run_id: String,
+    pub controls: ControlsAt,
+    pub lock: Option<&'a LockGuard>,
+}
+
+impl<'a> Kernel<'a> {
+    /// A kernel of `parts`, watching the operator's requests from now on.
+    pub fn new(parts: Parts<'a>) -> Self {
+        Kernel {
+            watched: parts.cluster.watch_controls(&parts.controls),
+            cluster: parts.cluster,
+            hooks: parts.hooks,
+            reporter: parts.reporter,
+            run_id: parts.run_id,
+            controls: parts.controls,
+            lock: parts.lock,
+        }
+    }
+
+    /// The operator's requests stand at `controls` from now on (a rolling update rolling back
+    /// takes them on the controller it now scales down).
+    pub fn control_at(&mut self, controls: ControlsAt) {
+        if self.controls != controls {
+            self.watched = self.cluster.watch_controls(&controls);
+            self.controls = controls;
+        }
+    }
 }
 
 impl Kernel<'_> {

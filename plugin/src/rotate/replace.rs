@@ -27,7 +27,9 @@ impl Rotation<'_> {
         // the group lacks Ready nodes is the cluster watched for them.
         if !self.settings.plan.cloud_only {
             // A stopped run's batch may still owe its evicted pods.
-            self.wait_pods_back(&group).await?;
+            if self.judges_by_pods(&group) {
+                self.wait_pods_back(&group).await?;
+            }
             if self.ready_in(&run.latest, &group) < run.expected {
                 self.wait_ready(&group, run.expected).await?;
             }
@@ -81,7 +83,9 @@ impl Rotation<'_> {
         if self.settings.plan.cloud_only {
             return Ok(());
         }
-        self.wait_pods_back(&group).await?;
+        if self.judges_by_pods(&group) {
+            self.wait_pods_back(&group).await?;
+        }
         let fresh = self.wait_ready(&group, run.expected).await?;
         self.validate(&fresh).await
     }

@@ -201,10 +201,10 @@ impl Updater<'_> {
         } else {
             Vec::new()
         };
-        self.kernel.controls = ControlsAt::Workload {
+        self.kernel.control_at(ControlsAt::Workload {
             workload: Workload::DaemonSet(name.clone()),
             namespace: ns.to_string(),
-        };
+        });
         let mut machine = NodeLoop::new(pending, updated, max_unavailable);
         let mut sized_by = DecidedBy::BuiltIn;
         let mut input = Input::Start;

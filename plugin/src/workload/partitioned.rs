@@ -198,10 +198,10 @@ impl Updater<'_> {
                 self.kernel.reporter.report(Event::Warning { message });
             }
         }
-        self.kernel.controls = ControlsAt::Workload {
+        self.kernel.control_at(ControlsAt::Workload {
             workload: Workload::StatefulSet(set.name().to_string()),
             namespace: ns.to_string(),
-        };
+        });
         let mut machine = PartitionLoop::new(replicas, at, floor, max_unavailable, canary);
         let mut partition = at;
         let mut steps_done = 0;

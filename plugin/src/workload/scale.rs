@@ -84,10 +84,10 @@ impl Updater<'_> {
             deadline: Instant::now() + self.settings.timeout,
         };
         // The operator's requests stand on the controller scaled down.
-        self.kernel.controls = ControlsAt::Workload {
+        self.kernel.control_at(ControlsAt::Workload {
             workload: Workload::Controller(pair.from.kind, pair.from.name().to_string()),
             namespace: ns.to_string(),
-        };
+        });
         let mut machine = ScaleLoop::new(budgets, desired);
         let mut input = Input::Start;
         loop {

@@ -16,7 +16,7 @@ use crate::cluster::controls::Workload;
 use crate::cluster::lock::LeaseRef;
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::hooks::ObjectSource;
-use crate::kernel::{ControlsAt, Kernel};
+use crate::kernel::{ControlsAt, Kernel, Parts};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::template::TemplateChange;
@@ -239,7 +239,7 @@ pub async fn run_live(
     };
     let mut updater = Updater {
         settings: &settings,
-        kernel: Kernel {
+        kernel: Kernel::new(Parts {
             cluster,
             hooks: &mut hooks,
             reporter: &recorder,
@@ -250,7 +250,7 @@ pub async fn run_live(
             },
             // The lock is watched beside the run, which stops at once when it is lost.
             lock: None,
-        },
+        }),
     };
     let run = async {
         match &request {

@@ -24,7 +24,7 @@ use crate::cluster::controls::Workload;
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
-use crate::kernel::{ControlsAt, Kernel};
+use crate::kernel::{ControlsAt, Kernel, Parts};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::prepare::NextSource;
@@ -317,7 +317,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output));
         let mut updater = Updater {
             settings: &settings,
-            kernel: Kernel {
+            kernel: Kernel::new(Parts {
                 cluster: &cluster,
                 hooks: &mut hooks,
                 reporter: &recorder,
@@ -327,7 +327,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                     namespace: request.namespace.clone(),
                 },
                 lock: None,
-            },
+            }),
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),

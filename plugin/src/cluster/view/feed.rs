@@ -19,6 +19,7 @@ use kube::runtime::watcher;
 use super::object::{Watched, version_of};
 use super::store::{Entry, Key, Scope, Whole};
 use super::{Shared, State};
+use crate::cluster::retry::is_final;
 use crate::cluster::{ClusterError, Request};
 use crate::report::{Level, log};
 use crate::snapshot::{Decoded, FromParts, Pod};
@@ -77,25 +78,6 @@ impl Resuming {
         tokio::time::sleep(self.rest).await;
         self.rest = (self.rest * 2).min(Self::MOST);
         true
-    }
-}
-
-/// Whether a failed request of a watch is final: an answer (forbidden, not found), or a request
-/// the client's retries gave up on. Anything else (a connection cut, refused or reset while the
-/// API server restarts) is tried again.
-fn is_final(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(s) => !(s.code == 410 || s.code == 429 || s.code >= 500),
-        other => {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(other);
-            while let Some(e) = source {
-                if e.downcast_ref::<crate::cluster::retry::GaveUp>().is_some() {
-                    return true;
-                }
-                source = e.source();
-            }
-            false
-        }
     }
 }
 

@@ -338,22 +338,20 @@ impl LiveView {
     /// The view once it shows every write of this run's, every followed node's pods and every
     /// scope listed: the cluster as it is after the run's last step.
     pub async fn caught_up(&self) -> Result<Arc<Snapshot>, ClusterError> {
-        self.settled(
-            |snapshot| {
-                let Some(follow) = self.shared.lock().follow.clone() else {
-                    return Vec::new();
-                };
-                snapshot
-                    .nodes
-                    .iter()
-                    .filter(|n| n.registered && follow(n))
-                    .map(|n| Scope::Node(n.name.clone()))
-                    .collect()
-            },
-            "this run's last change",
-        )
-        .await?;
+        self.settled(|snapshot| self.followed(snapshot), "this run's last change")
+            .await?;
         self.current()
+    }
+
+    /// The nodes of `snapshot` whose pods the run follows.
+    fn followed(&self, snapshot: &Snapshot) -> Vec<Scope> {
+        let Some(follow) = self.shared.lock().follow.clone() else {
+            return Vec::new();
+        };
+        (snapshot.nodes.iter())
+            .filter(|n| n.registered && follow(n))
+            .map(|n| Scope::Node(n.name.clone()))
+            .collect()
     }
 
     /// Waits until the view is listed, shows every pending write and has no scope to list

@@ -58,7 +58,10 @@ impl LiveView {
                 Ok(Ok(())) => {}
             }
             changes.borrow_and_update();
-            match check(&*self.current()?) {
+            let now = self.current()?;
+            // Nodes that joined what the run follows have their pods listed as they come.
+            self.look_at(self.followed(&now));
+            match check(&now) {
                 Ok(done) => return Ok(done),
                 Err(now) => {
                     if matches!(deadline, Deadline::Moving(_)) && now != progress {
