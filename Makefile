@@ -25,7 +25,7 @@ test: wasm python-hook js-hook control-plane prometheus
 	$(CARGO) test --workspace
 
 ## bench: the figures of BENCHMARKS.md, each beside its peer (release build, a real test cluster,
-## kubectl on PATH; about ten minutes). Not part of `test`: speed is reported, never asserted.
+## kubectl on PATH; about twenty minutes). Not part of `test`: speed is reported, never asserted.
 ## BENCH_ARGS="--runs 3 --only plan,hooks" narrows it.
 bench: wasm control-plane
 	$(CARGO) build --release -p rollout-ext -p rollout-ext-e2e -p zone-spread
