@@ -11,6 +11,7 @@
 //! request through `start`, `scale` (the loop's live driver) and `cleanup`, which do the I/O.
 
 mod cleanup;
+mod driving;
 pub mod execute;
 pub mod node_by_node;
 pub mod partitioned;

@@ -6,8 +6,9 @@
 //! on with the nodes still running an old pod. An abort leaves the DaemonSet `OnDelete`, so
 //! nothing moves until the update resumes or is rolled back.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::driving::{self, Live};
 use super::execute::{UpdateError, Updater};
 use super::partitioned::pods_at_a_time;
 use crate::cluster::controllers::Write;
@@ -15,13 +16,14 @@ use crate::cluster::controls::Workload;
 use crate::cluster::workloads::AppsKind;
 use crate::events::Event;
 use crate::kernel::{At, ControlsAt};
-use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
-use crate::plan::hook::{BatchInfo, Candidate, DecidedBy, Phase};
+use crate::plan::decide::{BatchDecision, GateDecision};
+use crate::plan::hook::{Candidate, DecidedBy, Phase};
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
-use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Outcome, Question, Step};
-use crate::plan::rolling_update::node_planner::{Stand, ask_order, ask_size, in_order};
+use crate::plan::rolling_update::flow::{Gating, Sizing};
+use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Ordered, Question};
+use crate::plan::rolling_update::node_planner::{Stand, ask_order, ask_size, batch_of, in_order};
 use crate::plan::rolling_update::partition_planner::ask_gate;
 use crate::policy::{HookPoint, IntOrPercent};
 
@@ -183,19 +185,12 @@ impl Updater<'_> {
             .unwrap_or(pending.len() as i64) as i32;
         let budget = seen.set.budget(max).map_err(UpdateError::Invalid)?;
         let max_unavailable = pods_at_a_time(budget, desired);
-        let display = seen.set.display();
         self.kernel.reporter.report(Event::NodeUpdateStarted {
-            workload: display.clone(),
+            workload: seen.set.display(),
             nodes: pending.len(),
             revision: hash.clone(),
             max_unavailable,
         });
-        let mut at = Stand {
-            name: &name,
-            total: pending.len(),
-            max_unavailable,
-            steps_done: 0,
-        };
         let updated = if resumed {
             daemon_set::updated_nodes(&seen.pods, &hash)
         } else {
@@ -205,194 +200,18 @@ impl Updater<'_> {
             workload: Workload::DaemonSet(name.clone()),
             namespace: ns.to_string(),
         });
-        let mut machine = NodeLoop::new(pending, updated, max_unavailable);
-        let mut sized_by = DecidedBy::BuiltIn;
-        let mut input = Input::Start;
-        loop {
-            input = match machine.step(input) {
-                Step::Ask(Question::StepSize {
-                    max,
-                    pending,
-                    attempt,
-                    ..
-                }) => {
-                    let pending = in_order(&candidates, &pending);
-                    let decision = self
-                        .node_step_size(&at, &pending, max, attempt, with_hooks)
-                        .await?;
-                    sized_by = decision.by().clone();
-                    Input::Sized(decision)
-                }
-                Step::Ask(Question::Order { pending }) => {
-                    if with_hooks {
-                        let candidates = in_order(&candidates, &pending);
-                        let (order, by) = self.kernel.ask(
-                            At {
-                                point: HookPoint::Select,
-                                phase: None,
-                                batch: at.steps_done,
-                                attempt: 0,
-                            },
-                            |hooks, ctx, warnings| {
-                                ask_order(hooks, ctx, &at, &candidates, warnings)
-                                    .map(|(order, by, said)| ((order, by), said))
-                            },
-                            |(order, by)| (by.clone(), format!("order {}", order.join(", "))),
-                        )?;
-                        Input::Ordered(order, by)
-                    } else {
-                        Input::Ordered(pending, DecidedBy::BuiltIn)
-                    }
-                }
-                Step::Do(Action::Replace {
-                    step,
-                    nodes,
-                    ordered_by,
-                    ..
-                }) => {
-                    let at_step = format!("before step {} of the update of {display}", step + 1);
-                    self.kernel.checkpoint(&at_step).await?;
-                    self.within_budget(ns, &name, &nodes, max_unavailable)
-                        .await?;
-                    self.kernel.reporter.report(Event::NodesReplacing {
-                        step,
-                        workload: display.clone(),
-                        nodes: nodes.clone(),
-                        decided_by: sized_by.to_string(),
-                        ordered_by: ordered_by.to_string(),
-                    });
-                    self.replace_pods(ns, &name, &nodes).await?;
-                    Input::Done
-                }
-                Step::Do(Action::AwaitReplaced { nodes }) => {
-                    self.await_replaced(ns, &name, &nodes).await?;
-                    self.kernel.reporter.report(Event::NodesReplaced {
-                        step: at.steps_done,
-                        workload: display.clone(),
-                        nodes,
-                    });
-                    Input::Done
-                }
-                Step::Do(Action::Wait {
-                    seconds, reason, ..
-                }) => {
-                    self.kernel
-                        .hold(Duration::from_secs(u64::from(seconds)), reason)
-                        .await?;
-                    Input::Done
-                }
-                Step::Ask(Question::Gate {
-                    step,
-                    nodes,
-                    attempt,
-                }) => {
-                    let batch = BatchInfo {
-                        index: step,
-                        instances: nodes,
-                        canary: false,
-                        attempt,
-                    };
-                    let decision = self.node_gate(ns, &name, &batch, with_hooks).await?;
-                    if decision.verdict == Verdict::Proceed {
-                        at.steps_done = step + 1;
-                    }
-                    Input::Judged(decision)
-                }
-                Step::Done(Outcome::Finished) => {
-                    let set = self.daemon_set(ns, &name).await?;
-                    if let Some(patch) = set.restoring() {
-                        self.kernel
-                            .cluster
-                            .patch_workload(AppsKind::DaemonSet, ns, &name, &patch)
-                            .await?;
-                    }
-                    self.kernel.reporter.report(if rollback {
-                        Event::RolledBack {
-                            controller: display,
-                        }
-                    } else {
-                        Event::UpdateDone {
-                            controller: display,
-                            next: None,
-                        }
-                    });
-                    return Ok(());
-                }
-                Step::Done(Outcome::Aborted {
-                    step,
-                    left,
-                    decided_by,
-                    reason,
-                }) => {
-                    return Err(UpdateError::Aborted(format!(
-                        "{decided_by} aborted the update of {display} at step {} with {left} nodes left on the old pod (the DaemonSet stays OnDelete): {reason}",
-                        step + 1
-                    )));
-                }
-            };
-        }
-    }
-
-    async fn node_step_size(
-        &mut self,
-        at: &Stand<'_>,
-        candidates: &[Candidate],
-        max: u32,
-        attempt: u32,
-        with_hooks: bool,
-    ) -> Result<BatchDecision, UpdateError> {
-        if !with_hooks {
-            return Ok(BatchDecision::Size {
-                size: max,
-                reason: "built-in".into(),
-                by: DecidedBy::BuiltIn,
-            });
-        }
-        Ok(self.kernel.ask(
-            At {
-                point: HookPoint::Batch,
-                phase: None,
-                batch: at.steps_done,
-                attempt,
-            },
-            |hooks, ctx, warnings| ask_size(hooks, ctx, at, candidates, max, warnings),
-            |d| (d.by().clone(), d.to_string()),
-        )?)
-    }
-
-    async fn node_gate(
-        &mut self,
-        ns: &str,
-        name: &str,
-        batch: &BatchInfo,
-        with_hooks: bool,
-    ) -> Result<GateDecision, UpdateError> {
-        if !with_hooks {
-            return Ok(GateDecision {
-                verdict: Verdict::Proceed,
-                by: DecidedBy::BuiltIn,
-            });
-        }
-        let seen = self
-            .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
-            .await?;
-        let not_ready = seen
-            .pods
-            .iter()
-            .filter(|p| !p.ready && !p.terminating)
-            .count() as u32;
-        let total = seen.pods.len() as i32;
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(Phase::AfterBatch),
-            batch: batch.index,
-            attempt: batch.attempt,
+        let machine = NodeLoop::new(pending, updated, max_unavailable);
+        let mut live = NodeByNode {
+            ns: ns.to_string(),
+            display: seen.set.display(),
+            name,
+            candidates,
+            max_unavailable,
+            steps_done: 0,
+            sized_by: DecidedBy::BuiltIn,
+            rollback,
         };
-        Ok(self.kernel.ask(
-            at,
-            |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, total, not_ready, warnings),
-            |g| (g.by.clone(), g.verdict.to_string()),
-        )?)
+        driving::drive(self, &mut live, machine, with_hooks).await
     }
 
     /// Waits until replacing the pods on `nodes` keeps the unavailable ones within `max`
@@ -482,5 +301,184 @@ impl Updater<'_> {
                 .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
                 .await;
         }
+    }
+}
+
+/// A DaemonSet's node-by-node update as the executor carries it out.
+struct NodeByNode {
+    ns: String,
+    name: String,
+    display: String,
+    /// The nodes running an old pod when the update started, as hooks see them.
+    candidates: Vec<Candidate>,
+    max_unavailable: u32,
+    steps_done: u32,
+    sized_by: DecidedBy,
+    rollback: bool,
+}
+
+impl NodeByNode {
+    fn stand(&self) -> Stand<'_> {
+        Stand {
+            name: &self.name,
+            total: self.candidates.len(),
+            max_unavailable: self.max_unavailable,
+            steps_done: self.steps_done,
+        }
+    }
+}
+
+impl Live for NodeByNode {
+    type Flow = NodeLoop;
+
+    async fn size(
+        &mut self,
+        u: &mut Updater<'_>,
+        sizing: &Sizing<Vec<String>>,
+    ) -> Result<BatchDecision, UpdateError> {
+        let pending = in_order(&self.candidates, &sizing.about);
+        let at = At {
+            point: HookPoint::Batch,
+            phase: None,
+            batch: self.steps_done,
+            attempt: sizing.attempt,
+        };
+        let stand = self.stand();
+        let decision = u.kernel.ask(
+            at,
+            |hooks, ctx, warnings| ask_size(hooks, ctx, &stand, &pending, sizing.max, warnings),
+            |d| (d.by().clone(), d.to_string()),
+        )?;
+        self.sized_by = decision.by().clone();
+        Ok(decision)
+    }
+
+    async fn gate(
+        &mut self,
+        u: &mut Updater<'_>,
+        gating: &Gating<Vec<String>>,
+    ) -> Result<GateDecision, UpdateError> {
+        let batch = batch_of(gating);
+        let set = u.daemon_set(&self.ns, &self.name).await?;
+        let seen = u.observe_daemon_set(&self.ns, set).await?;
+        let not_ready = (seen.pods.iter())
+            .filter(|p| !p.ready && !p.terminating)
+            .count() as u32;
+        let total = seen.pods.len() as i32;
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(Phase::AfterBatch),
+            batch: batch.index,
+            attempt: batch.attempt,
+        };
+        let decision = u.kernel.ask(
+            at,
+            |hooks, ctx, warnings| ask_gate(hooks, ctx, &batch, total, not_ready, warnings),
+            |g| (g.by.clone(), g.verdict.to_string()),
+        )?;
+        Ok(decision)
+    }
+
+    fn passed(&mut self, _: &mut Updater<'_>, gating: &Gating<Vec<String>>) {
+        self.steps_done = gating.step + 1;
+    }
+
+    async fn answer(
+        &mut self,
+        u: &mut Updater<'_>,
+        ask: Question,
+        with_hooks: bool,
+    ) -> Result<Input, UpdateError> {
+        let Question::Order { pending } = ask;
+        if !with_hooks {
+            return Ok(Input::Own(Ordered(pending, DecidedBy::BuiltIn)));
+        }
+        let candidates = in_order(&self.candidates, &pending);
+        let at = At {
+            point: HookPoint::Select,
+            phase: None,
+            batch: self.steps_done,
+            attempt: 0,
+        };
+        let stand = self.stand();
+        let (order, by) = u.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                ask_order(hooks, ctx, &stand, &candidates, warnings)
+                    .map(|(order, by, said)| ((order, by), said))
+            },
+            |(order, by)| (by.clone(), format!("order {}", order.join(", "))),
+        )?;
+        Ok(Input::Own(Ordered(order, by)))
+    }
+
+    fn safe_point(&self, act: &Action) -> Option<String> {
+        match act {
+            Action::Replace { step, .. } => Some(format!(
+                "before step {} of the update of {}",
+                step + 1,
+                self.display
+            )),
+            Action::AwaitReplaced { .. } => None,
+        }
+    }
+
+    async fn act(&mut self, u: &mut Updater<'_>, act: Action) -> Result<Input, UpdateError> {
+        match act {
+            Action::Replace {
+                step,
+                nodes,
+                ordered_by,
+                ..
+            } => {
+                let (ns, name) = (&self.ns, &self.name);
+                u.within_budget(ns, name, &nodes, self.max_unavailable)
+                    .await?;
+                u.kernel.reporter.report(Event::NodesReplacing {
+                    step,
+                    workload: self.display.clone(),
+                    nodes: nodes.clone(),
+                    decided_by: self.sized_by.to_string(),
+                    ordered_by: ordered_by.to_string(),
+                });
+                u.replace_pods(ns, name, &nodes).await?;
+            }
+            Action::AwaitReplaced { nodes } => {
+                u.await_replaced(&self.ns, &self.name, &nodes).await?;
+                u.kernel.reporter.report(Event::NodesReplaced {
+                    step: self.steps_done,
+                    workload: self.display.clone(),
+                    nodes,
+                });
+            }
+        }
+        Ok(Input::Done)
+    }
+
+    async fn finish(&mut self, u: &mut Updater<'_>) -> Result<(), UpdateError> {
+        let set = u.daemon_set(&self.ns, &self.name).await?;
+        if let Some(patch) = set.restoring() {
+            (u.kernel.cluster)
+                .patch_workload(AppsKind::DaemonSet, &self.ns, &self.name, &patch)
+                .await?;
+        }
+        let controller = self.display.clone();
+        u.kernel.reporter.report(if self.rollback {
+            Event::RolledBack { controller }
+        } else {
+            Event::UpdateDone {
+                controller,
+                next: None,
+            }
+        });
+        Ok(())
+    }
+
+    fn aborted(&self, step: u32, decided_by: &DecidedBy, reason: &str, left: usize) -> String {
+        format!(
+            "{decided_by} aborted the update of {} at step {} with {left} nodes left on the old pod (the DaemonSet stays OnDelete): {reason}",
+            self.display,
+            step + 1
+        )
     }
 }

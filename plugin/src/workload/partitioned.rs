@@ -7,20 +7,24 @@
 //! the same command, run again, goes on from them. A rollback is the same loop towards the
 //! revision the pods ran before, read from its ControllerRevision.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use std::convert::Infallible;
+
+use super::driving::{self, Live};
 use super::execute::{UpdateError, Updater};
 use crate::cluster::controls::Workload;
 use crate::events::Event;
 use crate::kernel::{At, ControlsAt};
-use crate::plan::decide::{self, BatchDecision, GateDecision, Verdict};
-use crate::plan::hook::{BatchInfo, DecidedBy, Phase};
-use crate::plan::rolling_update::partition_loop::{
-    Action, Input, Outcome, PartitionLoop, Question, Step,
+use crate::plan::decide::{self, BatchDecision, GateDecision};
+use crate::plan::hook::{DecidedBy, Phase};
+use crate::plan::rolling_update::flow::{Gating, Sizing};
+use crate::plan::rolling_update::partition_loop::{Action, GateAbout, Input, PartitionLoop};
+use crate::plan::rolling_update::partition_planner::{
+    Progress, ask_gate, ask_size, batch_of, pod_names,
 };
-use crate::plan::rolling_update::partition_planner::{Progress, ask_gate, ask_size, pod_names};
 use crate::plan::rolling_update::pods::PodInfo;
 pub use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::stateful_set::{self, Start, StatefulSet};
@@ -195,196 +199,23 @@ impl Updater<'_> {
         });
         if with_hooks {
             for message in decide::left_out_warnings(self.kernel.hooks) {
-                self.kernel.reporter.report(Event::Warning { message });
+                self.kernel.warn(message);
             }
         }
         self.kernel.control_at(ControlsAt::Workload {
             workload: Workload::StatefulSet(set.name().to_string()),
             namespace: ns.to_string(),
         });
-        let mut machine = PartitionLoop::new(replicas, at, floor, max_unavailable, canary);
-        let mut partition = at;
-        let mut steps_done = 0;
-        let mut input = Input::Start;
-        loop {
-            input = match machine.step(input) {
-                Step::Ask(Question::StepSize { max, attempt, .. }) => {
-                    let at = Progress {
-                        name: set.name(),
-                        replicas,
-                        partition,
-                        max_unavailable,
-                        steps_done,
-                    };
-                    Input::Sized(
-                        self.size_step(ns, &set, &at, max, attempt, with_hooks)
-                            .await?,
-                    )
-                }
-                Step::Do(Action::SetPartition {
-                    step,
-                    from,
-                    to,
-                    canary,
-                    decided_by,
-                    ..
-                }) => {
-                    let at = format!(
-                        "before step {} of the update of {}",
-                        step + 1,
-                        set.display()
-                    );
-                    self.kernel.checkpoint(&at).await?;
-                    self.kernel.reporter.report(Event::PartitionSet {
-                        step,
-                        workload: set.display(),
-                        from,
-                        to,
-                        pods: pod_names(set.name(), to..from),
-                        canary,
-                        decided_by: decided_by.to_string(),
-                    });
-                    self.set_partition(ns, &set, (to, from), max_unavailable)
-                        .await?;
-                    partition = to;
-                    Input::Done
-                }
-                Step::Do(Action::Settle { from }) => {
-                    self.kernel.reporter.report(Event::PartitionSet {
-                        step: steps_done,
-                        workload: set.display(),
-                        from,
-                        to: 0,
-                        pods: Vec::new(),
-                        canary: false,
-                        decided_by: DecidedBy::BuiltIn.to_string(),
-                    });
-                    self.set_partition(ns, &set, (0, from), max_unavailable)
-                        .await?;
-                    partition = 0;
-                    Input::Done
-                }
-                Step::Do(Action::AwaitUpdated { partition }) => {
-                    self.await_updated(ns, &set, partition).await?;
-                    self.kernel.reporter.report(Event::PodsUpdated {
-                        step: steps_done,
-                        workload: set.display(),
-                        partition,
-                    });
-                    Input::Done
-                }
-                Step::Do(Action::Wait {
-                    seconds, reason, ..
-                }) => {
-                    self.kernel
-                        .hold(Duration::from_secs(u64::from(seconds)), reason)
-                        .await?;
-                    Input::Done
-                }
-                Step::Ask(Question::Gate {
-                    step,
-                    ordinals,
-                    canary,
-                    attempt,
-                }) => {
-                    let batch = BatchInfo {
-                        index: step,
-                        instances: pod_names(set.name(), ordinals),
-                        canary,
-                        attempt,
-                    };
-                    let decision = self.judge_step(ns, &set, &batch, with_hooks).await?;
-                    if decision.verdict == Verdict::Proceed {
-                        steps_done = step + 1;
-                    }
-                    Input::Judged(decision)
-                }
-                Step::Done(Outcome::Finished) => {
-                    self.restore(ns, &set).await?;
-                    self.kernel.reporter.report(if rollback {
-                        Event::RolledBack {
-                            controller: set.display(),
-                        }
-                    } else {
-                        Event::UpdateDone {
-                            controller: set.display(),
-                            next: None,
-                        }
-                    });
-                    return Ok(());
-                }
-                Step::Done(Outcome::Aborted {
-                    step,
-                    partition,
-                    decided_by,
-                    reason,
-                }) => {
-                    return Err(UpdateError::Aborted(format!(
-                        "{decided_by} aborted the update of {} after step {} with the partition at {partition}: {reason}",
-                        set.display(),
-                        step + 1
-                    )));
-                }
-            };
-        }
-    }
-
-    async fn size_step(
-        &mut self,
-        ns: &str,
-        set: &StatefulSet,
-        at: &Progress<'_>,
-        max: u32,
-        attempt: u32,
-        with_hooks: bool,
-    ) -> Result<BatchDecision, UpdateError> {
-        if !with_hooks {
-            return Ok(BatchDecision::Size {
-                size: max,
-                reason: "built-in".into(),
-                by: DecidedBy::BuiltIn,
-            });
-        }
-        let pods = self.set_pods(ns, set).await?;
-        Ok(self.kernel.ask(
-            At {
-                point: HookPoint::Batch,
-                phase: None,
-                batch: at.steps_done,
-                attempt,
-            },
-            |hooks, ctx, warnings| ask_size(hooks, ctx, at, &pods, max, warnings),
-            |d| (d.by().clone(), d.to_string()),
-        )?)
-    }
-
-    async fn judge_step(
-        &mut self,
-        ns: &str,
-        set: &StatefulSet,
-        batch: &BatchInfo,
-        with_hooks: bool,
-    ) -> Result<GateDecision, UpdateError> {
-        if !with_hooks {
-            return Ok(GateDecision {
-                verdict: Verdict::Proceed,
-                by: DecidedBy::BuiltIn,
-            });
-        }
-        let pods = self.set_pods(ns, set).await?;
-        let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
-        let replicas = set.replicas();
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(Phase::AfterBatch),
-            batch: batch.index,
-            attempt: batch.attempt,
+        let machine = PartitionLoop::new(replicas, at, floor, max_unavailable, canary);
+        let mut live = Partitioned {
+            ns: ns.to_string(),
+            set,
+            max_unavailable,
+            partition: at,
+            steps_done: 0,
+            rollback,
         };
-        Ok(self.kernel.ask(
-            at,
-            |hooks, ctx, warnings| ask_gate(hooks, ctx, batch, replicas, not_ready, warnings),
-            |g| (g.by.clone(), g.verdict.to_string()),
-        )?)
+        driving::drive(self, &mut live, machine, with_hooks).await
     }
 
     /// Lowers the partition from `from` to `partition` (for an `OnDelete` StatefulSet: deletes
@@ -495,6 +326,165 @@ impl Updater<'_> {
             .patch_stateful_set(ns, set.name(), &patch)
             .await?;
         Ok(())
+    }
+}
+
+/// A StatefulSet's partitioned update as the executor carries it out.
+struct Partitioned {
+    ns: String,
+    set: StatefulSet,
+    max_unavailable: u32,
+    /// The partition now, and the steps done (gated) so far.
+    partition: i32,
+    steps_done: u32,
+    rollback: bool,
+}
+
+impl Live for Partitioned {
+    type Flow = PartitionLoop;
+
+    async fn size(
+        &mut self,
+        u: &mut Updater<'_>,
+        sizing: &Sizing<bool>,
+    ) -> Result<BatchDecision, UpdateError> {
+        let pods = u.set_pods(&self.ns, &self.set).await?;
+        let at = Progress {
+            name: self.set.name(),
+            replicas: self.set.replicas(),
+            partition: self.partition,
+            max_unavailable: self.max_unavailable,
+            steps_done: self.steps_done,
+        };
+        let asked = At {
+            point: HookPoint::Batch,
+            phase: None,
+            batch: self.steps_done,
+            attempt: sizing.attempt,
+        };
+        Ok(u.kernel.ask(
+            asked,
+            |hooks, ctx, warnings| ask_size(hooks, ctx, &at, &pods, sizing.max, warnings),
+            |d| (d.by().clone(), d.to_string()),
+        )?)
+    }
+
+    async fn gate(
+        &mut self,
+        u: &mut Updater<'_>,
+        gating: &Gating<GateAbout>,
+    ) -> Result<GateDecision, UpdateError> {
+        let batch = batch_of(self.set.name(), gating);
+        let pods = u.set_pods(&self.ns, &self.set).await?;
+        let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
+        let replicas = self.set.replicas();
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(Phase::AfterBatch),
+            batch: batch.index,
+            attempt: batch.attempt,
+        };
+        let decision = u.kernel.ask(
+            at,
+            |hooks, ctx, warnings| ask_gate(hooks, ctx, &batch, replicas, not_ready, warnings),
+            |g| (g.by.clone(), g.verdict.to_string()),
+        )?;
+        Ok(decision)
+    }
+
+    fn passed(&mut self, _: &mut Updater<'_>, gating: &Gating<GateAbout>) {
+        self.steps_done = gating.step + 1;
+    }
+
+    async fn answer(
+        &mut self,
+        _: &mut Updater<'_>,
+        ask: Infallible,
+        _: bool,
+    ) -> Result<Input, UpdateError> {
+        match ask {}
+    }
+
+    fn safe_point(&self, act: &Action) -> Option<String> {
+        match act {
+            Action::SetPartition { step, .. } => Some(format!(
+                "before step {} of the update of {}",
+                step + 1,
+                self.set.display()
+            )),
+            _ => None,
+        }
+    }
+
+    async fn act(&mut self, u: &mut Updater<'_>, act: Action) -> Result<Input, UpdateError> {
+        match act {
+            Action::SetPartition {
+                step,
+                from,
+                to,
+                canary,
+                decided_by,
+                ..
+            } => {
+                u.kernel.reporter.report(Event::PartitionSet {
+                    step,
+                    workload: self.set.display(),
+                    from,
+                    to,
+                    pods: pod_names(self.set.name(), to..from),
+                    canary,
+                    decided_by: decided_by.to_string(),
+                });
+                let (ns, max) = (&self.ns, self.max_unavailable);
+                u.set_partition(ns, &self.set, (to, from), max).await?;
+                self.partition = to;
+            }
+            Action::Settle { from } => {
+                u.kernel.reporter.report(Event::PartitionSet {
+                    step: self.steps_done,
+                    workload: self.set.display(),
+                    from,
+                    to: 0,
+                    pods: Vec::new(),
+                    canary: false,
+                    decided_by: DecidedBy::BuiltIn.to_string(),
+                });
+                let (ns, max) = (&self.ns, self.max_unavailable);
+                u.set_partition(ns, &self.set, (0, from), max).await?;
+                self.partition = 0;
+            }
+            Action::AwaitUpdated { partition } => {
+                u.await_updated(&self.ns, &self.set, partition).await?;
+                u.kernel.reporter.report(Event::PodsUpdated {
+                    step: self.steps_done,
+                    workload: self.set.display(),
+                    partition,
+                });
+            }
+        }
+        Ok(Input::Done)
+    }
+
+    async fn finish(&mut self, u: &mut Updater<'_>) -> Result<(), UpdateError> {
+        u.restore(&self.ns, &self.set).await?;
+        let controller = self.set.display();
+        u.kernel.reporter.report(if self.rollback {
+            Event::RolledBack { controller }
+        } else {
+            Event::UpdateDone {
+                controller,
+                next: None,
+            }
+        });
+        Ok(())
+    }
+
+    fn aborted(&self, step: u32, decided_by: &DecidedBy, reason: &str, partition: i32) -> String {
+        format!(
+            "{decided_by} aborted the update of {} after step {} with the partition at {partition}: {reason}",
+            self.set.display(),
+            step + 1
+        )
     }
 }
 

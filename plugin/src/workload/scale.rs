@@ -8,18 +8,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::driving::{self, Live};
 use super::execute::{Pair, UpdateError, Updater};
 use crate::cluster::controllers::Write;
 use crate::cluster::controls::Workload;
 use crate::events::Event;
 use crate::kernel::{At, ControlsAt};
 use crate::keys;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected};
 use crate::plan::hook::{DecidedBy, Phase};
 use crate::plan::rolling_update::controller::Controller;
+use crate::plan::rolling_update::flow::{Gating, Sizing};
 use crate::plan::rolling_update::planner::{self, LoopState, Side};
 use crate::plan::rolling_update::pods::{self, PodInfo};
-use crate::plan::rolling_update::scale_loop::{Action, Input, Outcome, Question, ScaleLoop, Step};
+use crate::plan::rolling_update::scale_loop::{Action, Input, Question, ScaleLoop, Seen, Told};
 use crate::plan::rolling_update::steps::{self, Budgets};
 use crate::plan::shadow;
 use crate::policy::HookPoint;
@@ -29,10 +31,11 @@ struct Sides {
     from: Controller,
     to: Controller,
     ns: String,
+    desired: i32,
     budgets: Budgets,
     pods: Vec<PodInfo>,
-    with_hooks: bool,
-    /// When a loop that no longer moves gives up.
+    /// How long the loop may go without moving, and when it gives up.
+    timeout: Duration,
     deadline: Instant,
 }
 
@@ -42,6 +45,13 @@ impl Sides {
             Side::Next => &self.to,
             Side::Old => &self.from,
         }
+    }
+
+    /// The old pods, as the hooks see them.
+    fn candidates(&self) -> Vec<crate::plan::hook::Candidate> {
+        (pods::owned_by(&self.pods, self.from.uid()).iter())
+            .map(|p| p.candidate(self.from.name()))
+            .collect()
     }
 }
 
@@ -74,135 +84,23 @@ impl Updater<'_> {
                 self.kernel.warn(message);
             }
         }
-        let mut sides = Sides {
-            from: pair.from.clone(),
-            to: pair.to.clone(),
-            ns: ns.to_string(),
-            budgets,
-            pods: Vec::new(),
-            with_hooks,
-            deadline: Instant::now() + self.settings.timeout,
-        };
         // The operator's requests stand on the controller scaled down.
         self.kernel.control_at(ControlsAt::Workload {
             workload: Workload::Controller(pair.from.kind, pair.from.name().to_string()),
             namespace: ns.to_string(),
         });
-        let mut machine = ScaleLoop::new(budgets, desired);
-        let mut input = Input::Start;
-        loop {
-            input = match machine.step(input) {
-                Step::Ask(Question::Observe) => {
-                    Input::Observed(self.observe(&mut sides, desired).await?)
-                }
-                Step::Ask(Question::StepSize {
-                    state,
-                    max,
-                    attempt,
-                    ..
-                }) => Input::Sized(self.step_size(&sides, &state, max, attempt)?),
-                Step::Ask(Question::Order { state, amount }) => {
-                    self.order_deletions(&sides, &state, amount).await?;
-                    Input::Ordered
-                }
-                Step::Ask(Question::Gate {
-                    side,
-                    step,
-                    state,
-                    attempt,
-                }) => Input::Judged(self.judge(&sides, side, (step, attempt), &state).await?),
-                Step::Do(action) => {
-                    if let Action::Scale { step, .. } = &action {
-                        let at = format!(
-                            "before step {} of the update of {}",
-                            step + 1,
-                            sides.from.display()
-                        );
-                        self.kernel.checkpoint(&at).await?;
-                    }
-                    self.carry_out(&mut sides, action).await?
-                }
-                Step::Done(Outcome::Finished) => return Ok(()),
-                Step::Done(Outcome::Aborted {
-                    step,
-                    decided_by,
-                    reason,
-                    ..
-                }) => {
-                    return Err(UpdateError::Aborted(format!(
-                        "{decided_by} aborted the update of {} after step {}: {reason}",
-                        sides.from.display(),
-                        step + 1
-                    )));
-                }
-            };
-        }
-    }
-
-    /// Carries out one action of the loop; returns what the loop is told next.
-    async fn carry_out(&mut self, sides: &mut Sides, action: Action) -> Result<Input, UpdateError> {
-        match action {
-            Action::Scale {
-                side,
-                step,
-                replicas,
-                decided_by,
-                ..
-            } => {
-                let now = self
-                    .scale(sides, side, (step, replicas), decided_by)
-                    .await?;
-                return Ok(Input::Scaled(now));
-            }
-            Action::Wait {
-                seconds,
-                reason,
-                decided_by,
-                ..
-            } => {
-                let reason = format!("{reason} [{decided_by}]");
-                self.kernel
-                    .hold(Duration::from_secs(u64::from(seconds)), reason)
-                    .await?;
-                // A hook's hold is a decision, not a lack of progress.
-                sides.deadline = Instant::now() + self.settings.timeout;
-            }
-            Action::UpdatePeriod if !self.settings.update_period.is_zero() => {
-                let reason = "update period between scaling up and scaling down".into();
-                self.kernel
-                    .hold(self.settings.update_period, reason)
-                    .await?;
-            }
-            Action::UpdatePeriod => {}
-            Action::AwaitChange => {
-                if Instant::now() > sides.deadline {
-                    return Err(UpdateError::NoProgress(self.settings.timeout));
-                }
-                let selector = sides.to.selector_string();
-                self.kernel
-                    .cluster
-                    .wait_pod_change(&sides.ns, &selector, self.settings.poll_interval)
-                    .await;
-            }
-        }
-        Ok(Input::Done)
-    }
-
-    /// Reads the pods of both controllers: how far the loop stands.
-    async fn observe(&self, sides: &mut Sides, desired: i32) -> Result<LoopState, UpdateError> {
-        sides.pods = self.pods_of(&sides.from, &sides.to, &sides.ns).await?;
-        let now = jiff::Timestamp::now().as_second();
-        let next_available = pods::owned_by(&sides.pods, sides.to.uid())
-            .iter()
-            .filter(|p| p.available(sides.to.min_ready_seconds(), now))
-            .count() as i32;
-        Ok(LoopState {
-            old: sides.from.replicas(),
-            next: sides.to.replicas(),
-            next_available,
+        let mut sides = Sides {
+            from: pair.from.clone(),
+            to: pair.to.clone(),
+            ns: ns.to_string(),
             desired,
-            steps_done: 0,
-        })
+            budgets,
+            pods: Vec::new(),
+            timeout: self.settings.timeout,
+            deadline: Instant::now() + self.settings.timeout,
+        };
+        let machine = ScaleLoop::new(budgets, desired);
+        driving::drive(self, &mut sides, machine, with_hooks).await
     }
 
     /// The pods of both controllers (their selectors may differ in any key with `-f`).
@@ -227,34 +125,28 @@ impl Updater<'_> {
         }
         Ok(pods)
     }
+}
 
-    /// The size of a step: built in, or what the batching hooks say.
-    fn step_size(
+impl Live for Sides {
+    type Flow = ScaleLoop;
+
+    /// The size of a step: what the batching hooks say, offered the old pods.
+    async fn size(
         &mut self,
-        sides: &Sides,
-        state: &LoopState,
-        max: i32,
-        attempt: u32,
+        u: &mut Updater<'_>,
+        sizing: &Sizing<Seen>,
     ) -> Result<BatchDecision, UpdateError> {
-        if !sides.with_hooks {
-            return Ok(BatchDecision::Size {
-                size: max.max(0) as u32,
-                reason: "built-in".into(),
-                by: DecidedBy::BuiltIn,
-            });
-        }
-        let candidates: Vec<_> = pods::owned_by(&sides.pods, sides.from.uid())
-            .iter()
-            .map(|p| p.candidate(sides.from.name()))
-            .collect();
-        let group = planner::group_info(sides.from.name(), state, &sides.budgets);
+        let candidates = self.candidates();
+        let state = &sizing.about.state;
+        let group = planner::group_info(self.from.name(), state, &self.budgets);
+        let max = i32::try_from(sizing.max).unwrap_or(i32::MAX);
         let at = At {
             point: HookPoint::Batch,
             phase: None,
             batch: state.steps_done,
-            attempt,
+            attempt: sizing.attempt,
         };
-        Ok(self.kernel.ask(
+        Ok(u.kernel.ask(
             at,
             |hooks, ctx, warnings| {
                 let pending = candidates.into();
@@ -264,22 +156,150 @@ impl Updater<'_> {
         )?)
     }
 
+    /// The gates' verdict after a step, from the pods as they are now.
+    async fn gate(
+        &mut self,
+        u: &mut Updater<'_>,
+        gating: &Gating<Seen>,
+    ) -> Result<GateDecision, UpdateError> {
+        let pods = u.pods_of(&self.from, &self.to, &self.ns).await?;
+        let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
+        let name = self.of(gating.about.side).name().to_string();
+        let (state, attempt) = (&gating.about.state, gating.attempt);
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(Phase::AfterBatch),
+            batch: gating.step,
+            attempt,
+        };
+        Ok(u.kernel.ask(
+            at,
+            |hooks, ctx, warnings| {
+                planner::gate_after(hooks, ctx, &name, state, not_ready, attempt, warnings)
+            },
+            |g| (g.by.clone(), g.verdict.to_string()),
+        )?)
+    }
+
+    /// A step passed its gate: it is complete.
+    fn passed(&mut self, u: &mut Updater<'_>, gating: &Gating<Seen>) {
+        u.kernel.reporter.report(Event::StepDone {
+            step: gating.step,
+            old: self.from.name().to_string(),
+            old_replicas: self.from.replicas(),
+            next: self.to.name().to_string(),
+            next_replicas: self.to.replicas(),
+            desired: self.desired,
+        });
+    }
+
+    async fn answer(
+        &mut self,
+        u: &mut Updater<'_>,
+        ask: Question,
+        with_hooks: bool,
+    ) -> Result<Input, UpdateError> {
+        let told = match ask {
+            Question::Observe => Told::Observed(self.observe(u).await?),
+            Question::Order { state, amount } => {
+                if with_hooks {
+                    self.order_deletions(u, &state, amount).await?;
+                }
+                Told::Ordered
+            }
+        };
+        Ok(Input::Own(told))
+    }
+
+    fn safe_point(&self, act: &Action) -> Option<String> {
+        match act {
+            Action::Scale { step, .. } => Some(format!(
+                "before step {} of the update of {}",
+                step + 1,
+                self.from.display()
+            )),
+            Action::UpdatePeriod | Action::AwaitChange => None,
+        }
+    }
+
+    async fn act(&mut self, u: &mut Updater<'_>, act: Action) -> Result<Input, UpdateError> {
+        match act {
+            Action::Scale {
+                side,
+                step,
+                replicas,
+                decided_by,
+                ..
+            } => {
+                let now = self.scale(u, side, step, replicas, decided_by).await?;
+                return Ok(Input::Own(Told::Scaled(now)));
+            }
+            Action::UpdatePeriod if !u.settings.update_period.is_zero() => {
+                let reason = "update period between scaling up and scaling down".into();
+                u.kernel.hold(u.settings.update_period, reason).await?;
+            }
+            Action::UpdatePeriod => {}
+            Action::AwaitChange => {
+                if Instant::now() > self.deadline {
+                    return Err(UpdateError::NoProgress(u.settings.timeout));
+                }
+                let selector = self.to.selector_string();
+                (u.kernel.cluster)
+                    .wait_pod_change(&self.ns, &selector, u.settings.poll_interval)
+                    .await;
+            }
+        }
+        Ok(Input::Done)
+    }
+
+    /// A hook's hold is a decision, not a lack of progress.
+    fn held(&mut self) {
+        self.deadline = Instant::now() + self.timeout;
+    }
+
+    async fn finish(&mut self, _: &mut Updater<'_>) -> Result<(), UpdateError> {
+        Ok(())
+    }
+
+    fn aborted(&self, step: u32, decided_by: &DecidedBy, reason: &str, _: Seen) -> String {
+        format!(
+            "{decided_by} aborted the update of {} after step {}: {reason}",
+            self.from.display(),
+            step + 1
+        )
+    }
+}
+
+impl Sides {
+    /// Reads the pods of both controllers: how far the loop stands.
+    async fn observe(&mut self, u: &Updater<'_>) -> Result<LoopState, UpdateError> {
+        self.pods = u.pods_of(&self.from, &self.to, &self.ns).await?;
+        let now = jiff::Timestamp::now().as_second();
+        let next_available = pods::owned_by(&self.pods, self.to.uid())
+            .iter()
+            .filter(|p| p.available(self.to.min_ready_seconds(), now))
+            .count() as i32;
+        Ok(LoopState {
+            old: self.from.replicas(),
+            next: self.to.replicas(),
+            next_available,
+            desired: self.desired,
+            steps_done: 0,
+        })
+    }
+
     /// Puts the selection hook's order on the old pods as deletion costs before a scale-down.
     async fn order_deletions(
         &mut self,
-        sides: &Sides,
+        u: &mut Updater<'_>,
         state: &LoopState,
         amount: i32,
     ) -> Result<(), UpdateError> {
-        let owned = pods::owned_by(&sides.pods, sides.from.uid());
-        let candidates: Vec<_> = owned
-            .iter()
-            .map(|p| p.candidate(sides.from.name()))
-            .collect();
-        if !sides.with_hooks || candidates.is_empty() {
+        let candidates = self.candidates();
+        if candidates.is_empty() {
             return Ok(());
         }
-        let group = planner::group_info(sides.from.name(), state, &sides.budgets);
+        let group = planner::group_info(self.from.name(), state, &self.budgets);
         let at = At {
             point: HookPoint::Select,
             phase: None,
@@ -292,7 +312,7 @@ impl Updater<'_> {
                 .map(|c| candidates[c.index].name.clone())
                 .collect()
         };
-        let selected = self.kernel.ask(
+        let selected = u.kernel.ask(
             at,
             |hooks, ctx, warnings| {
                 let selected = decide::select(hooks, ctx, &group, &candidates, warnings)?;
@@ -312,11 +332,10 @@ impl Updater<'_> {
         }
         let first = going(&selected);
         for (i, name) in first.iter().enumerate() {
-            let cost = (i as i64) - (first.len() as i64);
-            let cost = cost.to_string();
+            let cost = ((i as i64) - (first.len() as i64)).to_string();
             let key = keys::POD_DELETION_COST;
-            (self.kernel.cluster)
-                .annotate_pod(&sides.ns, name, key, Some(&cost))
+            (u.kernel.cluster)
+                .annotate_pod(&self.ns, name, key, Some(&cost))
                 .await?;
         }
         Ok(())
@@ -325,13 +344,14 @@ impl Updater<'_> {
     /// Scales one side and waits until its controller settled; returns its replicas then.
     async fn scale(
         &mut self,
-        sides: &mut Sides,
+        u: &Updater<'_>,
         side: Side,
-        (step, replicas): (u32, i32),
+        step: u32,
+        replicas: i32,
         decided_by: DecidedBy,
     ) -> Result<i32, UpdateError> {
-        let c = sides.of(side).clone();
-        self.kernel.reporter.report(Event::StepStarted {
+        let c = self.of(side).clone();
+        u.kernel.reporter.report(Event::StepStarted {
             step,
             controller: c.name().to_string(),
             from: c.replicas(),
@@ -339,71 +359,23 @@ impl Updater<'_> {
             decided_by: decided_by.to_string(),
         });
         let patch = json!({"spec": {"replicas": replicas}});
-        self.kernel
-            .cluster
-            .patch_controller(c.kind, &sides.ns, c.name(), &patch, Write::Apply)
+        (u.kernel.cluster)
+            .patch_controller(c.kind, &self.ns, c.name(), &patch, Write::Apply)
             .await?;
-        let scaled = self
-            .kernel
-            .cluster
-            .wait_settled(c.kind, &sides.ns, c.name(), self.settings.timeout)
+        let scaled = (u.kernel.cluster)
+            .wait_settled(c.kind, &self.ns, c.name(), u.settings.timeout)
             .await?;
-        self.kernel.reporter.report(Event::Scaled {
+        u.kernel.reporter.report(Event::Scaled {
             controller: scaled.name().to_string(),
             from: c.replicas(),
             to: scaled.replicas(),
         });
         let now = scaled.replicas();
         match side {
-            Side::Next => sides.to = scaled,
-            Side::Old => sides.from = scaled,
+            Side::Next => self.to = scaled,
+            Side::Old => self.from = scaled,
         }
-        sides.deadline = Instant::now() + self.settings.timeout;
+        self.deadline = Instant::now() + self.timeout;
         Ok(now)
-    }
-
-    /// The gates' verdict after a step, from the pods as they are now; a proceed completes the
-    /// step.
-    async fn judge(
-        &mut self,
-        sides: &Sides,
-        side: Side,
-        (step, attempt): (u32, u32),
-        state: &LoopState,
-    ) -> Result<GateDecision, UpdateError> {
-        let decision = if sides.with_hooks {
-            let pods = self.pods_of(&sides.from, &sides.to, &sides.ns).await?;
-            let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
-            let name = sides.of(side).name().to_string();
-            let at = At {
-                point: HookPoint::Gate,
-                phase: Some(Phase::AfterBatch),
-                batch: step,
-                attempt,
-            };
-            self.kernel.ask(
-                at,
-                |hooks, ctx, warnings| {
-                    planner::gate_after(hooks, ctx, &name, state, not_ready, attempt, warnings)
-                },
-                |g| (g.by.clone(), g.verdict.to_string()),
-            )?
-        } else {
-            GateDecision {
-                verdict: Verdict::Proceed,
-                by: DecidedBy::BuiltIn,
-            }
-        };
-        if decision.verdict == Verdict::Proceed {
-            self.kernel.reporter.report(Event::StepDone {
-                step,
-                old: sides.from.name().to_string(),
-                old_replicas: sides.from.replicas(),
-                next: sides.to.name().to_string(),
-                next_replicas: sides.to.replicas(),
-                desired: state.desired,
-            });
-        }
-        Ok(decision)
     }
 }

@@ -6,11 +6,13 @@
 
 pub mod controller;
 pub mod daemon_set;
+pub mod flow;
 pub mod node_loop;
 pub mod node_planner;
 pub mod partition_loop;
 pub mod partition_planner;
 pub mod planner;
+pub mod planning;
 pub mod pods;
 pub mod prepare;
 pub mod scale_loop;

@@ -6,33 +6,27 @@
 //! the nodes left in that order, deletes the old pods on the first ones (the controller starts
 //! new ones there), awaits the new pods Ready, then asks the gate (a wait holds and asks again;
 //! an abort stops, the nodes left untouched). No I/O, no clock, no hooks: the planner and the
-//! executor are its two drivers.
+//! executor are its two drivers, through the vocabulary every workload flow shares
+//! ([`super::flow`]).
 
-use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
+use crate::plan::decide::{BatchDecision, GateDecision};
 use crate::plan::hook::DecidedBy;
 
-/// What the machine needs next.
-pub type Step = crate::plan::Step<Question, Action, Outcome>;
+/// What the machine needs next: a size is asked over the nodes left, in update order; a gate
+/// is told the nodes the step replaced; an abort leaves that many nodes on an old pod.
+pub type Step = flow::Step<Vec<String>, Vec<String>, Question, Action, usize>;
+pub type Input = Answer<Ordered>;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Question {
     /// The order of the nodes running an old pod (`pending`, in their built-in order).
     Order { pending: Vec<String> },
-    /// How many of the nodes left (`pending`, in update order) the next step takes: at most
-    /// `max`, the built-in size.
-    StepSize {
-        max: u32,
-        pending: Vec<String>,
-        step: u32,
-        attempt: u32,
-    },
-    /// The gates' verdict after step `step` (from 0), which replaced the pods on `nodes`.
-    Gate {
-        step: u32,
-        nodes: Vec<String>,
-        attempt: u32,
-    },
 }
+
+/// The nodes in the order the selection decided, and who decided it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ordered(pub Vec<String>, pub DecidedBy);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -46,35 +40,6 @@ pub enum Action {
     },
     /// Wait until each of `nodes` runs a new pod, Ready.
     AwaitReplaced { nodes: Vec<String> },
-    /// Hold for a hook, then ask the same question again.
-    Wait {
-        seconds: u32,
-        reason: String,
-        decided_by: DecidedBy,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    /// The update stopped after step `step`, with `left` nodes still running an old pod.
-    Aborted {
-        step: u32,
-        left: usize,
-        decided_by: DecidedBy,
-        reason: String,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    Start,
-    Sized(BatchDecision),
-    /// The nodes in the order the selection decided, and who decided it.
-    Ordered(Vec<String>, DecidedBy),
-    Judged(GateDecision),
-    /// The last action was carried out.
-    Done,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +65,7 @@ pub struct NodeLoop {
     max_unavailable: u32,
     state: State,
     steps: u32,
-    attempt: u32,
+    pace: Pace,
     /// The step at hand: its nodes.
     batch: Vec<String>,
     /// Whether the update order was asked.
@@ -118,62 +83,30 @@ impl NodeLoop {
             max_unavailable: max_unavailable.max(1),
             state: State::New,
             steps: 0,
-            attempt: 0,
+            pace: Pace::default(),
             batch: updated,
             ordered: false,
             ordered_by: DecidedBy::BuiltIn,
         }
     }
 
-    /// Advances the machine with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
-    pub fn step(&mut self, input: Input) -> Step {
-        let step = match (self.state, input) {
-            (State::New, Input::Start) if !self.batch.is_empty() => {
-                self.state = State::Awaiting;
-                Step::Do(Action::AwaitReplaced {
-                    nodes: self.batch.clone(),
-                })
-            }
-            (State::New, Input::Start) => self.next(),
-            (State::Sizing, Input::Sized(decision)) => self.sized(decision),
-            (State::Pausing, Input::Done) => {
-                self.attempt += 1;
-                self.size()
-            }
-            (State::Ordering, Input::Ordered(order, by)) => {
-                self.ordered(order, by);
-                self.size()
-            }
-            (State::Replacing, Input::Done) => {
-                self.state = State::Awaiting;
-                Step::Do(Action::AwaitReplaced {
-                    nodes: self.batch.clone(),
-                })
-            }
-            (State::Awaiting, Input::Done) => self.gate(0),
-            (State::Gating, Input::Judged(decision)) => self.judged(decision),
-            (State::Waiting, Input::Done) => self.gate(self.attempt + 1),
-            (state, input) => panic!("node loop in state {state:?} cannot take {input:?}"),
-        };
-        if let Step::Done(_) = step {
-            self.state = State::Over;
-        }
-        step
+    fn await_replaced(&mut self) -> Step {
+        self.state = State::Awaiting;
+        Step::Do(Act::Own(Action::AwaitReplaced {
+            nodes: self.batch.clone(),
+        }))
     }
 
     fn next(&mut self) -> Step {
         if self.pending.is_empty() {
             return Step::Done(Outcome::Finished);
         }
-        self.attempt = 0;
+        self.pace.fresh();
         if !self.ordered {
             self.state = State::Ordering;
-            return Step::Ask(Question::Order {
+            return Step::Ask(Ask::Own(Question::Order {
                 pending: self.pending.clone(),
-            });
+            }));
         }
         self.size()
     }
@@ -181,40 +114,33 @@ impl NodeLoop {
     fn size(&mut self) -> Step {
         self.state = State::Sizing;
         let left = u32::try_from(self.pending.len()).unwrap_or(u32::MAX);
-        Step::Ask(Question::StepSize {
-            max: self.max_unavailable.min(left),
-            pending: self.pending.clone(),
+        Step::Ask(Ask::Size(Sizing {
             step: self.steps,
-            attempt: self.attempt,
-        })
+            max: self.max_unavailable.min(left),
+            attempt: self.pace.attempt(),
+            about: self.pending.clone(),
+        }))
     }
 
     fn sized(&mut self, decision: BatchDecision) -> Step {
-        match decision {
-            BatchDecision::Pause {
-                seconds,
-                reason,
-                by,
-            } => {
-                self.state = State::Pausing;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: by,
-                })
-            }
-            BatchDecision::Size { size, reason, by } => {
-                let size = (size as usize).clamp(1, self.pending.len());
+        match self.pace.sized(decision) {
+            Paced::Go(sized) => {
+                let size = (sized.size as usize).clamp(1, self.pending.len());
                 self.batch = self.pending.drain(..size).collect();
                 self.state = State::Replacing;
-                Step::Do(Action::Replace {
+                Step::Do(Act::Own(Action::Replace {
                     step: self.steps,
                     nodes: self.batch.clone(),
-                    sized_by: by,
-                    size_reason: reason,
+                    sized_by: sized.by,
+                    size_reason: sized.reason,
                     ordered_by: self.ordered_by.clone(),
-                })
+                }))
             }
+            Paced::Hold(hold) => {
+                self.state = State::Pausing;
+                Step::Do(Act::Wait(hold))
+            }
+            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 
@@ -237,43 +163,84 @@ impl NodeLoop {
         self.ordered = true;
     }
 
-    fn gate(&mut self, attempt: u32) -> Step {
+    fn gate(&mut self) -> Step {
         self.state = State::Gating;
-        self.attempt = attempt;
-        Step::Ask(Question::Gate {
+        Step::Ask(Ask::Gate(Gating {
             step: self.steps,
-            nodes: self.batch.clone(),
-            attempt,
-        })
+            attempt: self.pace.attempt(),
+            about: self.batch.clone(),
+        }))
     }
 
     fn judged(&mut self, decision: GateDecision) -> Step {
-        match decision.verdict {
-            Verdict::Proceed => {
+        match self.pace.judged(decision) {
+            Paced::Go(_) => {
                 self.steps += 1;
                 self.next()
             }
-            Verdict::Wait { seconds, reason } => {
+            Paced::Hold(hold) => {
                 self.state = State::Waiting;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: decision.by,
-                })
+                Step::Do(Act::Wait(hold))
             }
-            Verdict::Abort(reason) => Step::Done(Outcome::Aborted {
+            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
                 step: self.steps,
-                left: self.pending.len(),
-                decided_by: decision.by,
+                decided_by,
                 reason,
+                at: self.pending.len(),
             }),
         }
+    }
+}
+
+impl Flow for NodeLoop {
+    type Sizing = Vec<String>;
+    type Gating = Vec<String>;
+    type Ask = Question;
+    type Act = Action;
+    type Answer = Ordered;
+    type Stop = usize;
+
+    /// Advances the machine with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
+    fn step(&mut self, input: Input) -> Step {
+        let step = match (self.state, input) {
+            (State::New, Answer::Start) if !self.batch.is_empty() => self.await_replaced(),
+            (State::New, Answer::Start) => self.next(),
+            (State::Sizing, Answer::Sized(decision)) => self.sized(decision),
+            (State::Pausing, Answer::Done) => {
+                self.pace.again();
+                self.size()
+            }
+            (State::Ordering, Answer::Own(Ordered(order, by))) => {
+                self.ordered(order, by);
+                self.size()
+            }
+            (State::Replacing, Answer::Done) => self.await_replaced(),
+            (State::Awaiting, Answer::Done) => {
+                self.pace.fresh();
+                self.gate()
+            }
+            (State::Gating, Answer::Judged(decision)) => self.judged(decision),
+            (State::Waiting, Answer::Done) => {
+                self.pace.again();
+                self.gate()
+            }
+            (state, input) => panic!("node loop in state {state:?} cannot take {input:?}"),
+        };
+        if let Step::Done(_) = step {
+            self.state = State::Over;
+        }
+        step
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::decide::Verdict;
+    use crate::plan::rolling_update::flow::Hold;
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
@@ -286,23 +253,23 @@ mod tests {
         let mut input = Input::Start;
         loop {
             input = match machine.step(input) {
-                Step::Ask(Question::StepSize { max, .. }) => Input::Sized(BatchDecision::Size {
+                Step::Ask(Ask::Size(Sizing { max, .. })) => Input::Sized(BatchDecision::Size {
                     size: max,
                     reason: "built-in".into(),
                     by: DecidedBy::BuiltIn,
                 }),
-                Step::Ask(Question::Order { mut pending }) => {
+                Step::Ask(Ask::Own(Question::Order { mut pending })) => {
                     if reverse {
                         pending.reverse();
                     }
-                    Input::Ordered(pending, DecidedBy::Hook("spread".into()))
+                    Input::Own(Ordered(pending, DecidedBy::Hook("spread".into())))
                 }
-                Step::Do(Action::Replace { nodes, .. }) => {
+                Step::Do(Act::Own(Action::Replace { nodes, .. })) => {
                     done.push(nodes);
                     Input::Done
                 }
                 Step::Do(_) => Input::Done,
-                Step::Ask(Question::Gate { .. }) => Input::Judged(GateDecision {
+                Step::Ask(Ask::Gate(_)) => Input::Judged(GateDecision {
                     verdict: Verdict::Proceed,
                     by: DecidedBy::BuiltIn,
                 }),
@@ -331,13 +298,13 @@ mod tests {
         let mut m = NodeLoop::new(names(&["c"]), names(&["a", "b"]), 2);
         assert_eq!(
             m.step(Input::Start),
-            Step::Do(Action::AwaitReplaced {
+            Step::Do(Act::Own(Action::AwaitReplaced {
                 nodes: names(&["a", "b"])
-            })
+            }))
         );
         assert!(matches!(
             m.step(Input::Done),
-            Step::Ask(Question::Gate { step: 0, ref nodes, .. }) if nodes == &names(&["a", "b"])
+            Step::Ask(Ask::Gate(Gating { step: 0, ref about, .. })) if about == &names(&["a", "b"])
         ));
         let order = m.step(Input::Judged(GateDecision {
             verdict: Verdict::Proceed,
@@ -345,9 +312,9 @@ mod tests {
         }));
         assert_eq!(
             order,
-            Step::Ask(Question::Order {
+            Step::Ask(Ask::Own(Question::Order {
                 pending: names(&["c"])
-            })
+            }))
         );
     }
 
@@ -355,34 +322,36 @@ mod tests {
     fn nodes_an_order_leaves_out_come_last_and_a_gate_abort_leaves_the_rest() {
         let mut m = NodeLoop::new(names(&["a", "b", "c"]), Vec::new(), 1);
         m.step(Input::Start);
-        let size = m.step(Input::Ordered(
+        let size = m.step(Input::Own(Ordered(
             names(&["c", "z"]),
             DecidedBy::Hook("h".into()),
-        ));
+        )));
         assert!(
-            matches!(size, Step::Ask(Question::StepSize { ref pending, .. }) if pending == &names(&["c", "a", "b"])),
+            matches!(size, Step::Ask(Ask::Size(Sizing { ref about, .. })) if about == &names(&["c", "a", "b"])),
             "{size:?}"
         );
 
         let mut m = NodeLoop::new(names(&["a", "b"]), Vec::new(), 1);
         m.step(Input::Start);
-        m.step(Input::Ordered(names(&["b", "a"]), DecidedBy::BuiltIn));
+        m.step(Input::Own(Ordered(names(&["b", "a"]), DecidedBy::BuiltIn)));
         let replace = m.step(Input::Sized(BatchDecision::Size {
             size: 5,
             reason: "r".into(),
             by: DecidedBy::BuiltIn,
         }));
         // A size beyond what is left is held to it.
-        assert!(matches!(replace, Step::Do(Action::Replace { ref nodes, .. }) if nodes.len() == 2));
+        assert!(
+            matches!(replace, Step::Do(Act::Own(Action::Replace { ref nodes, .. })) if nodes.len() == 2)
+        );
         assert_eq!(
             m.step(Input::Done),
-            Step::Do(Action::AwaitReplaced {
+            Step::Do(Act::Own(Action::AwaitReplaced {
                 nodes: names(&["b", "a"])
-            })
+            }))
         );
         assert!(matches!(
             m.step(Input::Done),
-            Step::Ask(Question::Gate { attempt: 0, .. })
+            Step::Ask(Ask::Gate(Gating { attempt: 0, .. }))
         ));
         let wait = m.step(Input::Judged(GateDecision {
             verdict: Verdict::Wait {
@@ -391,15 +360,15 @@ mod tests {
             },
             by: DecidedBy::Hook("g".into()),
         }));
-        assert!(matches!(wait, Step::Do(Action::Wait { seconds: 5, .. })));
+        assert!(matches!(wait, Step::Do(Act::Wait(Hold { seconds: 5, .. }))));
         assert!(matches!(
             m.step(Input::Done),
-            Step::Ask(Question::Gate { attempt: 1, .. })
+            Step::Ask(Ask::Gate(Gating { attempt: 1, .. }))
         ));
         let stop = m.step(Input::Judged(GateDecision {
             verdict: Verdict::Abort("bad".into()),
             by: DecidedBy::Hook("g".into()),
         }));
-        assert!(matches!(stop, Step::Done(Outcome::Aborted { left: 0, .. })));
+        assert!(matches!(stop, Step::Done(Outcome::Aborted { at: 0, .. })));
     }
 }

@@ -1,17 +1,18 @@
-//! The plan of a DaemonSet's node-by-node update: the node machine driven with simulated pods
-//! (every new pod Ready at once), the hooks asked as a live run asks them, once per step. A
-//! gate's wait is assumed to clear; an abort stops the plan there; pauses move the simulated
-//! clock, up to a week. `ask_size` and `ask_order` serve the live run too.
+//! The plan of a DaemonSet's node-by-node update: the node machine driven by the planner loop
+//! every workload flow shares ([`super::planning`]), with simulated pods (every new pod Ready at
+//! once). `ask_size` and `ask_order` serve the live run too.
 
 use serde::Serialize;
 
-use super::node_loop::{Action, Input, NodeLoop, Outcome, Question, Step};
-use super::partition_planner::{as_planned, ask_gate};
-use crate::plan::decide::{self, BatchDecision, HookFailed};
+use super::flow::{Gating, Sizing};
+use super::node_loop::{Action, Input, NodeLoop, Ordered, Question};
+use super::partition_planner::ask_gate;
+use super::planning::{self, Asked, Asking, Notes, Planned};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
+use crate::plan::hook::Progress;
 use crate::plan::hook::{BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, Instances};
-use crate::plan::hook::{Phase, Progress};
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PauseStep, Role, SimulatedPauses};
+use crate::plan::{GateStep, PauseStep, Role};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [{"nodes"}, ...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -138,116 +139,123 @@ pub fn in_order(candidates: &[Candidate], names: &[String]) -> Vec<Candidate> {
         .collect()
 }
 
+/// The node machine as its plan records it.
+struct Recording<'a> {
+    input: &'a NodeInput<'a>,
+    plan: NodePlan,
+    steps_done: u32,
+}
+
+impl Recording<'_> {
+    fn stand(&self) -> Stand<'_> {
+        Stand {
+            name: self.input.name,
+            total: self.input.candidates.len(),
+            max_unavailable: self.input.max_unavailable,
+            steps_done: self.steps_done,
+        }
+    }
+}
+
+impl Planned for Recording<'_> {
+    type Flow = NodeLoop;
+
+    fn size(&mut self, asking: &mut Asking, sizing: &Sizing<Vec<String>>) -> Asked<BatchDecision> {
+        let pending = in_order(self.input.candidates, &sizing.about);
+        let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
+        ask_size(hooks, ctx, &self.stand(), &pending, sizing.max, warnings)
+    }
+
+    fn gate(&mut self, asking: &mut Asking, gating: &Gating<Vec<String>>) -> Asked<GateDecision> {
+        let batch = batch_of(gating);
+        self.steps_done = gating.step + 1;
+        let total = i32::try_from(self.input.candidates.len()).unwrap_or(i32::MAX);
+        ask_gate(asking.hooks, &asking.ctx, &batch, total, 0, asking.warnings)
+    }
+
+    fn answer(&mut self, asking: &mut Asking, ask: Question) -> Asked<Input> {
+        let Question::Order { pending } = ask;
+        let pending = in_order(self.input.candidates, &pending);
+        let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
+        let (order, by, said) = ask_order(hooks, ctx, &self.stand(), &pending, warnings)?;
+        Ok((Input::Own(Ordered(order, by)), said))
+    }
+
+    fn act(&mut self, act: Action, notes: Notes) -> Option<Input> {
+        if let Action::Replace {
+            nodes,
+            sized_by,
+            size_reason,
+            ordered_by,
+            ..
+        } = act
+        {
+            let by_hook = sized_by != DecidedBy::BuiltIn;
+            self.plan.steps.push(NodeStep {
+                nodes,
+                decided_by: sized_by,
+                ordered_by,
+                size_reason: by_hook.then_some(size_reason),
+                pause: notes.pause,
+                gate: None,
+                shadow: notes.shadow,
+            });
+        }
+        Some(Input::Done)
+    }
+
+    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
+        if let Some(last) = self.plan.steps.last_mut() {
+            last.gate = gate;
+            last.shadow.extend(shadow);
+        }
+    }
+
+    fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, left: usize) {
+        self.plan.stopped = Some(format!(
+            "{decided_by} stops the update with {left} nodes left: {reason}"
+        ));
+    }
+}
+
+/// The batch a gate is asked about after a step: the nodes it replaced.
+pub fn batch_of(gating: &Gating<Vec<String>>) -> BatchInfo {
+    BatchInfo {
+        index: gating.step,
+        instances: gating.about.clone(),
+        canary: false,
+        attempt: gating.attempt,
+    }
+}
+
 /// Plans the update `input` describes with `hooks`.
 pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, HookFailed> {
-    let mut plan = NodePlan {
-        kind: "RollingUpdatePlan",
-        target: Target {
-            kind: "DaemonSet",
-            name: input.name.to_string(),
-            nodes: input.candidates.len(),
-        },
-        steps: Vec::new(),
-        warnings: Vec::new(),
-        stopped: None,
-    };
     let names = input.candidates.iter().map(|c| c.name.clone()).collect();
-    let mut machine = NodeLoop::new(names, input.updated.clone(), input.max_unavailable);
-    let mut ctx = input.ctx.clone();
-    let mut pauses = SimulatedPauses::default();
-    let mut said = Vec::new();
-    let mut sized_by = DecidedBy::BuiltIn;
-    let mut steps_done = 0;
-    let mut step = machine.step(Input::Start);
-    loop {
-        let at = Stand {
-            name: input.name,
-            total: input.candidates.len(),
-            max_unavailable: input.max_unavailable,
-            steps_done,
-        };
-        let answer = match step {
-            Step::Ask(Question::StepSize { max, pending, .. }) => {
-                let pending = in_order(input.candidates, &pending);
-                let (decision, shadow) =
-                    ask_size(hooks, &ctx, &at, &pending, max, &mut plan.warnings)?;
-                said.extend(shadow);
-                sized_by = decision.by().clone();
-                Input::Sized(decision)
-            }
-            Step::Ask(Question::Order { pending }) => {
-                let pending = in_order(input.candidates, &pending);
-                let (order, by, shadow) =
-                    ask_order(hooks, &ctx, &at, &pending, &mut plan.warnings)?;
-                said.extend(shadow);
-                Input::Ordered(order, by)
-            }
-            Step::Do(Action::Wait {
-                seconds,
-                reason,
-                decided_by,
-            }) => {
-                // Only a pause comes here in a plan: a gate's wait is assumed to clear.
-                if !pauses.add(&mut ctx, seconds, reason, decided_by, &mut plan.warnings) {
-                    return Ok(plan);
-                }
-                Input::Done
-            }
-            Step::Do(Action::Replace {
-                nodes,
-                size_reason,
-                ordered_by,
-                ..
-            }) => {
-                let by_hook = sized_by != DecidedBy::BuiltIn;
-                plan.steps.push(NodeStep {
-                    nodes,
-                    decided_by: sized_by.clone(),
-                    ordered_by,
-                    size_reason: by_hook.then_some(size_reason),
-                    pause: pauses.pending.take(),
-                    gate: None,
-                    shadow: std::mem::take(&mut said),
-                });
-                Input::Done
-            }
-            Step::Do(Action::AwaitReplaced { .. }) => Input::Done,
-            Step::Ask(Question::Gate {
-                step,
-                nodes,
-                attempt,
-            }) => {
-                let batch = BatchInfo {
-                    index: step,
-                    instances: nodes,
-                    canary: false,
-                    attempt,
-                };
-                let total = i32::try_from(input.candidates.len()).unwrap_or(i32::MAX);
-                let (decision, shadow) =
-                    ask_gate(hooks, &ctx, &batch, total, 0, &mut plan.warnings)?;
-                if let Some(last) = plan.steps.last_mut() {
-                    last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
-                    last.shadow.extend(shadow);
-                }
-                steps_done = step + 1;
-                Input::Judged(as_planned(decision))
-            }
-            Step::Done(Outcome::Finished) => return Ok(plan),
-            Step::Done(Outcome::Aborted {
-                left,
-                decided_by,
-                reason,
-                ..
-            }) => {
-                plan.stopped = Some(format!(
-                    "{decided_by} stops the update with {left} nodes left: {reason}"
-                ));
-                return Ok(plan);
-            }
-        };
-        step = machine.step(answer);
-    }
+    let machine = NodeLoop::new(names, input.updated.clone(), input.max_unavailable);
+    let mut recording = Recording {
+        input,
+        plan: NodePlan {
+            kind: "RollingUpdatePlan",
+            target: Target {
+                kind: "DaemonSet",
+                name: input.name.to_string(),
+                nodes: input.candidates.len(),
+            },
+            steps: Vec::new(),
+            warnings: Vec::new(),
+            stopped: None,
+        },
+        steps_done: 0,
+    };
+    let mut warnings = Vec::new();
+    let mut asking = Asking {
+        hooks,
+        ctx: input.ctx.clone(),
+        warnings: &mut warnings,
+    };
+    planning::plan(&mut recording, machine, &mut asking)?;
+    recording.plan.warnings = warnings;
+    Ok(recording.plan)
 }
 
 #[cfg(test)]

@@ -8,30 +8,24 @@
 //! partition on the object is the state: a driver that resumes starts the machine from it.
 //! The ordinals below the `floor` are on the new revision already (a rollback of a partial
 //! update): once the partition reaches it, it drops to 0 with nothing to await or ask.
-//! No I/O, no clock, no hooks: the planner and the executor are its two drivers.
+//! No I/O, no clock, no hooks: the planner and the executor are its two drivers, through the
+//! vocabulary every workload flow shares ([`super::flow`]).
 
-use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use std::convert::Infallible;
+use std::ops::Range;
+
+use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
 use crate::plan::hook::DecidedBy;
 
 /// What the machine needs next.
-pub type Step = crate::plan::Step<Question, Action, Outcome>;
+pub type Step = flow::Step<bool, GateAbout, Infallible, Action, i32>;
+pub type Input = Answer<Infallible>;
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Question {
-    /// How many ordinals the next step updates: at most `max`, the built-in size.
-    StepSize {
-        max: u32,
-        canary: bool,
-        /// Pauses a batching hook already asked for before this step.
-        attempt: u32,
-    },
-    /// The gates' verdict after step `step` (from 0), which updated `ordinals`.
-    Gate {
-        step: u32,
-        ordinals: std::ops::Range<i32>,
-        canary: bool,
-        attempt: u32,
-    },
+/// What a gate is told a step did: the ordinals it updated, and whether it was the canary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateAbout {
+    pub ordinals: Range<i32>,
+    pub canary: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,33 +44,6 @@ pub enum Action {
     AwaitUpdated { partition: i32 },
     /// Set the partition to 0 from `from`: every ordinal below is on the new revision already.
     Settle { from: i32 },
-    /// Hold for a hook, then ask the same question again.
-    Wait {
-        seconds: u32,
-        reason: String,
-        decided_by: DecidedBy,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    /// A gate stopped the update after step `step`, the partition left at `partition`.
-    Aborted {
-        step: u32,
-        partition: i32,
-        decided_by: DecidedBy,
-        reason: String,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    Start,
-    Sized(BatchDecision),
-    Judged(GateDecision),
-    /// The last action was carried out.
-    Done,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +71,7 @@ pub struct PartitionLoop {
     canary: u32,
     state: State,
     steps: u32,
-    attempt: u32,
+    pace: Pace,
     /// The step at hand: the partition it left and where it started.
     from: i32,
     /// Where an update that resumes stood: its updated pods are awaited and the gate asked
@@ -138,52 +105,17 @@ impl PartitionLoop {
             },
             state: State::New,
             steps: 0,
-            attempt: 0,
+            pace: Pace::default(),
             from: partition,
             resumed_from: (partition < replicas).then_some(replicas),
         }
     }
 
-    /// Advances the machine with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
-    pub fn step(&mut self, input: Input) -> Step {
-        let step = match (self.state, input) {
-            (State::New, Input::Start) => match self.resumed_from {
-                // The step a stopped run was in: its pods, then its gate, again.
-                Some(top) => {
-                    self.from = top;
-                    self.state = State::Awaiting;
-                    Step::Do(Action::AwaitUpdated {
-                        partition: self.partition,
-                    })
-                }
-                None => self.next(),
-            },
-            (State::Sizing, Input::Sized(decision)) => self.sized(decision),
-            (State::Pausing, Input::Done) => {
-                self.attempt += 1;
-                self.size()
-            }
-            (State::Lowering, Input::Done) if self.from == self.floor => {
-                Step::Done(Outcome::Finished)
-            }
-            (State::Lowering, Input::Done) => {
-                self.state = State::Awaiting;
-                Step::Do(Action::AwaitUpdated {
-                    partition: self.partition,
-                })
-            }
-            (State::Awaiting, Input::Done) => self.gate(0),
-            (State::Gating, Input::Judged(decision)) => self.judged(decision),
-            (State::Waiting, Input::Done) => self.gate(self.attempt + 1),
-            (state, input) => panic!("partition loop in state {state:?} cannot take {input:?}"),
-        };
-        if let Step::Done(_) = step {
-            self.state = State::Over;
-        }
-        step
+    fn await_updated(&mut self) -> Step {
+        self.state = State::Awaiting;
+        Step::Do(Act::Own(Action::AwaitUpdated {
+            partition: self.partition,
+        }))
     }
 
     /// The next step, or the end once every ordinal is updated.
@@ -195,9 +127,9 @@ impl PartitionLoop {
             self.state = State::Lowering;
             self.from = self.floor;
             self.partition = 0;
-            return Step::Do(Action::Settle { from: self.from });
+            return Step::Do(Act::Own(Action::Settle { from: self.from }));
         }
-        self.attempt = 0;
+        self.pace.fresh();
         self.size()
     }
 
@@ -209,85 +141,127 @@ impl PartitionLoop {
         } else {
             self.max_unavailable.min(left)
         };
-        Step::Ask(Question::StepSize {
+        Step::Ask(Ask::Size(Sizing {
+            step: self.steps,
             max,
-            canary: self.canary > 0,
-            attempt: self.attempt,
-        })
+            attempt: self.pace.attempt(),
+            about: self.canary > 0,
+        }))
     }
 
-    fn sized(&mut self, decision: BatchDecision) -> Step {
-        match decision {
-            BatchDecision::Pause {
-                seconds,
-                reason,
-                by,
-            } => {
-                self.state = State::Pausing;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: by,
-                })
-            }
-            BatchDecision::Size { size, reason, by } => {
-                let size = i32::try_from(size)
+    fn sized(&mut self, decision: crate::plan::decide::BatchDecision) -> Step {
+        match self.pace.sized(decision) {
+            Paced::Go(sized) => {
+                let size = i32::try_from(sized.size)
                     .unwrap_or(i32::MAX)
                     .clamp(1, self.partition - self.floor);
                 self.from = self.partition;
                 self.partition -= size;
                 self.state = State::Lowering;
-                Step::Do(Action::SetPartition {
+                Step::Do(Act::Own(Action::SetPartition {
                     step: self.steps,
                     from: self.from,
                     to: self.partition,
                     canary: self.canary > 0,
-                    decided_by: by,
-                    reason,
-                })
+                    decided_by: sized.by,
+                    reason: sized.reason,
+                }))
             }
+            Paced::Hold(hold) => {
+                self.state = State::Pausing;
+                Step::Do(Act::Wait(hold))
+            }
+            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 
-    fn gate(&mut self, attempt: u32) -> Step {
+    fn gate(&mut self) -> Step {
         self.state = State::Gating;
-        self.attempt = attempt;
-        Step::Ask(Question::Gate {
+        Step::Ask(Ask::Gate(Gating {
             step: self.steps,
-            ordinals: self.partition..self.from,
-            canary: self.canary > 0,
-            attempt,
-        })
+            attempt: self.pace.attempt(),
+            about: GateAbout {
+                ordinals: self.partition..self.from,
+                canary: self.canary > 0,
+            },
+        }))
     }
 
-    fn judged(&mut self, decision: GateDecision) -> Step {
-        match decision.verdict {
-            Verdict::Proceed => {
+    fn judged(&mut self, decision: crate::plan::decide::GateDecision) -> Step {
+        match self.pace.judged(decision) {
+            Paced::Go(_) => {
                 self.steps += 1;
                 self.canary = 0;
                 self.next()
             }
-            Verdict::Wait { seconds, reason } => {
+            Paced::Hold(hold) => {
                 self.state = State::Waiting;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: decision.by,
-                })
+                Step::Do(Act::Wait(hold))
             }
-            Verdict::Abort(reason) => Step::Done(Outcome::Aborted {
+            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
                 step: self.steps,
-                partition: self.partition,
-                decided_by: decision.by,
+                decided_by,
                 reason,
+                at: self.partition,
             }),
         }
+    }
+}
+
+impl Flow for PartitionLoop {
+    type Sizing = bool;
+    type Gating = GateAbout;
+    type Ask = Infallible;
+    type Act = Action;
+    type Answer = Infallible;
+    type Stop = i32;
+
+    /// Advances the machine with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
+    fn step(&mut self, input: Input) -> Step {
+        let step = match (self.state, input) {
+            (State::New, Answer::Start) => match self.resumed_from {
+                // The step a stopped run was in: its pods, then its gate, again.
+                Some(top) => {
+                    self.from = top;
+                    self.await_updated()
+                }
+                None => self.next(),
+            },
+            (State::Sizing, Answer::Sized(decision)) => self.sized(decision),
+            (State::Pausing, Answer::Done) => {
+                self.pace.again();
+                self.size()
+            }
+            (State::Lowering, Answer::Done) if self.from == self.floor => {
+                Step::Done(Outcome::Finished)
+            }
+            (State::Lowering, Answer::Done) => self.await_updated(),
+            (State::Awaiting, Answer::Done) => {
+                self.pace.fresh();
+                self.gate()
+            }
+            (State::Gating, Answer::Judged(decision)) => self.judged(decision),
+            (State::Waiting, Answer::Done) => {
+                self.pace.again();
+                self.gate()
+            }
+            (state, input) => panic!("partition loop in state {state:?} cannot take {input:?}"),
+        };
+        if let Step::Done(_) = step {
+            self.state = State::Over;
+        }
+        step
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+    use crate::plan::rolling_update::flow::Hold;
 
     fn size(n: u32) -> Input {
         Input::Sized(BatchDecision::Size {
@@ -310,19 +284,19 @@ mod tests {
         let mut input = Input::Start;
         loop {
             input = match machine.step(input) {
-                Step::Ask(Question::StepSize { max, .. }) => size(max),
-                Step::Do(Action::SetPartition {
+                Step::Ask(Ask::Size(Sizing { max, .. })) => size(max),
+                Step::Do(Act::Own(Action::SetPartition {
                     from, to, canary, ..
-                }) => {
+                })) => {
                     set.push((from, to, canary));
                     Input::Done
                 }
-                Step::Do(Action::Settle { from }) => {
+                Step::Do(Act::Own(Action::Settle { from })) => {
                     set.push((from, 0, false));
                     Input::Done
                 }
                 Step::Do(_) => Input::Done,
-                Step::Ask(Question::Gate { .. }) => verdict(Verdict::Proceed),
+                Step::Ask(Ask::Gate(_)) => verdict(Verdict::Proceed),
                 Step::Done(Outcome::Finished) => return set,
                 Step::Done(other) => panic!("{other:?}"),
             };
@@ -352,22 +326,21 @@ mod tests {
         let mut m = PartitionLoop::new(5, 3, 0, 2, 1);
         assert_eq!(
             m.step(Input::Start),
-            Step::Do(Action::AwaitUpdated { partition: 3 })
+            Step::Do(Act::Own(Action::AwaitUpdated { partition: 3 }))
         );
         assert_eq!(
             m.step(Input::Done),
-            Step::Ask(Question::Gate {
+            Step::Ask(Ask::Gate(Gating {
                 step: 0,
-                ordinals: 3..5,
-                canary: false,
-                attempt: 0
-            })
+                attempt: 0,
+                about: GateAbout {
+                    ordinals: 3..5,
+                    canary: false
+                }
+            }))
         );
         let stop = m.step(verdict(Verdict::Abort("still failing".into())));
-        assert!(matches!(
-            stop,
-            Step::Done(Outcome::Aborted { partition: 3, .. })
-        ));
+        assert!(matches!(stop, Step::Done(Outcome::Aborted { at: 3, .. })));
     }
 
     #[test]
@@ -403,25 +376,27 @@ mod tests {
         let mut m = PartitionLoop::new(3, 3, 0, 1, 0);
         assert!(matches!(
             m.step(Input::Start),
-            Step::Ask(Question::StepSize { max: 1, .. })
+            Step::Ask(Ask::Size(Sizing { max: 1, .. }))
         ));
         assert!(matches!(
             m.step(size(1)),
-            Step::Do(Action::SetPartition { from: 3, to: 2, .. })
+            Step::Do(Act::Own(Action::SetPartition { from: 3, to: 2, .. }))
         ));
         assert_eq!(
             m.step(Input::Done),
-            Step::Do(Action::AwaitUpdated { partition: 2 })
+            Step::Do(Act::Own(Action::AwaitUpdated { partition: 2 }))
         );
         let gate = m.step(Input::Done);
         assert_eq!(
             gate,
-            Step::Ask(Question::Gate {
+            Step::Ask(Ask::Gate(Gating {
                 step: 0,
-                ordinals: 2..3,
-                canary: false,
-                attempt: 0
-            })
+                attempt: 0,
+                about: GateAbout {
+                    ordinals: 2..3,
+                    canary: false
+                }
+            }))
         );
         let wait = Verdict::Wait {
             seconds: 30,
@@ -429,20 +404,20 @@ mod tests {
         };
         assert!(matches!(
             m.step(verdict(wait)),
-            Step::Do(Action::Wait { seconds: 30, .. })
+            Step::Do(Act::Wait(Hold { seconds: 30, .. }))
         ));
         assert!(matches!(
             m.step(Input::Done),
-            Step::Ask(Question::Gate { attempt: 1, .. })
+            Step::Ask(Ask::Gate(Gating { attempt: 1, .. }))
         ));
         let stop = m.step(verdict(Verdict::Abort("errors".into())));
         assert_eq!(
             stop,
             Step::Done(Outcome::Aborted {
                 step: 0,
-                partition: 2,
                 decided_by: DecidedBy::Hook("slo".into()),
                 reason: "errors".into(),
+                at: 2,
             })
         );
     }
@@ -452,11 +427,11 @@ mod tests {
         let mut m = PartitionLoop::new(4, 4, 0, 3, 0);
         assert!(matches!(
             m.step(Input::Start),
-            Step::Ask(Question::StepSize {
+            Step::Ask(Ask::Size(Sizing {
                 max: 3,
                 attempt: 0,
                 ..
-            })
+            }))
         ));
         let pause = Input::Sized(BatchDecision::Pause {
             seconds: 60,
@@ -465,16 +440,16 @@ mod tests {
         });
         assert!(matches!(
             m.step(pause),
-            Step::Do(Action::Wait { seconds: 60, .. })
+            Step::Do(Act::Wait(Hold { seconds: 60, .. }))
         ));
         assert!(matches!(
             m.step(Input::Done),
-            Step::Ask(Question::StepSize { attempt: 1, .. })
+            Step::Ask(Ask::Size(Sizing { attempt: 1, .. }))
         ));
         // A size beyond the partition is held to it.
         assert!(matches!(
             m.step(size(9)),
-            Step::Do(Action::SetPartition { from: 4, to: 0, .. })
+            Step::Do(Act::Own(Action::SetPartition { from: 4, to: 0, .. }))
         ));
     }
 }

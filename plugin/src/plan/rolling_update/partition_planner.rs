@@ -1,18 +1,21 @@
-//! The plan of a StatefulSet's partitioned update: the partition machine driven with simulated
-//! pods (every updated pod Ready at once), the hooks asked as a live run asks them, once per
-//! step. A gate's wait is assumed to clear; an abort stops the plan there; pauses move the
-//! simulated clock, up to a week.
+//! The plan of a StatefulSet's partitioned update: the partition machine driven by the planner
+//! loop every workload flow shares ([`super::planning`]), with simulated pods (every updated
+//! pod Ready at once). `ask_size` and `ask_gate` serve the live run too.
 
 use serde::Serialize;
 
-use super::partition_loop::{Action, Input, Outcome, PartitionLoop, Question, Step};
+use std::convert::Infallible;
+
+use super::flow::{Gating, Sizing};
+use super::partition_loop::{Action, GateAbout, Input, PartitionLoop};
 use super::planner::{LoopState, group_info, step_amount};
+use super::planning::{self, Asked, Asking, Notes, Planned};
 use super::pods::PodInfo;
 use super::steps::Budgets;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Instances, Phase};
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PauseStep, SimulatedPauses};
+use crate::plan::{GateStep, PauseStep};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -142,14 +145,108 @@ pub fn ask_gate(
     Ok((decision, said))
 }
 
-/// A gate's verdict as a plan goes on with it: a wait is assumed to clear.
-pub fn as_planned(decision: GateDecision) -> GateDecision {
-    match decision.verdict {
-        Verdict::Wait { .. } => GateDecision {
-            verdict: Verdict::Proceed,
-            by: DecidedBy::BuiltIn,
-        },
-        _ => decision,
+/// The partition machine as its plan records it.
+struct Recording<'a> {
+    input: &'a PartitionInput<'a>,
+    plan: PartitionPlan,
+    /// The partition now, and the steps done (gated) so far.
+    partition: i32,
+    steps_done: u32,
+}
+
+impl Planned for Recording<'_> {
+    type Flow = PartitionLoop;
+
+    fn size(&mut self, asking: &mut Asking, sizing: &Sizing<bool>) -> Asked<BatchDecision> {
+        let at = Progress {
+            name: self.input.name,
+            replicas: self.input.replicas,
+            partition: self.partition,
+            max_unavailable: self.input.max_unavailable,
+            steps_done: self.steps_done,
+        };
+        let pods = self.input.pods;
+        ask_size(
+            asking.hooks,
+            &asking.ctx,
+            &at,
+            pods,
+            sizing.max,
+            asking.warnings,
+        )
+    }
+
+    fn gate(&mut self, asking: &mut Asking, gating: &Gating<GateAbout>) -> Asked<GateDecision> {
+        let batch = batch_of(self.input.name, gating);
+        self.steps_done = gating.step + 1;
+        let replicas = self.input.replicas;
+        ask_gate(
+            asking.hooks,
+            &asking.ctx,
+            &batch,
+            replicas,
+            0,
+            asking.warnings,
+        )
+    }
+
+    fn answer(&mut self, _: &mut Asking, ask: Infallible) -> Asked<Input> {
+        match ask {}
+    }
+
+    fn act(&mut self, act: Action, notes: Notes) -> Option<Input> {
+        match act {
+            Action::SetPartition {
+                from,
+                to,
+                canary,
+                decided_by,
+                reason,
+                ..
+            } => {
+                self.partition = to;
+                let by_hook = decided_by != DecidedBy::BuiltIn;
+                self.plan.steps.push(PartitionStep {
+                    partition: to,
+                    pods: pod_names(self.input.name, to..from),
+                    canary,
+                    decided_by,
+                    size_reason: by_hook.then_some(reason),
+                    pause: notes.pause,
+                    gate: None,
+                    shadow: notes.shadow,
+                });
+            }
+            Action::AwaitUpdated { .. } => {}
+            Action::Settle { from } => {
+                self.partition = 0;
+                self.plan.settle = Some(from);
+            }
+        }
+        Some(Input::Done)
+    }
+
+    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
+        if let Some(last) = self.plan.steps.last_mut() {
+            last.gate = gate;
+            last.shadow.extend(shadow);
+        }
+    }
+
+    fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, partition: i32) {
+        self.plan.stopped = Some(format!(
+            "{decided_by} aborts with the partition at {partition}: {reason}"
+        ));
+    }
+}
+
+/// The batch a gate is asked about after a step: the step's pods, highest ordinal first.
+pub fn batch_of(name: &str, gating: &Gating<GateAbout>) -> BatchInfo {
+    BatchInfo {
+        index: gating.step,
+        instances: pod_names(name, gating.about.ordinals.clone()),
+        canary: gating.about.canary,
+        attempt: gating.attempt,
     }
 }
 
@@ -158,120 +255,39 @@ pub fn plan(
     input: &PartitionInput,
     hooks: &mut [Box<dyn Hook>],
 ) -> Result<PartitionPlan, HookFailed> {
-    let mut plan = PartitionPlan {
-        kind: "RollingUpdatePlan",
-        target: Target {
-            kind: "StatefulSet",
-            name: input.name.to_string(),
-            replicas: input.replicas,
+    let mut recording = Recording {
+        input,
+        plan: PartitionPlan {
+            kind: "RollingUpdatePlan",
+            target: Target {
+                kind: "StatefulSet",
+                name: input.name.to_string(),
+                replicas: input.replicas,
+            },
+            steps: Vec::new(),
+            warnings: Vec::new(),
+            settle: None,
+            stopped: None,
         },
-        steps: Vec::new(),
-        warnings: Vec::new(),
-        settle: None,
-        stopped: None,
+        partition: input.partition,
+        steps_done: 0,
     };
-    let mut ctx = input.ctx.clone();
-    let mut machine = PartitionLoop::new(
+    let machine = PartitionLoop::new(
         input.replicas,
         input.partition,
         input.floor,
         input.max_unavailable,
         input.canary,
     );
-    let (mut partition, mut steps_done) = (input.partition, 0u32);
-    let mut pauses = SimulatedPauses::default();
-    let mut step_shadow = Vec::new();
-    let mut step = machine.step(Input::Start);
-    loop {
-        let answer = match step {
-            Step::Ask(Question::StepSize { max, .. }) => {
-                let at = Progress {
-                    name: input.name,
-                    replicas: input.replicas,
-                    partition,
-                    max_unavailable: input.max_unavailable,
-                    steps_done,
-                };
-                let (decision, said) =
-                    ask_size(hooks, &ctx, &at, input.pods, max, &mut plan.warnings)?;
-                step_shadow.extend(said);
-                Input::Sized(decision)
-            }
-            Step::Do(Action::Wait {
-                seconds,
-                reason,
-                decided_by,
-            }) => {
-                // Only a pause comes here in a plan: a gate's wait is assumed to clear.
-                if !pauses.add(&mut ctx, seconds, reason, decided_by, &mut plan.warnings) {
-                    return Ok(plan);
-                }
-                Input::Done
-            }
-            Step::Do(Action::SetPartition {
-                from,
-                to,
-                canary,
-                decided_by,
-                reason,
-                ..
-            }) => {
-                partition = to;
-                let by_hook = decided_by != DecidedBy::BuiltIn;
-                plan.steps.push(PartitionStep {
-                    partition: to,
-                    pods: pod_names(input.name, to..from),
-                    canary,
-                    decided_by,
-                    size_reason: by_hook.then_some(reason),
-                    pause: pauses.pending.take(),
-                    gate: None,
-                    shadow: std::mem::take(&mut step_shadow),
-                });
-                Input::Done
-            }
-            Step::Do(Action::AwaitUpdated { .. }) => Input::Done,
-            Step::Do(Action::Settle { from }) => {
-                partition = 0;
-                plan.settle = Some(from);
-                Input::Done
-            }
-            Step::Ask(Question::Gate {
-                step,
-                ordinals,
-                canary,
-                attempt,
-            }) => {
-                let batch = BatchInfo {
-                    index: step,
-                    instances: pod_names(input.name, ordinals),
-                    canary,
-                    attempt,
-                };
-                let (decision, said) =
-                    ask_gate(hooks, &ctx, &batch, input.replicas, 0, &mut plan.warnings)?;
-                if let Some(last) = plan.steps.last_mut() {
-                    last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
-                    last.shadow.extend(said);
-                }
-                steps_done = step + 1;
-                Input::Judged(as_planned(decision))
-            }
-            Step::Done(Outcome::Finished) => return Ok(plan),
-            Step::Done(Outcome::Aborted {
-                partition,
-                decided_by,
-                reason,
-                ..
-            }) => {
-                plan.stopped = Some(format!(
-                    "{decided_by} aborts with the partition at {partition}: {reason}"
-                ));
-                return Ok(plan);
-            }
-        };
-        step = machine.step(answer);
-    }
+    let mut warnings = Vec::new();
+    let mut asking = Asking {
+        hooks,
+        ctx: input.ctx.clone(),
+        warnings: &mut warnings,
+    };
+    planning::plan(&mut recording, machine, &mut asking)?;
+    recording.plan.warnings = warnings;
+    Ok(recording.plan)
 }
 
 #[cfg(test)]

@@ -7,16 +7,18 @@
 use serde::Serialize;
 
 use super::controller::{Controller, Kind};
+use super::flow::{Gating, Sizing};
+use super::planning::{self, Asked, Asking, Notes, Planned};
 use super::pods::PodInfo;
-use super::scale_loop::{Action, Held, Input, Question, ScaleLoop, Step};
+use super::scale_loop::{Action, Input, Question, ScaleLoop, Seen, Told};
 use super::steps::Budgets;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Verdict};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{
     BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Instances, Phase,
     Progress,
 };
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role, SimulatedPauses};
+use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -275,16 +277,102 @@ pub fn plan(
 /// The planner's side of the scale loop: the simulated controllers and what is recorded.
 struct Simulation<'a> {
     input: &'a PlanInput<'a>,
-    ctx: CallContext,
+    candidates: &'a Instances,
     old: i32,
     next: i32,
     steps: Vec<ScaleStep>,
-    /// Pauses asked for before the next step, and how long the loop paused in all.
-    pauses: SimulatedPauses,
-    sized_by: DecidedBy,
+    /// The batching hook's reason for the size of the step at hand.
     size_reason: String,
-    /// What shadow hooks said about the next step.
-    shadow: Vec<ShadowDecision>,
+    stopped: Option<String>,
+}
+
+impl Planned for Simulation<'_> {
+    type Flow = ScaleLoop;
+
+    fn size(&mut self, asking: &mut Asking, sizing: &Sizing<Seen>) -> Asked<BatchDecision> {
+        let state = &sizing.about.state;
+        let group = group_info(self.input.old.name(), state, &self.input.budgets);
+        let pending = self.candidates.window(0, state.old.max(0) as usize);
+        let max = i32::try_from(sizing.max).unwrap_or(i32::MAX);
+        let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
+        let (decision, said) = step_amount(hooks, ctx, &group, state, pending, max, warnings)?;
+        if let BatchDecision::Size { reason, .. } = &decision {
+            self.size_reason = reason.clone();
+        }
+        Ok((decision, said))
+    }
+
+    fn gate(&mut self, asking: &mut Asking, gating: &Gating<Seen>) -> Asked<GateDecision> {
+        let name = controller_name(self.input, gating.about.side);
+        let state = &gating.about.state;
+        let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
+        gate_after(hooks, ctx, name, state, 0, gating.attempt, warnings)
+    }
+
+    fn answer(&mut self, _: &mut Asking, ask: Question) -> Asked<Input> {
+        let told = match ask {
+            Question::Observe => Told::Observed(LoopState {
+                old: self.old,
+                next: self.next,
+                next_available: self.next,
+                desired: self.input.desired,
+                steps_done: 0,
+            }),
+            // The old pods' order was asked once, before the loop.
+            Question::Order { .. } => Told::Ordered,
+        };
+        Ok((Input::Own(told), Vec::new()))
+    }
+
+    fn act(&mut self, act: Action, notes: Notes) -> Option<Input> {
+        // Each step changes one side, so this bounds a plan that could not end.
+        let limit = 4 * (self.input.old.replicas().max(0) + self.input.desired.max(0)) as usize + 8;
+        if self.steps.len() >= limit {
+            return None;
+        }
+        let Action::Scale {
+            side,
+            replicas,
+            decided_by,
+            ..
+        } = act
+        else {
+            return Some(Input::Done);
+        };
+        match side {
+            Side::Next => self.next = replicas,
+            Side::Old => self.old = replicas,
+        }
+        let by_hook = decided_by != DecidedBy::BuiltIn;
+        self.steps.push(ScaleStep {
+            controller: side,
+            replicas,
+            decided_by,
+            size_reason: by_hook.then(|| self.size_reason.clone()),
+            pause: notes.pause,
+            gate: None,
+            shadow: notes.shadow,
+        });
+        Some(Input::Own(Told::Scaled(replicas)))
+    }
+
+    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
+        if let Some(last) = self.steps.last_mut() {
+            last.gate = gate;
+            last.shadow.extend(shadow);
+        }
+    }
+
+    fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, at: Seen) {
+        let name = controller_name(self.input, at.side);
+        let replicas = match at.side {
+            Side::Next => at.state.next,
+            Side::Old => at.state.old,
+        };
+        self.stopped = Some(format!(
+            "{decided_by} aborts after scaling {name} to {replicas}: {reason}"
+        ));
+    }
 }
 
 /// Drives the scale loop with simulated pods (every new pod available at once) and the hooks'
@@ -299,129 +387,21 @@ fn simulate(
 ) -> Result<(Vec<ScaleStep>, Option<String>), HookFailed> {
     let mut sim = Simulation {
         input,
-        ctx,
+        candidates,
         old: input.old.replicas(),
         next: input.next_replicas,
         steps: Vec::new(),
-        pauses: SimulatedPauses::default(),
-        sized_by: DecidedBy::BuiltIn,
         size_reason: String::new(),
-        shadow: Vec::new(),
+        stopped: None,
     };
-    let mut machine = ScaleLoop::new(input.budgets, input.desired);
-    // Each step changes one side, so this bounds a plan that could not end.
-    let limit = 4 * (sim.old.max(0) + input.desired.max(0)) as usize + 8;
-    let mut step_input = Input::Start;
-    while sim.steps.len() < limit {
-        step_input = match machine.step(step_input) {
-            Step::Ask(Question::Observe) => Input::Observed(LoopState {
-                old: sim.old,
-                next: sim.next,
-                next_available: sim.next,
-                desired: input.desired,
-                steps_done: 0,
-            }),
-            Step::Ask(Question::StepSize { state, max, .. }) => {
-                let group = group_info(input.old.name(), &state, &input.budgets);
-                let pending = candidates.window(0, state.old.max(0) as usize);
-                let (decision, said) =
-                    step_amount(hooks, &sim.ctx, &group, &state, pending, max, warnings)?;
-                sim.shadow.extend(said);
-                if let BatchDecision::Size { by, reason, .. } = &decision {
-                    sim.sized_by = by.clone();
-                    sim.size_reason = reason.clone();
-                }
-                Input::Sized(decision)
-            }
-            Step::Ask(Question::Order { .. }) => Input::Ordered,
-            Step::Ask(Question::Gate {
-                side,
-                state,
-                attempt,
-                ..
-            }) => match sim.gate(hooks, side, &state, attempt, warnings)? {
-                Ok(decision) => Input::Judged(decision),
-                Err(stopped) => return Ok((sim.steps, Some(stopped))),
-            },
-            Step::Do(Action::Scale { side, replicas, .. }) => {
-                match side {
-                    Side::Next => sim.next = replicas,
-                    Side::Old => sim.old = replicas,
-                }
-                Input::Scaled(replicas)
-            }
-            Step::Do(Action::Wait {
-                seconds,
-                reason,
-                decided_by,
-                held_by: Held::Pause,
-            }) => {
-                if !sim.pause_for(seconds, reason, decided_by, warnings) {
-                    return Ok((sim.steps, None));
-                }
-                Input::Done
-            }
-            // A gate's wait is shown with its verdict.
-            Step::Do(_) => Input::Done,
-            Step::Done(_) => return Ok((sim.steps, None)),
-        };
-    }
-    Ok((sim.steps, None))
-}
-
-impl Simulation<'_> {
-    /// The gate's first answer after a step is asked and recorded with the step; a wait is
-    /// assumed to clear. `Err` carries why an abort stops the plan.
-    fn gate(
-        &mut self,
-        hooks: &mut [Box<dyn Hook>],
-        side: Side,
-        state: &LoopState,
-        attempt: u32,
-        warnings: &mut Vec<String>,
-    ) -> Result<Result<GateDecision, String>, HookFailed> {
-        if attempt > 0 {
-            return Ok(Ok(GateDecision {
-                verdict: Verdict::Proceed,
-                by: DecidedBy::BuiltIn,
-            }));
-        }
-        let name = controller_name(self.input, side);
-        let (gate, said) = gate_after(hooks, &self.ctx, name, state, 0, 0, warnings)?;
-        self.shadow.extend(said);
-        let replicas = match side {
-            Side::Next => state.next,
-            Side::Old => state.old,
-        };
-        self.steps.push(ScaleStep {
-            controller: side,
-            replicas,
-            decided_by: self.sized_by.clone(),
-            size_reason: (self.sized_by != DecidedBy::BuiltIn).then(|| self.size_reason.clone()),
-            pause: self.pauses.pending.take(),
-            gate: GateStep::from_decision(Phase::AfterBatch, gate.clone()),
-            shadow: std::mem::take(&mut self.shadow),
-        });
-        if let Verdict::Abort(reason) = &gate.verdict {
-            let by = &gate.by;
-            return Ok(Err(format!(
-                "{by} aborts after scaling {name} to {replicas}: {reason}"
-            )));
-        }
-        Ok(Ok(gate))
-    }
-
-    /// Moves the simulated clock on by a pause; false once the pauses pass a week.
-    fn pause_for(
-        &mut self,
-        seconds: u32,
-        reason: String,
-        by: DecidedBy,
-        warnings: &mut Vec<String>,
-    ) -> bool {
-        self.pauses
-            .add(&mut self.ctx, seconds, reason, by, warnings)
-    }
+    let machine = ScaleLoop::new(input.budgets, input.desired);
+    let mut asking = Asking {
+        hooks,
+        ctx,
+        warnings,
+    };
+    planning::plan(&mut sim, machine, &mut asking)?;
+    Ok((sim.steps, sim.stopped))
 }
 
 fn controller_name<'a>(input: &'a PlanInput, side: Side) -> &'a str {

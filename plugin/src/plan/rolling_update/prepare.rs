@@ -72,70 +72,17 @@ pub fn prepare(
             image,
             container,
             pull_policy,
-        } => {
-            let index = old.container_index(container.as_deref())?;
-            if old.image(index) == Some(image.as_str()) && pull_policy.is_none() {
-                return Err(format!(
-                    "{} already runs image {image}: give --image-pull-policy (Always|Never|IfNotPresent) to roll it anyway",
-                    old.display()
-                ));
-            }
-            let mut next = Controller {
-                kind: old.kind,
-                object: old.for_create(),
-            };
-            next.set_image(index, image, pull_policy.as_deref());
-            let hash = next.hash();
-            let name = next_name
-                .map(String::from)
-                .unwrap_or_else(|| format!("{}-{hash}", old.name()));
-            next.set_name(&name);
-            next.set_selector_label(deployment_key, &hash);
-            next.set_template_label(deployment_key, &hash);
-            for key in UPDATE_ANNOTATIONS {
-                next.set_annotation(key, None);
-            }
-            let old_label = (!old.selector().contains_key(deployment_key))
-                .then(|| (deployment_key.to_string(), format!("{}-orig", old.hash())));
-            Prepared { next, old_label }
-        }
-        NextSource::File(file) => {
-            if file.kind != old.kind {
-                return Err(format!(
-                    "the file holds a {}, but {} is a {}: both sides of a rolling update are the same kind",
-                    file.kind.as_str(),
-                    old.display(),
-                    old.kind.as_str()
-                ));
-            }
-            if let Some(name) = next_name
-                && name != file.name()
-            {
-                return Err(format!(
-                    "the file names the next controller {:?}, the command line {name:?}",
-                    file.name()
-                ));
-            }
-            let next_selector = file.selector();
-            let distinct = old
-                .selector()
-                .iter()
-                .any(|(k, v)| next_selector.get(k).is_some_and(|n| n != v));
-            if !distinct {
-                return Err(format!(
-                    "the selector of {} must have a key of {}'s selector with a different value, so that the two never select the same pods",
-                    file.display(),
-                    old.display()
-                ));
-            }
-            Prepared {
-                next: Controller {
-                    kind: file.kind,
-                    object: file.for_create(),
-                },
-                old_label: None,
-            }
-        }
+        } => from_image(
+            old,
+            next_name,
+            NewImage {
+                image,
+                container: container.as_deref(),
+                pull_policy: pull_policy.as_deref(),
+            },
+            deployment_key,
+        )?,
+        NextSource::File(file) => from_file(old, next_name, file)?,
     };
     if prepared.next.name() == old.name() {
         return Err(format!(
@@ -144,6 +91,93 @@ pub fn prepare(
         ));
     }
     Ok(prepared)
+}
+
+/// The image (and pull policy) the next controller's container takes.
+struct NewImage<'a> {
+    image: &'a str,
+    container: Option<&'a str>,
+    pull_policy: Option<&'a str>,
+}
+
+/// `old` with a new image, told apart from `old` by the hash of its template under
+/// `deployment_key` (and `old` labelled `<hash>-orig` if its selector lacks the key).
+fn from_image(
+    old: &Controller,
+    next_name: Option<&str>,
+    new: NewImage<'_>,
+    deployment_key: &str,
+) -> Result<Prepared, String> {
+    let index = old.container_index(new.container)?;
+    if old.image(index) == Some(new.image) && new.pull_policy.is_none() {
+        return Err(format!(
+            "{} already runs image {}: give --image-pull-policy (Always|Never|IfNotPresent) to roll it anyway",
+            old.display(),
+            new.image
+        ));
+    }
+    let mut next = Controller {
+        kind: old.kind,
+        object: old.for_create(),
+    };
+    next.set_image(index, new.image, new.pull_policy);
+    let hash = next.hash();
+    let name = next_name
+        .map(String::from)
+        .unwrap_or_else(|| format!("{}-{hash}", old.name()));
+    next.set_name(&name);
+    next.set_selector_label(deployment_key, &hash);
+    next.set_template_label(deployment_key, &hash);
+    for key in UPDATE_ANNOTATIONS {
+        next.set_annotation(key, None);
+    }
+    let old_label = (!old.selector().contains_key(deployment_key))
+        .then(|| (deployment_key.to_string(), format!("{}-orig", old.hash())));
+    Ok(Prepared { next, old_label })
+}
+
+/// The controller a file describes: the same kind as `old`, and a selector that never selects
+/// `old`'s pods.
+fn from_file(
+    old: &Controller,
+    next_name: Option<&str>,
+    file: &Controller,
+) -> Result<Prepared, String> {
+    if file.kind != old.kind {
+        return Err(format!(
+            "the file holds a {}, but {} is a {}: both sides of a rolling update are the same kind",
+            file.kind.as_str(),
+            old.display(),
+            old.kind.as_str()
+        ));
+    }
+    if let Some(name) = next_name
+        && name != file.name()
+    {
+        return Err(format!(
+            "the file names the next controller {:?}, the command line {name:?}",
+            file.name()
+        ));
+    }
+    let next_selector = file.selector();
+    let distinct = old
+        .selector()
+        .iter()
+        .any(|(k, v)| next_selector.get(k).is_some_and(|n| n != v));
+    if !distinct {
+        return Err(format!(
+            "the selector of {} must have a key of {}'s selector with a different value, so that the two never select the same pods",
+            file.display(),
+            old.display()
+        ));
+    }
+    Ok(Prepared {
+        next: Controller {
+            kind: file.kind,
+            object: file.for_create(),
+        },
+        old_label: None,
+    })
 }
 
 #[cfg(test)]

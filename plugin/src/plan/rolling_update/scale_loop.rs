@@ -1,7 +1,8 @@
 //! The seed's scale loop as a pure step machine: told what the two controllers look like and
 //! what the hooks answered, it says what to ask or do next. No I/O, no clock, no hooks; the
 //! planner drives it with simulated pods (every new pod available at once), the executor with
-//! the cluster. It owns the order of the loop and nothing else.
+//! the cluster, both through the vocabulary every workload flow shares ([`super::flow`]). It
+//! owns the order of the loop and nothing else.
 //!
 //! Each round tries the next controller, then the old one: observe both, work out the
 //! built-in step (`steps::scale_up` / `steps::scale_down`), ask its size (a pause holds and asks
@@ -10,35 +11,39 @@
 //! move waits for a change. The loop ends when the next controller has the desired replicas
 //! and the old one none.
 
+use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
 use super::planner::{LoopState, Side};
 use super::steps::{self, Budgets};
-use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
+use crate::plan::decide::{BatchDecision, GateDecision};
 use crate::plan::hook::DecidedBy;
 
-/// What the loop needs next.
-pub type Step = crate::plan::Step<Question, Action, Outcome>;
+/// What the loop needs next. A size and a gate are asked about a side of the pair as the loop
+/// last saw it; an abort leaves that side at a number of replicas.
+pub type Step = flow::Step<Seen, Seen, Question, Action, Seen>;
+pub type Input = Answer<Told>;
+
+/// A side of the pair and where the loop stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub side: Side,
+    pub state: LoopState,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Question {
     /// The controllers' replicas and how many of the next one's pods are available.
     Observe,
-    /// The size of a step of `side`: at most `max`, the built-in amount.
-    StepSize {
-        side: Side,
-        state: LoopState,
-        max: i32,
-        /// Pauses the batching hooks already asked for before this step.
-        attempt: u32,
-    },
     /// Which old pods go in a scale-down of `amount` (a selection).
     Order { state: LoopState, amount: i32 },
-    /// The gates' verdict after step `step` (from 0), which scaled `side`.
-    Gate {
-        side: Side,
-        step: u32,
-        state: LoopState,
-        attempt: u32,
-    },
+}
+
+/// What a driver tells the loop of its own questions and actions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Told {
+    Observed(LoopState),
+    Ordered,
+    /// The last scale is done: the controller's replicas now.
+    Scaled(i32),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -51,52 +56,10 @@ pub enum Action {
         replicas: i32,
         decided_by: DecidedBy,
     },
-    /// Hold for a hook, then ask the same question again.
-    Wait {
-        seconds: u32,
-        reason: String,
-        decided_by: DecidedBy,
-        held_by: Held,
-    },
     /// The update period after a scale-up, before the old controller shrinks.
     UpdatePeriod,
     /// Nothing could move this round: wait for the pods to change.
     AwaitChange,
-}
-
-/// Which question a wait defers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
-    /// A batching hook's pause: the step's size is asked again.
-    Pause,
-    /// A gate's wait: the gate is asked again.
-    Gate,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    /// A gate stopped the loop after step `step` (from 0), which scaled `side`.
-    Aborted {
-        side: Side,
-        step: u32,
-        replicas: i32,
-        decided_by: DecidedBy,
-        reason: String,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    Start,
-    Observed(LoopState),
-    Sized(BatchDecision),
-    Ordered,
-    /// The last scale is done: the controller's replicas now.
-    Scaled(i32),
-    Judged(GateDecision),
-    /// The last action other than a scale was carried out.
-    Done,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,8 +88,9 @@ pub struct ScaleLoop {
     side: Side,
     observed: Option<LoopState>,
     steps: u32,
-    pauses: u32,
-    attempt: u32,
+    /// The pauses before a step's size, and the waits before a gate's verdict.
+    sizing: Pace,
+    gating: Pace,
     /// The step at hand: its size and who decided it, and the replicas it left.
     amount: i32,
     sized_by: DecidedBy,
@@ -144,8 +108,8 @@ impl ScaleLoop {
             side: Side::Next,
             observed: None,
             steps: 0,
-            pauses: 0,
-            attempt: 0,
+            sizing: Pace::default(),
+            gating: Pace::default(),
             amount: 0,
             sized_by: DecidedBy::BuiltIn,
             replicas: 0,
@@ -153,42 +117,9 @@ impl ScaleLoop {
         }
     }
 
-    /// Advances the loop with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
-    pub fn step(&mut self, input: Input) -> Step {
-        let step = match (self.state, input) {
-            (State::New, Input::Start) => self.observe(),
-            (State::Observing, Input::Observed(observed)) => self.observed(observed),
-            (State::Sizing, Input::Sized(decision)) => self.sized(decision),
-            (State::Ordering, Input::Ordered) => self.scale(),
-            (State::Scaling, Input::Scaled(replicas)) => {
-                self.replicas = replicas;
-                self.steps += 1;
-                self.moved = true;
-                self.gate(0)
-            }
-            (State::Gating, Input::Judged(decision)) => self.judged(decision),
-            (State::Pausing, Input::Done) => {
-                self.pauses += 1;
-                self.moved = true;
-                self.observe()
-            }
-            (State::Waiting, Input::Done) => self.gate(self.attempt + 1),
-            (State::Settling, Input::Done) => self.next_side(),
-            (State::Awaiting, Input::Done) => self.observe(),
-            (state, input) => panic!("scale loop in state {state:?} cannot take {input:?}"),
-        };
-        if let Step::Done(_) = step {
-            self.state = State::Over;
-        }
-        step
-    }
-
     fn observe(&mut self) -> Step {
         self.state = State::Observing;
-        Step::Ask(Question::Observe)
+        Step::Ask(Ask::Own(Question::Observe))
     }
 
     fn current(&self) -> LoopState {
@@ -218,42 +149,37 @@ impl ScaleLoop {
             return self.next_side();
         };
         self.state = State::Sizing;
-        Step::Ask(Question::StepSize {
-            side: self.side,
-            state,
-            max,
-            attempt: self.pauses,
-        })
+        Step::Ask(Ask::Size(Sizing {
+            step: self.steps,
+            max: u32::try_from(max).unwrap_or(0),
+            attempt: self.sizing.attempt(),
+            about: Seen {
+                side: self.side,
+                state,
+            },
+        }))
     }
 
     fn sized(&mut self, decision: BatchDecision) -> Step {
-        match decision {
-            BatchDecision::Size { size, by, .. } => {
-                self.pauses = 0;
-                self.amount = size as i32;
-                self.sized_by = by;
+        match self.sizing.sized(decision) {
+            Paced::Go(sized) => {
+                self.sizing.fresh();
+                self.amount = i32::try_from(sized.size).unwrap_or(i32::MAX);
+                self.sized_by = sized.by;
                 if self.side == Side::Old {
                     self.state = State::Ordering;
-                    return Step::Ask(Question::Order {
+                    return Step::Ask(Ask::Own(Question::Order {
                         state: self.current(),
                         amount: self.amount,
-                    });
+                    }));
                 }
                 self.scale()
             }
-            BatchDecision::Pause {
-                seconds,
-                reason,
-                by,
-            } => {
+            Paced::Hold(hold) => {
                 self.state = State::Pausing;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: by,
-                    held_by: Held::Pause,
-                })
+                Step::Do(Act::Wait(hold))
             }
+            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 
@@ -264,53 +190,53 @@ impl ScaleLoop {
             Side::Old => (state.old, state.old - self.amount),
         };
         self.state = State::Scaling;
-        Step::Do(Action::Scale {
+        Step::Do(Act::Own(Action::Scale {
             side: self.side,
             step: self.steps,
             from,
             replicas,
             decided_by: self.sized_by.clone(),
-        })
+        }))
     }
 
-    fn gate(&mut self, attempt: u32) -> Step {
-        self.attempt = attempt;
-        self.state = State::Gating;
+    /// Where the loop stands after the step at hand.
+    fn after_step(&self) -> Seen {
         let mut state = self.current();
         match self.side {
             Side::Next => state.next = self.replicas,
             Side::Old => state.old = self.replicas,
         }
-        Step::Ask(Question::Gate {
+        Seen {
             side: self.side,
-            step: self.steps - 1,
             state,
-            attempt,
-        })
+        }
+    }
+
+    fn gate(&mut self) -> Step {
+        self.state = State::Gating;
+        Step::Ask(Ask::Gate(Gating {
+            step: self.steps - 1,
+            attempt: self.gating.attempt(),
+            about: self.after_step(),
+        }))
     }
 
     fn judged(&mut self, decision: GateDecision) -> Step {
-        match decision.verdict {
-            Verdict::Proceed if self.side == Side::Next => {
+        match self.gating.judged(decision) {
+            Paced::Go(_) if self.side == Side::Next => {
                 self.state = State::Settling;
-                Step::Do(Action::UpdatePeriod)
+                Step::Do(Act::Own(Action::UpdatePeriod))
             }
-            Verdict::Proceed => self.next_side(),
-            Verdict::Wait { seconds, reason } => {
+            Paced::Go(_) => self.next_side(),
+            Paced::Hold(hold) => {
                 self.state = State::Waiting;
-                Step::Do(Action::Wait {
-                    seconds,
-                    reason,
-                    decided_by: decision.by,
-                    held_by: Held::Gate,
-                })
+                Step::Do(Act::Wait(hold))
             }
-            Verdict::Abort(reason) => Step::Done(Outcome::Aborted {
-                side: self.side,
+            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
                 step: self.steps - 1,
-                replicas: self.replicas,
-                decided_by: decision.by,
+                decided_by,
                 reason,
+                at: self.after_step(),
             }),
         }
     }
@@ -329,15 +255,63 @@ impl ScaleLoop {
                     return self.observe();
                 }
                 self.state = State::Awaiting;
-                Step::Do(Action::AwaitChange)
+                Step::Do(Act::Own(Action::AwaitChange))
             }
         }
+    }
+}
+
+impl Flow for ScaleLoop {
+    type Sizing = Seen;
+    type Gating = Seen;
+    type Ask = Question;
+    type Act = Action;
+    type Answer = Told;
+    type Stop = Seen;
+
+    /// Advances the loop with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
+    fn step(&mut self, input: Input) -> Step {
+        let step = match (self.state, input) {
+            (State::New, Answer::Start) => self.observe(),
+            (State::Observing, Answer::Own(Told::Observed(observed))) => self.observed(observed),
+            (State::Sizing, Answer::Sized(decision)) => self.sized(decision),
+            (State::Ordering, Answer::Own(Told::Ordered)) => self.scale(),
+            (State::Scaling, Answer::Own(Told::Scaled(replicas))) => {
+                self.replicas = replicas;
+                self.steps += 1;
+                self.moved = true;
+                self.gating.fresh();
+                self.gate()
+            }
+            (State::Gating, Answer::Judged(decision)) => self.judged(decision),
+            (State::Pausing, Answer::Done) => {
+                self.sizing.again();
+                self.moved = true;
+                self.observe()
+            }
+            (State::Waiting, Answer::Done) => {
+                self.gating.again();
+                self.gate()
+            }
+            (State::Settling, Answer::Done) => self.next_side(),
+            (State::Awaiting, Answer::Done) => self.observe(),
+            (state, input) => panic!("scale loop in state {state:?} cannot take {input:?}"),
+        };
+        if let Step::Done(_) = step {
+            self.state = State::Over;
+        }
+        step
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::decide::Verdict;
+    use crate::plan::rolling_update::flow::Hold;
     use crate::policy::IntOrPercent::Int;
 
     fn proceed() -> GateDecision {
@@ -354,7 +328,7 @@ mod tests {
         surge: i32,
         unavailable: i32,
         mut gate: impl FnMut(u32, u32) -> GateDecision,
-    ) -> (Vec<String>, Outcome) {
+    ) -> (Vec<String>, Outcome<Seen>) {
         let budgets = steps::budgets(Int(surge as u32), Int(unavailable as u32), desired, old);
         let mut machine = ScaleLoop::new(budgets, desired);
         let (mut old, mut next) = (old, 0);
@@ -362,36 +336,36 @@ mod tests {
         let mut input = Input::Start;
         for _ in 0..1000 {
             input = match machine.step(input) {
-                Step::Ask(Question::Observe) => Input::Observed(LoopState {
+                Step::Ask(Ask::Own(Question::Observe)) => Input::Own(Told::Observed(LoopState {
                     old,
                     next,
                     next_available: next,
                     desired,
                     steps_done: 0,
-                }),
-                Step::Ask(Question::StepSize { max, .. }) => Input::Sized(BatchDecision::Size {
-                    size: max as u32,
+                })),
+                Step::Ask(Ask::Size(Sizing { max, .. })) => Input::Sized(BatchDecision::Size {
+                    size: max,
                     reason: "built-in".into(),
                     by: DecidedBy::BuiltIn,
                 }),
-                Step::Ask(Question::Order { .. }) => Input::Ordered,
-                Step::Ask(Question::Gate { step, attempt, .. }) => {
+                Step::Ask(Ask::Own(Question::Order { .. })) => Input::Own(Told::Ordered),
+                Step::Ask(Ask::Gate(Gating { step, attempt, .. })) => {
                     trace.push(format!("gate {step}#{attempt}"));
                     Input::Judged(gate(step, attempt))
                 }
-                Step::Do(Action::Scale { side, replicas, .. }) => {
+                Step::Do(Act::Own(Action::Scale { side, replicas, .. })) => {
                     trace.push(format!("{side:?} {replicas}"));
                     match side {
                         Side::Next => next = replicas,
                         Side::Old => old = replicas,
                     }
-                    Input::Scaled(replicas)
+                    Input::Own(Told::Scaled(replicas))
                 }
-                Step::Do(Action::Wait { seconds, .. }) => {
+                Step::Do(Act::Wait(Hold { seconds, .. })) => {
                     trace.push(format!("wait {seconds}"));
                     Input::Done
                 }
-                Step::Do(Action::UpdatePeriod | Action::AwaitChange) => Input::Done,
+                Step::Do(Act::Own(Action::UpdatePeriod | Action::AwaitChange)) => Input::Done,
                 Step::Done(outcome) => return (trace, outcome),
             };
         }
@@ -440,23 +414,27 @@ mod tests {
                 "Next 1", "gate 0#0", "wait 5", "gate 0#1", "Old 1", "gate 1#0"
             ]
         );
-        assert_eq!(
-            outcome,
+        match outcome {
             Outcome::Aborted {
-                side: Side::Old,
-                step: 1,
-                replicas: 1,
-                decided_by: DecidedBy::Hook("g".into()),
-                reason: "enough".into(),
+                step,
+                decided_by,
+                reason,
+                at,
+            } => {
+                assert_eq!((step, at.side, at.state.old), (1, Side::Old, 1));
+                assert_eq!(decided_by, DecidedBy::Hook("g".into()));
+                assert_eq!(reason, "enough");
             }
-        );
+            other => panic!("expected an abort, got {other:?}"),
+        }
     }
 
     #[test]
     fn nothing_to_move_waits_for_a_change() {
         let budgets = steps::budgets(Int(0), Int(1), 2, 2);
         let mut machine = ScaleLoop::new(budgets, 2);
-        assert_eq!(machine.step(Input::Start), Step::Ask(Question::Observe));
+        let observe = Step::Ask(Ask::Own(Question::Observe));
+        assert_eq!(machine.step(Input::Start), observe);
         // The old controller is down to 1 but the next one's pod is not available yet.
         let stuck = LoopState {
             old: 1,
@@ -465,14 +443,9 @@ mod tests {
             desired: 2,
             steps_done: 0,
         };
-        assert_eq!(
-            machine.step(Input::Observed(stuck)),
-            Step::Ask(Question::Observe)
-        );
-        assert_eq!(
-            machine.step(Input::Observed(stuck)),
-            Step::Do(Action::AwaitChange)
-        );
-        assert_eq!(machine.step(Input::Done), Step::Ask(Question::Observe));
+        let stuck = Input::Own(Told::Observed(stuck));
+        assert_eq!(machine.step(stuck.clone()), observe);
+        assert_eq!(machine.step(stuck), Step::Do(Act::Own(Action::AwaitChange)));
+        assert_eq!(machine.step(Input::Done), observe);
     }
 }

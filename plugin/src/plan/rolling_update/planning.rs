@@ -1,0 +1,151 @@
+//! The planner loop every workload flow shares: it drives a flow's machine with simulated
+//! outcomes (each action succeeds, every new pod is Ready at once) and the hooks' real answers,
+//! asked as a live run asks them, once per step. A batching hook's pause moves the simulated
+//! clock (up to a week); a gate's wait is shown and assumed to clear; an abort stops the plan
+//! there. What each flow's steps are and how its questions are put to the hooks is the flow's
+//! ([`Planned`]).
+
+use super::flow::{Act, Answer, Ask, Flow, Gating, Held, Outcome, Sizing, Step};
+use crate::plan::decide::{BatchDecision, GateDecision, HookFailed, Verdict};
+use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
+use crate::plan::shadow::ShadowDecision;
+use crate::plan::{GateStep, PauseStep, SimulatedPauses};
+
+/// A hook question's answer and what shadow hooks would have said.
+pub type Asked<D> = Result<(D, Vec<ShadowDecision>), HookFailed>;
+
+/// What a recorded step carries besides the flow's own: the pause held before it and what
+/// shadow hooks said about its size.
+#[derive(Debug, Default)]
+pub struct Notes {
+    pub pause: Option<PauseStep>,
+    pub shadow: Vec<ShadowDecision>,
+}
+
+/// The hooks, the context of the calls and the plan's warnings.
+pub struct Asking<'a> {
+    pub hooks: &'a mut [Box<dyn Hook>],
+    pub ctx: CallContext,
+    pub warnings: &'a mut Vec<String>,
+}
+
+/// A flow as its plan records it.
+pub trait Planned {
+    type Flow: Flow;
+
+    /// The size the hooks give a step.
+    fn size(
+        &mut self,
+        asking: &mut Asking,
+        sizing: &Sizing<<Self::Flow as Flow>::Sizing>,
+    ) -> Asked<BatchDecision>;
+
+    /// The gates' verdict after a step.
+    fn gate(
+        &mut self,
+        asking: &mut Asking,
+        gating: &Gating<<Self::Flow as Flow>::Gating>,
+    ) -> Asked<GateDecision>;
+
+    /// The answer to a question of the flow's own.
+    fn answer(
+        &mut self,
+        asking: &mut Asking,
+        ask: <Self::Flow as Flow>::Ask,
+    ) -> Asked<Answer<<Self::Flow as Flow>::Answer>>;
+
+    /// Plays an action of the flow's own in the simulation (a step done is recorded with
+    /// `notes`); what the flow is told, or `None` when the plan cannot go on.
+    fn act(
+        &mut self,
+        act: <Self::Flow as Flow>::Act,
+        notes: Notes,
+    ) -> Option<Answer<<Self::Flow as Flow>::Answer>>;
+
+    /// The gates' verdict after the last step recorded, and what shadow gates said.
+    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>);
+
+    /// A gate aborts after `step`, leaving things `at`.
+    fn stopped(
+        &mut self,
+        step: u32,
+        decided_by: DecidedBy,
+        reason: String,
+        at: <Self::Flow as Flow>::Stop,
+    );
+}
+
+/// A gate's verdict as a plan goes on with it: a wait is assumed to clear.
+pub fn as_planned(decision: GateDecision) -> GateDecision {
+    match decision.verdict {
+        Verdict::Wait { .. } => GateDecision {
+            verdict: Verdict::Proceed,
+            by: DecidedBy::BuiltIn,
+        },
+        _ => decision,
+    }
+}
+
+/// Drives `machine` to its end with `planned`'s simulation and the hooks of `asking`.
+pub fn plan<P: Planned>(
+    planned: &mut P,
+    mut machine: P::Flow,
+    asking: &mut Asking,
+) -> Result<(), HookFailed> {
+    let mut pauses = SimulatedPauses::default();
+    let mut shadow = Vec::new();
+    let mut input = Answer::Start;
+    loop {
+        let step: Step<_, _, _, _, _> = machine.step(input);
+        input = match step {
+            Step::Ask(Ask::Size(sizing)) => {
+                let (decision, said) = planned.size(asking, &sizing)?;
+                shadow.extend(said);
+                Answer::Sized(decision)
+            }
+            Step::Ask(Ask::Gate(gating)) => {
+                let (decision, said) = planned.gate(asking, &gating)?;
+                planned.judged(
+                    GateStep::from_decision(Phase::AfterBatch, decision.clone()),
+                    said,
+                );
+                Answer::Judged(as_planned(decision))
+            }
+            Step::Ask(Ask::Own(ask)) => {
+                let (answer, said) = planned.answer(asking, ask)?;
+                shadow.extend(said);
+                answer
+            }
+            Step::Do(Act::Wait(hold)) => {
+                // Only a pause comes here: a gate's wait is assumed to clear.
+                debug_assert_eq!(hold.held_by, Held::Pause);
+                let (ctx, warnings) = (&mut asking.ctx, &mut *asking.warnings);
+                let (seconds, reason, by) = (hold.seconds, hold.reason, hold.decided_by);
+                if !pauses.add(ctx, seconds, reason, by, warnings) {
+                    return Ok(());
+                }
+                Answer::Done
+            }
+            Step::Do(Act::Own(act)) => {
+                let notes = Notes {
+                    pause: pauses.pending.take(),
+                    shadow: std::mem::take(&mut shadow),
+                };
+                match planned.act(act, notes) {
+                    Some(answer) => answer,
+                    None => return Ok(()),
+                }
+            }
+            Step::Done(Outcome::Finished) => return Ok(()),
+            Step::Done(Outcome::Aborted {
+                step,
+                decided_by,
+                reason,
+                at,
+            }) => {
+                planned.stopped(step, decided_by, reason, at);
+                return Ok(());
+            }
+        };
+    }
+}
