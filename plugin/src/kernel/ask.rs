@@ -4,7 +4,7 @@
 
 use super::{Kernel, KernelError};
 use crate::events::Event;
-use crate::plan::decide::{self, HookFailed};
+use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
 use crate::plan::shadow::ShadowDecision;
 use crate::policy::HookPoint;
@@ -32,11 +32,7 @@ impl Kernel<'_> {
     pub fn ask<D>(
         &mut self,
         at: At,
-        ask: impl FnOnce(
-            &mut [Box<dyn Hook>],
-            &CallContext,
-            &mut Vec<String>,
-        ) -> Result<(D, Vec<ShadowDecision>), HookFailed>,
+        ask: impl Question<D>,
         describe: impl Fn(&D) -> (DecidedBy, String),
     ) -> Result<D, KernelError> {
         let ctx = self.ctx();
@@ -65,5 +61,60 @@ impl Kernel<'_> {
             });
         }
         Ok(decision)
+    }
+}
+
+/// A question put to the hooks: given them, the call's context and a place for warnings, it
+/// answers with the decision and what shadow hooks would have said.
+pub trait Question<D>:
+    FnOnce(
+    &mut [Box<dyn Hook>],
+    &CallContext,
+    &mut Vec<String>,
+) -> Result<(D, Vec<ShadowDecision>), HookFailed>
+{
+}
+
+impl<D, F> Question<D> for F where
+    F: FnOnce(
+        &mut [Box<dyn Hook>],
+        &CallContext,
+        &mut Vec<String>,
+    ) -> Result<(D, Vec<ShadowDecision>), HookFailed>
+{
+}
+
+impl Kernel<'_> {
+    /// Asks the batching hooks the size of batch (or step) `batch`, after `attempt` pauses.
+    pub fn ask_size(
+        &mut self,
+        batch: u32,
+        attempt: u32,
+        ask: impl Question<BatchDecision>,
+    ) -> Result<BatchDecision, KernelError> {
+        let at = At {
+            point: HookPoint::Batch,
+            phase: None,
+            batch,
+            attempt,
+        };
+        self.ask(at, ask, |d| (d.by().clone(), d.to_string()))
+    }
+
+    /// Asks the gates of `phase` about batch (or step) `batch`, after `attempt` waits.
+    pub fn ask_gate(
+        &mut self,
+        phase: Phase,
+        batch: u32,
+        attempt: u32,
+        ask: impl Question<GateDecision>,
+    ) -> Result<GateDecision, KernelError> {
+        let at = At {
+            point: HookPoint::Gate,
+            phase: Some(phase),
+            batch,
+            attempt,
+        };
+        self.ask(at, ask, |g| (g.by.clone(), g.verdict.to_string()))
     }
 }

@@ -68,21 +68,14 @@ impl Rotation<'_> {
             let fresh = prepare::refresh(&index, &self.settings.plan.drain, group, &sizing.pending);
             progress.pending = Instances::from(fresh);
         }
-        let at = At {
-            point: HookPoint::Batch,
-            phase: None,
-            batch: sizing.batches_done,
-            attempt: sizing.attempt,
-        };
-        let decision = self.kernel.ask(
-            at,
-            |hooks, ctx, warnings| {
+        let (batch, attempt) = (sizing.batches_done, sizing.attempt);
+        let decision = self
+            .kernel
+            .ask_size(batch, attempt, |hooks, ctx, warnings| {
                 let decision = decide::batch_size(hooks, ctx, &progress, warnings)?;
                 let said = shadow::batch_size(hooks, ctx, &progress, &decision);
-                Ok::<_, HookFailed>((decision, said))
-            },
-            |d| (d.by().clone(), d.to_string()),
-        )?;
+                Ok((decision, said))
+            })?;
         Ok(decision)
     }
 
@@ -125,21 +118,14 @@ impl Rotation<'_> {
                 self.view.health(&HashSet::new())?
             }
         };
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(phase),
-            batch: batch.index,
-            attempt: batch.attempt,
-        };
-        let decision = self.kernel.ask(
-            at,
-            |hooks, ctx, warnings| {
+        let (index, attempt) = (batch.index, batch.attempt);
+        let decision = self
+            .kernel
+            .ask_gate(phase, index, attempt, |hooks, ctx, warnings| {
                 let decision = decide::gate(hooks, ctx, phase, batch, &summary, warnings)?;
                 let said = shadow::gate(hooks, ctx, phase, batch, &summary, &decision);
-                Ok::<_, HookFailed>((decision, said))
-            },
-            |d| (d.by.clone(), d.verdict.to_string()),
-        )?;
+                Ok((decision, said))
+            })?;
         Ok(decision)
     }
 

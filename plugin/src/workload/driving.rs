@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::execute::{UpdateError, Updater};
+use crate::events::Event;
 use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
 use crate::plan::hook::DecidedBy;
 use crate::plan::rolling_update::flow::{Act, Answer, Ask, Flow, Gating, Outcome, Sizing, Step};
@@ -65,6 +66,45 @@ pub(super) trait Live {
         reason: &str,
         at: <Self::Flow as Flow>::Stop,
     ) -> String;
+}
+
+/// The safe point before step `step` (from 0) of the update of `workload`.
+pub(super) fn before_step(step: u32, workload: &str) -> String {
+    format!("before step {} of the update of {workload}", step + 1)
+}
+
+/// The error of an update a gate aborted and the run rolled back.
+pub(super) fn rolled_back(reason: String) -> UpdateError {
+    UpdateError::Aborted(format!("{reason}; rolled back"))
+}
+
+impl Updater<'_> {
+    /// Why a gate aborted an update that `outcome` ended, when the run rolls back on abort (the
+    /// rollback reported as starting); `None` when the outcome stands as it is.
+    pub(super) fn rolls_back(&self, outcome: &Result<(), UpdateError>) -> Option<String> {
+        match outcome {
+            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
+                let reason = reason.clone();
+                (self.kernel.reporter).report(Event::RollingBackOnAbort {
+                    reason: reason.clone(),
+                });
+                Some(reason)
+            }
+            _ => None,
+        }
+    }
+
+    /// Reports a workload updated (or rolled back) in place, with no next controller.
+    pub(super) fn report_updated_in_place(&self, controller: String, rollback: bool) {
+        self.kernel.reporter.report(if rollback {
+            Event::RolledBack { controller }
+        } else {
+            Event::UpdateDone {
+                controller,
+                next: None,
+            }
+        });
+    }
 }
 
 /// The size a step takes when no hook is asked.

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::driving::rolled_back;
 use crate::cluster::ClusterError;
 use crate::cluster::controllers::Write;
-use crate::events::Event;
 use crate::kernel::{Kernel, KernelError};
 use crate::keys;
 use crate::plan::decide::HookFailed;
@@ -146,29 +146,23 @@ impl Updater<'_> {
             },
         };
         let ns = request.namespace.as_str();
-        match self.scale_loop(&pair, ns, true).await {
-            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.kernel.reporter.report(Event::RollingBackOnAbort {
-                    reason: reason.clone(),
-                });
-                let back = Request {
-                    old_name: pair.from.name().to_string(),
-                    next_name: Some(pair.to.name().to_string()),
-                    action: Action::Rollback,
-                    ..request.clone()
-                };
-                if let Some(pair) = self.rollback_pair(&back).await? {
-                    self.scale_loop(&pair, ns, false).await?;
-                    self.cleanup(&pair, ns, true).await?;
-                }
-                Err(UpdateError::Aborted(format!("{reason}; rolled back")))
-            }
-            Err(e) => Err(e),
-            Ok(()) => {
-                self.cleanup(&pair, ns, matches!(request.action, Action::Rollback))
-                    .await
-            }
+        let outcome = self.scale_loop(&pair, ns, true).await;
+        let Some(reason) = self.rolls_back(&outcome) else {
+            outcome?;
+            let rollback = matches!(request.action, Action::Rollback);
+            return self.cleanup(&pair, ns, rollback).await;
+        };
+        let back = Request {
+            old_name: pair.from.name().to_string(),
+            next_name: Some(pair.to.name().to_string()),
+            action: Action::Rollback,
+            ..request.clone()
+        };
+        if let Some(pair) = self.rollback_pair(&back).await? {
+            self.scale_loop(&pair, ns, false).await?;
+            self.cleanup(&pair, ns, true).await?;
         }
+        Err(rolled_back(reason))
     }
 
     /// What `--dry-run=server` sends: the creation of the next controller and the old one's

@@ -8,9 +8,8 @@
 
 use std::time::Instant;
 
-use super::driving::{self, Live};
+use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
-use super::partitioned::pods_at_a_time;
 use crate::cluster::controllers::Write;
 use crate::cluster::controls::Workload;
 use crate::cluster::workloads::AppsKind;
@@ -18,13 +17,14 @@ use crate::events::Event;
 use crate::kernel::{At, ControlsAt};
 use crate::plan::decide::{BatchDecision, GateDecision};
 use crate::plan::hook::{Candidate, DecidedBy, Phase};
+use crate::plan::rolling_update::asks::{
+    NodesAt, ask_gate, ask_node_size, ask_order, in_order, node_batch, pods_at_a_time,
+};
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
 use crate::plan::rolling_update::flow::{Gating, Sizing};
 use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Ordered, Question};
-use crate::plan::rolling_update::node_planner::{Stand, ask_order, ask_size, batch_of, in_order};
-use crate::plan::rolling_update::partition_planner::ask_gate;
 use crate::policy::{HookPoint, IntOrPercent};
 
 #[derive(Debug, Clone)]
@@ -72,22 +72,14 @@ impl Updater<'_> {
         let (set, resumed) = self.start_nodes(ns, set, &request.action).await?;
         let rollback = matches!(request.action, UpdateAction::Rollback);
         let max = request.max_unavailable;
-        match self
-            .node_steps(ns, set, (true, resumed), rollback, max)
-            .await
-        {
-            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.kernel.reporter.report(Event::RollingBackOnAbort {
-                    reason: reason.clone(),
-                });
-                let set = self.daemon_set(ns, &request.name).await?;
-                let (set, resumed) = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
-                self.node_steps(ns, set, (false, resumed), true, max)
-                    .await?;
-                Err(UpdateError::Aborted(format!("{reason}; rolled back")))
-            }
-            other => other,
-        }
+        let outcome = (self.node_steps(ns, set, (true, resumed), rollback, max)).await;
+        let Some(reason) = self.rolls_back(&outcome) else {
+            return outcome;
+        };
+        let set = self.daemon_set(ns, &request.name).await?;
+        let (set, resumed) = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
+        (self.node_steps(ns, set, (false, resumed), true, max)).await?;
+        Err(rolled_back(reason))
     }
 
     async fn daemon_set(&self, ns: &str, name: &str) -> Result<DaemonSet, UpdateError> {
@@ -318,8 +310,8 @@ struct NodeByNode {
 }
 
 impl NodeByNode {
-    fn stand(&self) -> Stand<'_> {
-        Stand {
+    fn at(&self) -> NodesAt<'_> {
+        NodesAt {
             name: &self.name,
             total: self.candidates.len(),
             max_unavailable: self.max_unavailable,
@@ -337,18 +329,12 @@ impl Live for NodeByNode {
         sizing: &Sizing<Vec<String>>,
     ) -> Result<BatchDecision, UpdateError> {
         let pending = in_order(&self.candidates, &sizing.about);
-        let at = At {
-            point: HookPoint::Batch,
-            phase: None,
-            batch: self.steps_done,
-            attempt: sizing.attempt,
-        };
-        let stand = self.stand();
-        let decision = u.kernel.ask(
-            at,
-            |hooks, ctx, warnings| ask_size(hooks, ctx, &stand, &pending, sizing.max, warnings),
-            |d| (d.by().clone(), d.to_string()),
-        )?;
+        let at = self.at();
+        let decision =
+            u.kernel
+                .ask_size(self.steps_done, sizing.attempt, |hooks, ctx, warnings| {
+                    ask_node_size(hooks, ctx, &at, &pending, sizing.max, warnings)
+                })?;
         self.sized_by = decision.by().clone();
         Ok(decision)
     }
@@ -358,25 +344,18 @@ impl Live for NodeByNode {
         u: &mut Updater<'_>,
         gating: &Gating<Vec<String>>,
     ) -> Result<GateDecision, UpdateError> {
-        let batch = batch_of(gating);
+        let batch = node_batch(gating);
         let set = u.daemon_set(&self.ns, &self.name).await?;
         let seen = u.observe_daemon_set(&self.ns, set).await?;
         let not_ready = (seen.pods.iter())
             .filter(|p| !p.ready && !p.terminating)
             .count() as u32;
         let total = seen.pods.len() as i32;
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(Phase::AfterBatch),
-            batch: batch.index,
-            attempt: batch.attempt,
-        };
-        let decision = u.kernel.ask(
-            at,
-            |hooks, ctx, warnings| ask_gate(hooks, ctx, &batch, total, not_ready, warnings),
-            |g| (g.by.clone(), g.verdict.to_string()),
-        )?;
-        Ok(decision)
+        let (index, attempt) = (batch.index, batch.attempt);
+        Ok(u.kernel
+            .ask_gate(Phase::AfterBatch, index, attempt, |hooks, ctx, warnings| {
+                ask_gate(hooks, ctx, &batch, total, not_ready, warnings)
+            })?)
     }
 
     fn passed(&mut self, _: &mut Updater<'_>, gating: &Gating<Vec<String>>) {
@@ -394,17 +373,17 @@ impl Live for NodeByNode {
             return Ok(Input::Own(Ordered(pending, DecidedBy::BuiltIn)));
         }
         let candidates = in_order(&self.candidates, &pending);
-        let at = At {
+        let asked = At {
             point: HookPoint::Select,
             phase: None,
             batch: self.steps_done,
             attempt: 0,
         };
-        let stand = self.stand();
+        let at = self.at();
         let (order, by) = u.kernel.ask(
-            at,
+            asked,
             |hooks, ctx, warnings| {
-                ask_order(hooks, ctx, &stand, &candidates, warnings)
+                ask_order(hooks, ctx, &at, &candidates, warnings)
                     .map(|(order, by, said)| ((order, by), said))
             },
             |(order, by)| (by.clone(), format!("order {}", order.join(", "))),
@@ -414,11 +393,7 @@ impl Live for NodeByNode {
 
     fn safe_point(&self, act: &Action) -> Option<String> {
         match act {
-            Action::Replace { step, .. } => Some(format!(
-                "before step {} of the update of {}",
-                step + 1,
-                self.display
-            )),
+            Action::Replace { step, .. } => Some(driving::before_step(*step, &self.display)),
             Action::AwaitReplaced { .. } => None,
         }
     }
@@ -463,14 +438,7 @@ impl Live for NodeByNode {
                 .await?;
         }
         let controller = self.display.clone();
-        u.kernel.reporter.report(if self.rollback {
-            Event::RolledBack { controller }
-        } else {
-            Event::UpdateDone {
-                controller,
-                next: None,
-            }
-        });
+        u.report_updated_in_place(controller, self.rollback);
         Ok(())
     }
 

@@ -13,22 +13,21 @@ use serde_json::{Value, json};
 
 use std::convert::Infallible;
 
-use super::driving::{self, Live};
+use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
 use crate::cluster::controls::Workload;
 use crate::events::Event;
-use crate::kernel::{At, ControlsAt};
+use crate::kernel::ControlsAt;
 use crate::plan::decide::{self, BatchDecision, GateDecision};
 use crate::plan::hook::{DecidedBy, Phase};
+use crate::plan::rolling_update::asks::{
+    PartitionAt, ask_gate, ask_partition_size, partition_batch, pod_names, pods_at_a_time,
+};
 use crate::plan::rolling_update::flow::{Gating, Sizing};
 use crate::plan::rolling_update::partition_loop::{Action, GateAbout, Input, PartitionLoop};
-use crate::plan::rolling_update::partition_planner::{
-    Progress, ask_gate, ask_size, batch_of, pod_names,
-};
 use crate::plan::rolling_update::pods::PodInfo;
 pub use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::stateful_set::{self, Start, StatefulSet};
-use crate::policy::{HookPoint, IntOrPercent};
 
 #[derive(Debug, Clone)]
 pub struct PartitionRequest {
@@ -39,16 +38,6 @@ pub struct PartitionRequest {
     pub canary: u32,
 }
 
-/// `max` of `replicas` pods: a percentage rounds down; at least 1.
-pub fn pods_at_a_time(max: IntOrPercent, replicas: i32) -> u32 {
-    let replicas = u32::try_from(replicas).unwrap_or(0);
-    match max {
-        IntOrPercent::Int(n) => n,
-        IntOrPercent::Percent(p) => replicas * p / 100,
-    }
-    .max(1)
-}
-
 impl Updater<'_> {
     /// Runs the request: start (or find) the update, step it through, restore the strategy.
     pub async fn run_partitioned(&mut self, request: &PartitionRequest) -> Result<(), UpdateError> {
@@ -56,21 +45,14 @@ impl Updater<'_> {
         let set = self.stateful_set(ns, &request.name).await?;
         let set = self.start(ns, set, &request.action).await?;
         let rollback = matches!(request.action, PartitionAction::Rollback);
-        match self
-            .partitions(ns, set, true, request.canary, rollback)
-            .await
-        {
-            Err(UpdateError::Aborted(reason)) if self.settings.rollback_on_abort => {
-                self.kernel.reporter.report(Event::RollingBackOnAbort {
-                    reason: reason.clone(),
-                });
-                let set = self.stateful_set(ns, &request.name).await?;
-                let set = self.start(ns, set, &PartitionAction::Rollback).await?;
-                self.partitions(ns, set, false, 0, true).await?;
-                Err(UpdateError::Aborted(format!("{reason}; rolled back")))
-            }
-            other => other,
-        }
+        let outcome = (self.partitions(ns, set, true, request.canary, rollback)).await;
+        let Some(reason) = self.rolls_back(&outcome) else {
+            return outcome;
+        };
+        let set = self.stateful_set(ns, &request.name).await?;
+        let set = self.start(ns, set, &PartitionAction::Rollback).await?;
+        self.partitions(ns, set, false, 0, true).await?;
+        Err(rolled_back(reason))
     }
 
     async fn stateful_set(&self, ns: &str, name: &str) -> Result<StatefulSet, UpdateError> {
@@ -349,24 +331,17 @@ impl Live for Partitioned {
         sizing: &Sizing<bool>,
     ) -> Result<BatchDecision, UpdateError> {
         let pods = u.set_pods(&self.ns, &self.set).await?;
-        let at = Progress {
+        let at = PartitionAt {
             name: self.set.name(),
             replicas: self.set.replicas(),
             partition: self.partition,
             max_unavailable: self.max_unavailable,
             steps_done: self.steps_done,
         };
-        let asked = At {
-            point: HookPoint::Batch,
-            phase: None,
-            batch: self.steps_done,
-            attempt: sizing.attempt,
-        };
-        Ok(u.kernel.ask(
-            asked,
-            |hooks, ctx, warnings| ask_size(hooks, ctx, &at, &pods, sizing.max, warnings),
-            |d| (d.by().clone(), d.to_string()),
-        )?)
+        Ok(u.kernel
+            .ask_size(self.steps_done, sizing.attempt, |hooks, ctx, warnings| {
+                ask_partition_size(hooks, ctx, &at, &pods, sizing.max, warnings)
+            })?)
     }
 
     async fn gate(
@@ -374,22 +349,15 @@ impl Live for Partitioned {
         u: &mut Updater<'_>,
         gating: &Gating<GateAbout>,
     ) -> Result<GateDecision, UpdateError> {
-        let batch = batch_of(self.set.name(), gating);
+        let batch = partition_batch(self.set.name(), gating);
         let pods = u.set_pods(&self.ns, &self.set).await?;
         let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
         let replicas = self.set.replicas();
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(Phase::AfterBatch),
-            batch: batch.index,
-            attempt: batch.attempt,
-        };
-        let decision = u.kernel.ask(
-            at,
-            |hooks, ctx, warnings| ask_gate(hooks, ctx, &batch, replicas, not_ready, warnings),
-            |g| (g.by.clone(), g.verdict.to_string()),
-        )?;
-        Ok(decision)
+        let (index, attempt) = (batch.index, batch.attempt);
+        Ok(u.kernel
+            .ask_gate(Phase::AfterBatch, index, attempt, |hooks, ctx, warnings| {
+                ask_gate(hooks, ctx, &batch, replicas, not_ready, warnings)
+            })?)
     }
 
     fn passed(&mut self, _: &mut Updater<'_>, gating: &Gating<GateAbout>) {
@@ -407,11 +375,9 @@ impl Live for Partitioned {
 
     fn safe_point(&self, act: &Action) -> Option<String> {
         match act {
-            Action::SetPartition { step, .. } => Some(format!(
-                "before step {} of the update of {}",
-                step + 1,
-                self.set.display()
-            )),
+            Action::SetPartition { step, .. } => {
+                Some(driving::before_step(*step, &self.set.display()))
+            }
             _ => None,
         }
     }
@@ -468,14 +434,7 @@ impl Live for Partitioned {
     async fn finish(&mut self, u: &mut Updater<'_>) -> Result<(), UpdateError> {
         u.restore(&self.ns, &self.set).await?;
         let controller = self.set.display();
-        u.kernel.reporter.report(if self.rollback {
-            Event::RolledBack { controller }
-        } else {
-            Event::UpdateDone {
-                controller,
-                next: None,
-            }
-        });
+        u.report_updated_in_place(controller, self.rollback);
         Ok(())
     }
 
@@ -485,18 +444,5 @@ impl Live for Partitioned {
             self.set.display(),
             step + 1
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_percentage_of_replicas_rounds_down_to_at_least_one() {
-        assert_eq!(pods_at_a_time(IntOrPercent::Percent(50), 5), 2);
-        assert_eq!(pods_at_a_time(IntOrPercent::Percent(10), 5), 1);
-        assert_eq!(pods_at_a_time(IntOrPercent::Int(0), 5), 1);
-        assert_eq!(pods_at_a_time(IntOrPercent::Int(3), 5), 3);
     }
 }

@@ -17,9 +17,12 @@ use crate::kernel::{At, ControlsAt};
 use crate::keys;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected};
 use crate::plan::hook::{DecidedBy, Phase};
+use crate::plan::rolling_update::asks::{
+    LoopState, ScaleGate, ask_scale_gate, group_info, step_amount,
+};
 use crate::plan::rolling_update::controller::Controller;
 use crate::plan::rolling_update::flow::{Gating, Sizing};
-use crate::plan::rolling_update::planner::{self, LoopState, Side};
+use crate::plan::rolling_update::planner::Side;
 use crate::plan::rolling_update::pods::{self, PodInfo};
 use crate::plan::rolling_update::scale_loop::{Action, Input, Question, ScaleLoop, Seen, Told};
 use crate::plan::rolling_update::steps::{self, Budgets};
@@ -138,22 +141,13 @@ impl Live for Sides {
     ) -> Result<BatchDecision, UpdateError> {
         let candidates = self.candidates();
         let state = &sizing.about.state;
-        let group = planner::group_info(self.from.name(), state, &self.budgets);
+        let group = group_info(self.from.name(), state, &self.budgets);
         let max = i32::try_from(sizing.max).unwrap_or(i32::MAX);
-        let at = At {
-            point: HookPoint::Batch,
-            phase: None,
-            batch: state.steps_done,
-            attempt: sizing.attempt,
-        };
-        Ok(u.kernel.ask(
-            at,
-            |hooks, ctx, warnings| {
+        Ok(u.kernel
+            .ask_size(state.steps_done, sizing.attempt, |hooks, ctx, warnings| {
                 let pending = candidates.into();
-                planner::step_amount(hooks, ctx, &group, state, pending, max, warnings)
-            },
-            |d| (d.by().clone(), d.to_string()),
-        )?)
+                step_amount(hooks, ctx, &group, state, pending, max, warnings)
+            })?)
     }
 
     /// The gates' verdict after a step, from the pods as they are now.
@@ -165,20 +159,17 @@ impl Live for Sides {
         let pods = u.pods_of(&self.from, &self.to, &self.ns).await?;
         let not_ready = pods.iter().filter(|p| !p.ready && !p.terminating).count() as u32;
         let name = self.of(gating.about.side).name().to_string();
-        let (state, attempt) = (&gating.about.state, gating.attempt);
-        let at = At {
-            point: HookPoint::Gate,
-            phase: Some(Phase::AfterBatch),
-            batch: gating.step,
-            attempt,
+        let asked = ScaleGate {
+            controller: &name,
+            state: &gating.about.state,
+            pods_not_ready: not_ready,
+            attempt: gating.attempt,
         };
-        Ok(u.kernel.ask(
-            at,
-            |hooks, ctx, warnings| {
-                planner::gate_after(hooks, ctx, &name, state, not_ready, attempt, warnings)
-            },
-            |g| (g.by.clone(), g.verdict.to_string()),
-        )?)
+        let (step, attempt) = (gating.step, gating.attempt);
+        Ok(u.kernel
+            .ask_gate(Phase::AfterBatch, step, attempt, |hooks, ctx, warnings| {
+                ask_scale_gate(asked, hooks, ctx, warnings)
+            })?)
     }
 
     /// A step passed its gate: it is complete.
@@ -213,11 +204,7 @@ impl Live for Sides {
 
     fn safe_point(&self, act: &Action) -> Option<String> {
         match act {
-            Action::Scale { step, .. } => Some(format!(
-                "before step {} of the update of {}",
-                step + 1,
-                self.from.display()
-            )),
+            Action::Scale { step, .. } => Some(driving::before_step(*step, &self.from.display())),
             Action::UpdatePeriod | Action::AwaitChange => None,
         }
     }
@@ -299,7 +286,7 @@ impl Sides {
         if candidates.is_empty() {
             return Ok(());
         }
-        let group = planner::group_info(self.from.name(), state, &self.budgets);
+        let group = group_info(self.from.name(), state, &self.budgets);
         let at = At {
             point: HookPoint::Select,
             phase: None,

@@ -2,9 +2,8 @@
 //! snapshot or the live cluster), the planner run over them, what `--dry-run=server` sends, and
 //! the table.
 
-use std::fmt::Write as _;
-
-use super::{Failure, OutputFormat, RollingUpdateArgs, output};
+use super::render::{Row, Table};
+use super::{Failure, RollingUpdateArgs};
 use crate::cluster::Cluster;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::controller::{Controller, Kind};
@@ -24,23 +23,13 @@ impl SnapshotView {
         list: &serde_json::Value,
         namespace: &str,
     ) -> Result<SnapshotView, String> {
-        let items = list["items"]
-            .as_array()
-            .ok_or("not a v1 List: there is no items array")?;
-        let in_namespace = |item: &&serde_json::Value| {
-            item["metadata"]["namespace"]
-                .as_str()
-                .is_none_or(|n| n == namespace)
-        };
+        let items = super::items_in(list, namespace)?;
         Ok(SnapshotView {
             controllers: items
-                .iter()
-                .filter(in_namespace)
+                .clone()
                 .filter_map(|i| Controller::from_value(i.clone()).ok())
                 .collect(),
             pods: items
-                .iter()
-                .filter(in_namespace)
                 .filter(|i| i["kind"] == "Pod")
                 .map(PodInfo::from_value)
                 .collect(),
@@ -183,95 +172,52 @@ pub(super) async fn server_dry_run(
     Ok(())
 }
 
-pub(super) fn print(plan: &RollingUpdatePlan, format: OutputFormat) -> Result<(), Failure> {
-    for w in &plan.warnings {
-        crate::report::log(crate::report::Level::Warn, w);
-    }
-    match format {
-        OutputFormat::Json | OutputFormat::Yaml => super::super::print_structured(plan, format),
-        OutputFormat::Table | OutputFormat::Wide => {
-            println!(
-                "Rolling {} {} ({} replicas) to {} ({}, {} desired); maxSurge {}, maxUnavailable {}",
-                plan.old.kind.as_str(),
-                plan.old.name,
-                plan.old.replicas,
-                plan.next.name,
-                if plan.next.exists {
-                    format!("exists with {} replicas", plan.next.replicas)
-                } else {
-                    "to be created".to_string()
-                },
-                plan.next.desired,
-                plan.max_surge,
-                plan.max_unavailable
-            );
-            let mut rows = vec![vec![
-                "STEP".to_string(),
-                "CONTROLLER".into(),
-                "REPLICAS".into(),
-                "DECIDED BY".into(),
-                "NOTE".into(),
-            ]];
-            for (i, step) in plan.steps.iter().enumerate() {
-                let mut note = Vec::new();
-                if let Some(p) = &step.pause {
-                    note.push(format!(
-                        "after a {}s pause ({}): {}",
-                        p.seconds, p.decided_by, p.reason
-                    ));
-                }
-                if let Some(g) = &step.gate {
-                    note.push(format!(
-                        "gate {} ({}){}",
-                        g.verdict,
-                        g.decided_by,
-                        g.reason
-                            .as_ref()
-                            .map(|r| format!(": {r}"))
-                            .unwrap_or_default()
-                    ));
-                }
-                rows.push(vec![
-                    (i + 1).to_string(),
-                    match step.controller {
-                        Side::Old => plan.old.name.clone(),
-                        Side::Next => plan.next.name.clone(),
-                    },
-                    step.replicas.to_string(),
-                    step.decided_by.to_string(),
-                    note.join("; "),
-                ]);
+/// The table of a controller rolling update's plan.
+pub(super) fn table(plan: &RollingUpdatePlan) -> Table<'_> {
+    let next = if plan.next.exists {
+        format!("exists with {} replicas", plan.next.replicas)
+    } else {
+        "to be created".to_string()
+    };
+    let rows = plan.steps.iter().map(|step| Row {
+        cells: vec![
+            match step.controller {
+                Side::Old => plan.old.name.clone(),
+                Side::Next => plan.next.name.clone(),
+            },
+            step.replicas.to_string(),
+            step.decisions.decided_by.to_string(),
+        ],
+        decisions: &step.decisions,
+        canary: false,
+    });
+    let order = plan.deletion_order.iter().map(|order| {
+        format!(
+            "Old pods go in the order of {}: {}",
+            order.decided_by,
+            order.pods.join(", ")
+        )
+    });
+    let (old, next_name) = (&plan.old.name, &plan.next.name);
+    Table {
+        heading: format!(
+            "Rolling {} {old} ({} replicas) to {next_name} ({next}, {} desired); maxSurge {}, maxUnavailable {}",
+            plan.old.kind.as_str(),
+            plan.old.replicas,
+            plan.next.desired,
+            plan.max_surge,
+            plan.max_unavailable
+        ),
+        columns: &["CONTROLLER", "REPLICAS", "DECIDED BY"],
+        rows: rows.collect(),
+        after: order.collect(),
+        shadow: &plan.shadow,
+        stopped: plan.stopped.as_deref(),
+        then: match plan.cleanup {
+            planner::Cleanup::Rename => {
+                format!("delete {old} and rename {next_name} to {old}")
             }
-            print!("{}", output::align(&rows));
-            if let Some(order) = &plan.deletion_order {
-                println!(
-                    "Old pods go in the order of {}: {}",
-                    order.decided_by,
-                    order.pods.join(", ")
-                );
-            }
-            let mut shadow = String::new();
-            output::shadow_lines(&mut shadow, "  ", &plan.shadow);
-            for (i, step) in plan.steps.iter().enumerate() {
-                if !step.shadow.is_empty() {
-                    let _ = writeln!(shadow, "  step {}:", i + 1);
-                    output::shadow_lines(&mut shadow, "    ", &step.shadow);
-                }
-            }
-            if !shadow.is_empty() {
-                print!("Shadow hooks (reported, never acted on):\n{shadow}");
-            }
-            match &plan.stopped {
-                Some(reason) => println!("Stops: {reason}"),
-                None => match plan.cleanup {
-                    planner::Cleanup::Rename => println!(
-                        "Then: delete {} and rename {} to {}",
-                        plan.old.name, plan.next.name, plan.old.name
-                    ),
-                    planner::Cleanup::DeleteOld => println!("Then: delete {}", plan.old.name),
-                },
-            }
-            Ok(())
-        }
+            planner::Cleanup::DeleteOld => format!("delete {old}"),
+        },
     }
 }

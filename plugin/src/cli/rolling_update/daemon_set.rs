@@ -4,23 +4,23 @@
 
 use std::sync::Arc;
 
-use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live, step_note};
+use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live};
+use super::render::{Row, Table, print};
 use super::{
-    Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
-    policy_of, read_snapshot,
+    Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, load_hooks, policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
 use crate::cluster::Cluster;
 use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
+use crate::plan::rolling_update::asks::pods_at_a_time;
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
 use crate::plan::rolling_update::node_planner::{self, NodeInput, NodePlan};
 use crate::snapshot::{Node, Snapshot};
 use crate::workload::node_by_node::NodeRequest;
-use crate::workload::partitioned::pods_at_a_time;
 
 /// A DaemonSet, its pods and revisions, and the cluster's nodes, as a plan reads them.
 struct View {
@@ -42,7 +42,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let view = from_list(&list, &bytes, &namespace, &name).map_err(fail)?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
         let plan = plan(&view, &action, args, hooks)?;
-        return print(&plan, args.output);
+        return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
     runtime.block_on(async {
@@ -71,7 +71,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &namespace, &view, &action).await?;
             }
-            return print(&plan, args.output);
+            return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Nodes(NodeRequest {
             namespace: namespace.clone(),
@@ -94,29 +94,15 @@ fn from_list(
     namespace: &str,
     name: &str,
 ) -> Result<View, String> {
-    let items = list["items"]
-        .as_array()
-        .ok_or("not a v1 List: there is no items array")?;
-    let here = |item: &&serde_json::Value| {
-        item["metadata"]["namespace"]
-            .as_str()
-            .is_none_or(|n| n == namespace)
-    };
-    let set = items
-        .iter()
-        .filter(here)
-        .find(|i| i["kind"] == "DaemonSet" && i["metadata"]["name"] == name)
-        .ok_or_else(|| format!("daemonset {name:?} not found in namespace {namespace:?}"))?;
+    let items = super::items_in(list, namespace)?;
+    let set = super::named_in(items.clone(), "DaemonSet", name, namespace)?;
     let set = DaemonSet::from_value(set.clone())?;
     let pods = items
-        .iter()
-        .filter(here)
+        .clone()
         .filter(|i| i["kind"] == "Pod")
         .filter_map(|p| DaemonPod::owned(p, set.uid()))
         .collect();
     let revisions = items
-        .iter()
-        .filter(here)
         .filter(|i| i["kind"] == "ControllerRevision")
         .filter_map(|r| Revision::owned(r, set.uid()))
         .collect();
@@ -224,45 +210,27 @@ async fn server_dry_run(
     Ok(())
 }
 
-fn print(plan: &NodePlan, format: OutputFormat) -> Result<(), Failure> {
-    for w in &plan.warnings {
-        crate::report::log(crate::report::Level::Warn, w);
-    }
-    match format {
-        OutputFormat::Json | OutputFormat::Yaml => super::super::print_structured(plan, format),
-        OutputFormat::Table | OutputFormat::Wide => {
-            println!(
-                "Updating DaemonSet {} node by node: {} nodes run an old pod",
-                plan.target.name, plan.target.nodes
-            );
-            let mut rows = vec![vec![
-                "STEP".to_string(),
-                "NODES".into(),
-                "DECIDED BY".into(),
-                "ORDER".into(),
-                "NOTE".into(),
-            ]];
-            for (i, step) in plan.steps.iter().enumerate() {
-                let note = step_note(
-                    false,
-                    step.size_reason.as_deref(),
-                    step.pause.as_ref(),
-                    step.gate.as_ref(),
-                );
-                rows.push(vec![
-                    (i + 1).to_string(),
-                    step.nodes.join(","),
-                    step.decided_by.to_string(),
-                    step.ordered_by.to_string(),
-                    note,
-                ]);
-            }
-            print!("{}", output::align(&rows));
-            match &plan.stopped {
-                Some(reason) => println!("Stops: {reason}"),
-                None => println!("Then: the original update strategy is restored"),
-            }
-            Ok(())
-        }
+/// The table of a DaemonSet's plan.
+fn table(plan: &NodePlan) -> Table<'_> {
+    let rows = plan.steps.iter().map(|step| Row {
+        cells: vec![
+            step.nodes.join(","),
+            step.decisions.decided_by.to_string(),
+            step.ordered_by.to_string(),
+        ],
+        decisions: &step.decisions,
+        canary: false,
+    });
+    Table {
+        heading: format!(
+            "Updating DaemonSet {} node by node: {} nodes run an old pod",
+            plan.target.name, plan.target.nodes
+        ),
+        columns: &["NODES", "DECIDED BY", "ORDER"],
+        rows: rows.collect(),
+        after: Vec::new(),
+        shadow: &[],
+        stopped: plan.stopped.as_deref(),
+        then: "the original update strategy is restored".into(),
     }
 }

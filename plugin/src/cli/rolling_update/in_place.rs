@@ -20,7 +20,6 @@ use crate::kernel::{ControlsAt, Kernel, Parts};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::template::TemplateChange;
-use crate::plan::{GateStep, PauseStep};
 use crate::policy::IntOrPercent;
 use crate::policy::Policy;
 use crate::workload::execute::{Settings, Updater};
@@ -118,10 +117,7 @@ pub fn action(args: &RollingUpdateArgs, kind: InPlace) -> Result<PartitionAction
             pull_policy: args.image_pull_policy.map(|p| p.as_str().to_string()),
         })),
         (None, Some(path), false) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
-            let value: serde_json::Value =
-                serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(path, e))?;
+            let value = super::read_manifest(path)?;
             if value["kind"] != kind.kind() {
                 return Err(Failure::usage(format!(
                     "{} holds a {}, but {} names a {}",
@@ -162,37 +158,6 @@ pub async fn connect(
     });
     let hooks = tokio::task::block_in_place(|| load_hooks(policy, objects))?;
     Ok((cluster, namespace, hooks))
-}
-
-/// The NOTE column of a plan's step: canary, the size's reason, the pause before, the gate.
-pub fn step_note(
-    canary: bool,
-    size_reason: Option<&str>,
-    pause: Option<&PauseStep>,
-    gate: Option<&GateStep>,
-) -> String {
-    let mut note = Vec::new();
-    if canary {
-        note.push("canary".to_string());
-    }
-    if let Some(reason) = size_reason {
-        note.push(format!("size: {reason}"));
-    }
-    if let Some(p) = pause {
-        note.push(format!(
-            "after a {}s pause ({}): {}",
-            p.seconds, p.decided_by, p.reason
-        ));
-    }
-    if let Some(g) = gate {
-        let reason = g
-            .reason
-            .as_ref()
-            .map(|r| format!(": {r}"))
-            .unwrap_or_default();
-        note.push(format!("gate {} ({}){reason}", g.verdict, g.decided_by));
-    }
-    note.join("; ")
 }
 
 /// An update to run live.

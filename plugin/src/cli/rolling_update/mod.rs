@@ -6,11 +6,13 @@
 mod controller_plan;
 mod daemon_set;
 mod in_place;
+mod render;
 mod stateful_set;
 
 pub use in_place::{InPlace, named as in_place_named};
 
-use controller_plan::{SnapshotView, plan_from, print, server_dry_run};
+use controller_plan::{SnapshotView, plan_from, server_dry_run, table};
+use render::print;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -184,11 +186,7 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
             pull_policy: args.image_pull_policy.map(|p| p.as_str().to_string()),
         })),
         (None, Some(path), false) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
-            let value: serde_json::Value =
-                serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(path, e))?;
-            let file = Controller::from_value(value)
+            let file = Controller::from_value(read_manifest(path)?)
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             if file.kind != kind {
                 return Err(Failure::usage(format!(
@@ -251,7 +249,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
         let (plan, _) = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
-        return print(&plan, args.output);
+        return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::tokio_runtime()?;
     runtime.block_on(async {
@@ -288,7 +286,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &pair, &namespace).await?;
             }
-            return print(&plan, args.output);
+            return print(&plan, &plan.warnings, args.output, table);
         }
         let settings = Settings {
             update_period: args.update_period.unwrap_or(Duration::from_secs(60)),
@@ -366,6 +364,43 @@ fn dry_run_mode(args: &RollingUpdateArgs) -> Result<DryRun, Failure> {
 }
 
 /// The snapshot file's bytes (for hooks' `list-objects`) and its v1 List.
+/// The items of a snapshot's v1 List that stand in `namespace` (or in none).
+fn items_in<'a>(
+    list: &'a serde_json::Value,
+    namespace: &'a str,
+) -> Result<impl Iterator<Item = &'a serde_json::Value> + Clone, String> {
+    let items = list["items"]
+        .as_array()
+        .ok_or("not a v1 List: there is no items array")?;
+    Ok(items.iter().filter(move |item| {
+        item["metadata"]["namespace"]
+            .as_str()
+            .is_none_or(|n| n == namespace)
+    }))
+}
+
+/// The `kind` named `name` among a snapshot's `items` of `namespace`.
+fn named_in<'a>(
+    mut items: impl Iterator<Item = &'a serde_json::Value>,
+    kind: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<&'a serde_json::Value, String> {
+    items
+        .find(|i| i["kind"] == kind && i["metadata"]["name"] == name)
+        .ok_or_else(|| {
+            let kind = kind.to_lowercase();
+            format!("{kind} {name:?} not found in namespace {namespace:?}")
+        })
+}
+
+/// The manifest (YAML or JSON) a `-f/--filename` names.
+fn read_manifest(path: &std::path::Path) -> Result<serde_json::Value, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(path, e))
+}
+
 fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value), Failure> {
     let bytes = std::fs::read(path)
         .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;

@@ -4,21 +4,22 @@
 
 use std::sync::Arc;
 
-use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live, step_note};
+use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live};
+use super::render::{Row, Table, print};
 use super::{
-    Failure, KubeFlags, OutputFormat, RollingUpdateArgs, dry_run_mode, load_hooks, output,
-    policy_of, read_snapshot,
+    Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, load_hooks, policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
 use crate::cluster::Cluster;
 use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
+use crate::plan::rolling_update::asks::pods_at_a_time;
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
 use crate::plan::rolling_update::pods::PodInfo;
 use crate::plan::rolling_update::stateful_set::{self, PartitionAction, Start, StatefulSet};
 use crate::policy::IntOrPercent;
-use crate::workload::partitioned::{PartitionRequest, pods_at_a_time};
+use crate::workload::partitioned::PartitionRequest;
 
 fn max_unavailable(args: &RollingUpdateArgs) -> IntOrPercent {
     args.max_unavailable.unwrap_or(IntOrPercent::Int(1))
@@ -36,7 +37,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
         let plan = plan(&set, &pods, &action, args, hooks)?;
-        return print(&plan, args.output);
+        return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
     runtime.block_on(async {
@@ -63,7 +64,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &namespace, &set, &pods, &action).await?;
             }
-            return print(&plan, args.output);
+            return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Partition(PartitionRequest {
             namespace: namespace.clone(),
@@ -81,23 +82,10 @@ fn from_list(
     namespace: &str,
     name: &str,
 ) -> Result<(StatefulSet, Vec<PodInfo>), String> {
-    let items = list["items"]
-        .as_array()
-        .ok_or("not a v1 List: there is no items array")?;
-    let here = |item: &&serde_json::Value| {
-        item["metadata"]["namespace"]
-            .as_str()
-            .is_none_or(|n| n == namespace)
-    };
-    let set = items
-        .iter()
-        .filter(here)
-        .find(|i| i["kind"] == "StatefulSet" && i["metadata"]["name"] == name)
-        .ok_or_else(|| format!("statefulset {name:?} not found in namespace {namespace:?}"))?;
+    let items = super::items_in(list, namespace)?;
+    let set = super::named_in(items.clone(), "StatefulSet", name, namespace)?;
     let set = StatefulSet::from_value(set.clone())?;
     let pods = items
-        .iter()
-        .filter(here)
         .filter(|i| i["kind"] == "Pod")
         .map(PodInfo::from_value)
         .filter(|p| stateful_set::ordinal(set.name(), &p.name).is_some())
@@ -199,48 +187,30 @@ async fn server_dry_run(
     Ok(())
 }
 
-fn print(plan: &PartitionPlan, format: OutputFormat) -> Result<(), Failure> {
-    for w in &plan.warnings {
-        crate::report::log(crate::report::Level::Warn, w);
-    }
-    match format {
-        OutputFormat::Json | OutputFormat::Yaml => super::super::print_structured(plan, format),
-        OutputFormat::Table | OutputFormat::Wide => {
-            println!(
-                "Updating StatefulSet {} ({} replicas) through its partition, highest ordinals first",
-                plan.target.name, plan.target.replicas
-            );
-            let mut rows = vec![vec![
-                "STEP".to_string(),
-                "PARTITION".into(),
-                "PODS".into(),
-                "DECIDED BY".into(),
-                "NOTE".into(),
-            ]];
-            for (i, step) in plan.steps.iter().enumerate() {
-                let note = step_note(
-                    step.canary,
-                    step.size_reason.as_deref(),
-                    step.pause.as_ref(),
-                    step.gate.as_ref(),
-                );
-                rows.push(vec![
-                    (i + 1).to_string(),
-                    step.partition.to_string(),
-                    step.pods.join(","),
-                    step.decided_by.to_string(),
-                    note,
-                ]);
-            }
-            print!("{}", output::align(&rows));
-            if let Some(floor) = plan.settle {
-                println!("Then: partition 0 (the ordinals below {floor} run the revision already)");
-            }
-            match &plan.stopped {
-                Some(reason) => println!("Stops: {reason}"),
-                None => println!("Then: the original update strategy is restored"),
-            }
-            Ok(())
-        }
+/// The table of a StatefulSet's plan.
+fn table(plan: &PartitionPlan) -> Table<'_> {
+    let rows = plan.steps.iter().map(|step| Row {
+        cells: vec![
+            step.partition.to_string(),
+            step.pods.join(","),
+            step.decisions.decided_by.to_string(),
+        ],
+        decisions: &step.decisions,
+        canary: step.canary,
+    });
+    let settle = plan.settle.map(|floor| {
+        format!("Then: partition 0 (the ordinals below {floor} run the revision already)")
+    });
+    Table {
+        heading: format!(
+            "Updating StatefulSet {} ({} replicas) through its partition, highest ordinals first",
+            plan.target.name, plan.target.replicas
+        ),
+        columns: &["PARTITION", "PODS", "DECIDED BY"],
+        rows: rows.collect(),
+        after: settle.into_iter().collect(),
+        shadow: &[],
+        stopped: plan.stopped.as_deref(),
+        then: "the original update strategy is restored".into(),
     }
 }

@@ -4,6 +4,7 @@
 //! `partition_loop` is the StatefulSet's partitioned update and `node_loop` the DaemonSet's
 //! node-by-node one, machines of the same shape.
 
+pub mod asks;
 pub mod controller;
 pub mod daemon_set;
 pub mod flow;

@@ -4,15 +4,12 @@
 
 use serde::Serialize;
 
+use super::asks::{NodesAt, ask_gate, ask_node_size, ask_order, in_order, node_batch};
 use super::flow::{Gating, Sizing};
 use super::node_loop::{Action, Input, NodeLoop, Ordered, Question};
-use super::partition_planner::ask_gate;
-use super::planning::{self, Asked, Asking, Notes, Planned};
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
-use crate::plan::hook::Progress;
-use crate::plan::hook::{BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, Hook, Instances};
-use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PauseStep, Role};
+use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
+use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
+use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [{"nodes"}, ...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -41,16 +38,9 @@ pub struct Target {
 #[serde(rename_all = "camelCase")]
 pub struct NodeStep {
     pub nodes: Vec<String>,
-    pub decided_by: DecidedBy,
     pub ordered_by: DecidedBy,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pause: Option<PauseStep>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gate: Option<GateStep>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<ShadowDecision>,
+    #[serde(flatten)]
+    pub decisions: StepDecisions,
 }
 
 /// What the plan is made from.
@@ -64,81 +54,6 @@ pub struct NodeInput<'a> {
     pub ctx: CallContext,
 }
 
-/// The DaemonSet `name` as a group: its nodes to update, done so far, the budget.
-fn group(name: &str, total: usize, done: usize, pending: usize, max: u32) -> GroupInfo {
-    GroupInfo {
-        name: name.to_string(),
-        role: Role::Node,
-        size: total as u32,
-        up_to_date: done as u32,
-        selected: pending as u32,
-        max_surge: 0,
-        max_unavailable: max,
-    }
-}
-
-/// Where the update stands when a question is asked.
-pub struct Stand<'a> {
-    pub name: &'a str,
-    /// Nodes the update started with.
-    pub total: usize,
-    pub max_unavailable: u32,
-    pub steps_done: u32,
-}
-
-/// The size of the next step, at most `max`: built in, or what the batching hooks say, offered
-/// the nodes left (`pending`, at most `max` of them).
-pub fn ask_size(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    at: &Stand,
-    pending: &[Candidate],
-    max: u32,
-    warnings: &mut Vec<String>,
-) -> Result<(BatchDecision, Vec<ShadowDecision>), HookFailed> {
-    let done = at.total.saturating_sub(pending.len());
-    let group = group(at.name, at.total, done, pending.len(), at.max_unavailable);
-    let progress = Progress {
-        group: &group,
-        batches_done: at.steps_done,
-        updated: done as u32,
-        pending: Instances::from(pending.to_vec()).window(0, max as usize),
-        max_batch: max,
-        max_batch_reason: format!("the DaemonSet's maxUnavailable of {}", at.max_unavailable),
-    };
-    let decision = decide::batch_size(hooks, ctx, &progress, warnings)?;
-    let said = shadow::batch_size(hooks, ctx, &progress, &decision);
-    Ok((decision, said))
-}
-
-/// The order of the nodes left: the built-in one (by name), or the selection hooks'.
-pub fn ask_order(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    at: &Stand,
-    pending: &[Candidate],
-    warnings: &mut Vec<String>,
-) -> Result<(Vec<String>, DecidedBy, Vec<ShadowDecision>), HookFailed> {
-    let done = at.total.saturating_sub(pending.len());
-    let group = group(at.name, at.total, done, pending.len(), at.max_unavailable);
-    let selected = decide::select(hooks, ctx, &group, pending, warnings)?;
-    let said = shadow::select(hooks, ctx, &group, pending, &selected);
-    let order = selected
-        .chosen
-        .iter()
-        .map(|c| pending[c.index].name.clone())
-        .collect();
-    Ok((order, selected.by, said))
-}
-
-/// The candidates named by `names`, in that order.
-pub fn in_order(candidates: &[Candidate], names: &[String]) -> Vec<Candidate> {
-    names
-        .iter()
-        .filter_map(|n| candidates.iter().find(|c| &c.name == n).cloned())
-        .collect()
-}
-
 /// The node machine as its plan records it.
 struct Recording<'a> {
     input: &'a NodeInput<'a>,
@@ -147,8 +62,8 @@ struct Recording<'a> {
 }
 
 impl Recording<'_> {
-    fn stand(&self) -> Stand<'_> {
-        Stand {
+    fn at(&self) -> NodesAt<'_> {
+        NodesAt {
             name: self.input.name,
             total: self.input.candidates.len(),
             max_unavailable: self.input.max_unavailable,
@@ -163,11 +78,11 @@ impl Planned for Recording<'_> {
     fn size(&mut self, asking: &mut Asking, sizing: &Sizing<Vec<String>>) -> Asked<BatchDecision> {
         let pending = in_order(self.input.candidates, &sizing.about);
         let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
-        ask_size(hooks, ctx, &self.stand(), &pending, sizing.max, warnings)
+        ask_node_size(hooks, ctx, &self.at(), &pending, sizing.max, warnings)
     }
 
     fn gate(&mut self, asking: &mut Asking, gating: &Gating<Vec<String>>) -> Asked<GateDecision> {
-        let batch = batch_of(gating);
+        let batch = node_batch(gating);
         self.steps_done = gating.step + 1;
         let total = i32::try_from(self.input.candidates.len()).unwrap_or(i32::MAX);
         ask_gate(asking.hooks, &asking.ctx, &batch, total, 0, asking.warnings)
@@ -177,7 +92,7 @@ impl Planned for Recording<'_> {
         let Question::Order { pending } = ask;
         let pending = in_order(self.input.candidates, &pending);
         let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
-        let (order, by, said) = ask_order(hooks, ctx, &self.stand(), &pending, warnings)?;
+        let (order, by, said) = ask_order(hooks, ctx, &self.at(), &pending, warnings)?;
         Ok((Input::Own(Ordered(order, by)), said))
     }
 
@@ -190,41 +105,23 @@ impl Planned for Recording<'_> {
             ..
         } = act
         {
-            let by_hook = sized_by != DecidedBy::BuiltIn;
             self.plan.steps.push(NodeStep {
                 nodes,
-                decided_by: sized_by,
                 ordered_by,
-                size_reason: by_hook.then_some(size_reason),
-                pause: notes.pause,
-                gate: None,
-                shadow: notes.shadow,
+                decisions: notes.decisions(sized_by, size_reason),
             });
         }
         Some(Input::Done)
     }
 
-    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
-        if let Some(last) = self.plan.steps.last_mut() {
-            last.gate = gate;
-            last.shadow.extend(shadow);
-        }
+    fn last_step(&mut self) -> Option<&mut StepDecisions> {
+        self.plan.steps.last_mut().map(|s| &mut s.decisions)
     }
 
     fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, left: usize) {
         self.plan.stopped = Some(format!(
             "{decided_by} stops the update with {left} nodes left: {reason}"
         ));
-    }
-}
-
-/// The batch a gate is asked about after a step: the nodes it replaced.
-pub fn batch_of(gating: &Gating<Vec<String>>) -> BatchInfo {
-    BatchInfo {
-        index: gating.step,
-        instances: gating.about.clone(),
-        canary: false,
-        attempt: gating.attempt,
     }
 }
 

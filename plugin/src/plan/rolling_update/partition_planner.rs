@@ -6,16 +6,13 @@ use serde::Serialize;
 
 use std::convert::Infallible;
 
+use super::asks::{PartitionAt, ask_gate, ask_partition_size, partition_batch, pod_names};
 use super::flow::{Gating, Sizing};
 use super::partition_loop::{Action, GateAbout, Input, PartitionLoop};
-use super::planner::{LoopState, group_info, step_amount};
-use super::planning::{self, Asked, Asking, Notes, Planned};
+use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
 use super::pods::PodInfo;
-use super::steps::Budgets;
-use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
-use crate::plan::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Instances, Phase};
-use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PauseStep};
+use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
+use crate::plan::hook::{CallContext, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
 #[derive(Debug, Clone, Serialize)]
@@ -51,15 +48,8 @@ pub struct PartitionStep {
     pub pods: Vec<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub canary: bool,
-    pub decided_by: DecidedBy,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pause: Option<PauseStep>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gate: Option<GateStep>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<ShadowDecision>,
+    #[serde(flatten)]
+    pub decisions: StepDecisions,
 }
 
 /// What the plan is made from.
@@ -77,74 +67,6 @@ pub struct PartitionInput<'a> {
     pub ctx: CallContext,
 }
 
-/// `name-ordinal`, for the ordinals `range` holds, highest first.
-pub fn pod_names(name: &str, range: std::ops::Range<i32>) -> Vec<String> {
-    range.rev().map(|o| format!("{name}-{o}")).collect()
-}
-
-/// Where a partitioned update stands when a question is asked.
-pub struct Progress<'a> {
-    pub name: &'a str,
-    pub replicas: i32,
-    pub partition: i32,
-    pub max_unavailable: u32,
-    pub steps_done: u32,
-}
-
-/// The size of the next step, at most `max`: built in, or what the batching hooks say, offered
-/// the pods still to update (highest ordinal first) as the pending instances.
-pub fn ask_size(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    at: &Progress,
-    pods: &[PodInfo],
-    max: u32,
-    warnings: &mut Vec<String>,
-) -> Result<(BatchDecision, Vec<ShadowDecision>), HookFailed> {
-    let max_unavailable = i32::try_from(at.max_unavailable).unwrap_or(i32::MAX);
-    let budgets = Budgets {
-        max_surge: 0,
-        max_unavailable,
-        min_available: at.replicas - max_unavailable,
-    };
-    let state = LoopState {
-        old: at.partition,
-        next: at.replicas - at.partition,
-        next_available: at.replicas - at.partition,
-        desired: at.replicas,
-        steps_done: at.steps_done,
-    };
-    let group = group_info(at.name, &state, &budgets);
-    let pending: Vec<_> = pod_names(at.name, 0..at.partition)
-        .iter()
-        .filter_map(|n| pods.iter().find(|p| &p.name == n))
-        .map(|p| p.candidate(at.name))
-        .collect();
-    let pending = Instances::from(pending).window(0, max as usize);
-    let max = i32::try_from(max).unwrap_or(i32::MAX);
-    step_amount(hooks, ctx, &group, &state, pending, max, warnings)
-}
-
-/// The gates' verdict after a step updated `batch`, with `pods_not_ready` of `replicas` pods
-/// not Ready.
-pub fn ask_gate(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    batch: &BatchInfo,
-    replicas: i32,
-    pods_not_ready: u32,
-    warnings: &mut Vec<String>,
-) -> Result<(GateDecision, Vec<ShadowDecision>), HookFailed> {
-    let summary = HealthSummary {
-        pods_total: u32::try_from(replicas).unwrap_or(0),
-        pods_not_ready,
-        ..Default::default()
-    };
-    let decision = decide::gate(hooks, ctx, Phase::AfterBatch, batch, &summary, warnings)?;
-    let said = shadow::gate(hooks, ctx, Phase::AfterBatch, batch, &summary, &decision);
-    Ok((decision, said))
-}
-
 /// The partition machine as its plan records it.
 struct Recording<'a> {
     input: &'a PartitionInput<'a>,
@@ -158,7 +80,7 @@ impl Planned for Recording<'_> {
     type Flow = PartitionLoop;
 
     fn size(&mut self, asking: &mut Asking, sizing: &Sizing<bool>) -> Asked<BatchDecision> {
-        let at = Progress {
+        let at = PartitionAt {
             name: self.input.name,
             replicas: self.input.replicas,
             partition: self.partition,
@@ -166,7 +88,7 @@ impl Planned for Recording<'_> {
             steps_done: self.steps_done,
         };
         let pods = self.input.pods;
-        ask_size(
+        ask_partition_size(
             asking.hooks,
             &asking.ctx,
             &at,
@@ -177,7 +99,7 @@ impl Planned for Recording<'_> {
     }
 
     fn gate(&mut self, asking: &mut Asking, gating: &Gating<GateAbout>) -> Asked<GateDecision> {
-        let batch = batch_of(self.input.name, gating);
+        let batch = partition_batch(self.input.name, gating);
         self.steps_done = gating.step + 1;
         let replicas = self.input.replicas;
         ask_gate(
@@ -205,16 +127,11 @@ impl Planned for Recording<'_> {
                 ..
             } => {
                 self.partition = to;
-                let by_hook = decided_by != DecidedBy::BuiltIn;
                 self.plan.steps.push(PartitionStep {
                     partition: to,
                     pods: pod_names(self.input.name, to..from),
                     canary,
-                    decided_by,
-                    size_reason: by_hook.then_some(reason),
-                    pause: notes.pause,
-                    gate: None,
-                    shadow: notes.shadow,
+                    decisions: notes.decisions(decided_by, reason),
                 });
             }
             Action::AwaitUpdated { .. } => {}
@@ -226,27 +143,14 @@ impl Planned for Recording<'_> {
         Some(Input::Done)
     }
 
-    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
-        if let Some(last) = self.plan.steps.last_mut() {
-            last.gate = gate;
-            last.shadow.extend(shadow);
-        }
+    fn last_step(&mut self) -> Option<&mut StepDecisions> {
+        self.plan.steps.last_mut().map(|s| &mut s.decisions)
     }
 
     fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, partition: i32) {
         self.plan.stopped = Some(format!(
             "{decided_by} aborts with the partition at {partition}: {reason}"
         ));
-    }
-}
-
-/// The batch a gate is asked about after a step: the step's pods, highest ordinal first.
-pub fn batch_of(name: &str, gating: &Gating<GateAbout>) -> BatchInfo {
-    BatchInfo {
-        index: gating.step,
-        instances: pod_names(name, gating.about.ordinals.clone()),
-        canary: gating.about.canary,
-        attempt: gating.attempt,
     }
 }
 
@@ -359,7 +263,10 @@ mod tests {
         let plan = plan(&input(5, 5, 2), &mut hooks).unwrap();
         let partitions: Vec<i32> = plan.steps.iter().map(|s| s.partition).collect();
         assert_eq!(partitions, [4, 3, 2]);
-        assert_eq!(plan.steps[1].size_reason.as_deref(), Some("one at a time"));
+        assert_eq!(
+            plan.steps[1].decisions.size_reason.as_deref(),
+            Some("one at a time")
+        );
         assert_eq!(
             plan.stopped.as_deref(),
             Some("hook/third aborts with the partition at 2: web-2 looks wrong")

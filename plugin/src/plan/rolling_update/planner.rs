@@ -2,23 +2,21 @@
 //! ([`super::scale_loop`]) with simulated pods (every new pod available at once) and records the
 //! scale operations, with the batching and gate hooks consulted at each step as a live run
 //! consults them. Pure: controllers, pods and hook answers in, plan out. The executor
-//! (`crate::workload::scale`) drives the same loop and shares [`step_amount`] and [`gate_after`].
+//! (`crate::workload::scale`) drives the same loop and shares its questions ([`super::asks`]).
 
 use serde::Serialize;
 
+use super::asks::{LoopState, ScaleGate, ask_scale_gate, group_info, step_amount};
 use super::controller::{Controller, Kind};
 use super::flow::{Gating, Sizing};
-use super::planning::{self, Asked, Asking, Notes, Planned};
+use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
 use super::pods::PodInfo;
 use super::scale_loop::{Action, Input, Question, ScaleLoop, Seen, Told};
 use super::steps::Budgets;
+use crate::plan::PLAN_API_VERSION;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
-use crate::plan::hook::{
-    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Instances, Phase,
-    Progress,
-};
+use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook, Instances};
 use crate::plan::shadow::{self, ShadowDecision};
-use crate::plan::{GateStep, PLAN_API_VERSION, PauseStep, Role};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,27 +62,13 @@ pub struct NextSide {
     pub exists: bool,
 }
 
-fn is_built_in(by: &DecidedBy) -> bool {
-    *by == DecidedBy::BuiltIn
-}
-
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleStep {
     pub controller: Side,
     pub replicas: i32,
-    #[serde(skip_serializing_if = "is_built_in")]
-    pub decided_by: DecidedBy,
-    /// The batching hook's reason for the step's size, when a hook sized it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pause: Option<PauseStep>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gate: Option<GateStep>,
-    /// What shadow hooks would decide about the step's size and the gate after it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<ShadowDecision>,
+    #[serde(flatten)]
+    pub decisions: StepDecisions,
 }
 
 /// The order in which the selection hook wants the old pods removed.
@@ -116,84 +100,6 @@ pub struct RollingUpdatePlan {
     /// Set when a gate would stop the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
-}
-
-/// Where the loop stands, as the hooks see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LoopState {
-    pub old: i32,
-    pub next: i32,
-    pub next_available: i32,
-    pub desired: i32,
-    pub steps_done: u32,
-}
-
-/// The controller pair as a "group" for the hooks: size is the desired count, up to date the
-/// next controller's replicas, selected the old one's.
-pub fn group_info(name: &str, state: &LoopState, budgets: &Budgets) -> GroupInfo {
-    GroupInfo {
-        name: name.to_string(),
-        role: Role::Node,
-        size: state.desired.max(0) as u32,
-        up_to_date: state.next.max(0) as u32,
-        selected: state.old.max(0) as u32,
-        max_surge: budgets.max_surge.max(0) as u32,
-        max_unavailable: budgets.max_unavailable.max(0) as u32,
-    }
-}
-
-/// The size of one scale step: the built-in amount, or less if a batching hook says so; and
-/// what shadow hooks would say.
-pub fn step_amount(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    group: &GroupInfo,
-    state: &LoopState,
-    pending: Instances,
-    built_in: i32,
-    warnings: &mut Vec<String>,
-) -> Result<(BatchDecision, Vec<ShadowDecision>), HookFailed> {
-    let progress = Progress {
-        group,
-        batches_done: state.steps_done,
-        updated: state.next_available.max(0) as u32,
-        pending,
-        max_batch: built_in.max(0) as u32,
-        max_batch_reason: format!(
-            "the rolling update's step of {built_in} (maxSurge {}, maxUnavailable {})",
-            group.max_surge, group.max_unavailable
-        ),
-    };
-    let decision = decide::batch_size(hooks, ctx, &progress, warnings)?;
-    let said = shadow::batch_size(hooks, ctx, &progress, &decision);
-    Ok((decision, said))
-}
-
-/// The gates' verdict after a scale step of `controller`, and what shadow gates would say.
-#[allow(clippy::too_many_arguments)]
-pub fn gate_after(
-    hooks: &mut [Box<dyn Hook>],
-    ctx: &CallContext,
-    controller: &str,
-    state: &LoopState,
-    pods_not_ready: u32,
-    attempt: u32,
-    warnings: &mut Vec<String>,
-) -> Result<(GateDecision, Vec<ShadowDecision>), HookFailed> {
-    let batch = BatchInfo {
-        index: state.steps_done.saturating_sub(1),
-        instances: vec![controller.to_string()],
-        canary: false,
-        attempt,
-    };
-    let summary = HealthSummary {
-        pods_total: (state.old.max(0) + state.next.max(0)) as u32,
-        pods_not_ready,
-        ..Default::default()
-    };
-    let decision = decide::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, warnings)?;
-    let said = shadow::gate(hooks, ctx, Phase::AfterBatch, &batch, &summary, &decision);
-    Ok((decision, said))
 }
 
 /// Everything the plan is made from.
@@ -306,7 +212,13 @@ impl Planned for Simulation<'_> {
         let name = controller_name(self.input, gating.about.side);
         let state = &gating.about.state;
         let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
-        gate_after(hooks, ctx, name, state, 0, gating.attempt, warnings)
+        let asked = ScaleGate {
+            controller: name,
+            state,
+            pods_not_ready: 0,
+            attempt: gating.attempt,
+        };
+        ask_scale_gate(asked, hooks, ctx, warnings)
     }
 
     fn answer(&mut self, _: &mut Asking, ask: Question) -> Asked<Input> {
@@ -343,24 +255,16 @@ impl Planned for Simulation<'_> {
             Side::Next => self.next = replicas,
             Side::Old => self.old = replicas,
         }
-        let by_hook = decided_by != DecidedBy::BuiltIn;
         self.steps.push(ScaleStep {
             controller: side,
             replicas,
-            decided_by,
-            size_reason: by_hook.then(|| self.size_reason.clone()),
-            pause: notes.pause,
-            gate: None,
-            shadow: notes.shadow,
+            decisions: notes.decisions(decided_by, self.size_reason.clone()),
         });
         Some(Input::Own(Told::Scaled(replicas)))
     }
 
-    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>) {
-        if let Some(last) = self.steps.last_mut() {
-            last.gate = gate;
-            last.shadow.extend(shadow);
-        }
+    fn last_step(&mut self) -> Option<&mut StepDecisions> {
+        self.steps.last_mut().map(|s| &mut s.decisions)
     }
 
     fn stopped(&mut self, _: u32, decided_by: DecidedBy, reason: String, at: Seen) {

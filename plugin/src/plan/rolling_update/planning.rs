@@ -5,20 +5,52 @@
 //! there. What each flow's steps are and how its questions are put to the hooks is the flow's
 //! ([`Planned`]).
 
+use serde::Serialize;
+
 use super::flow::{Act, Answer, Ask, Flow, Gating, Held, Outcome, Sizing, Step};
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed, Verdict};
 use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
 use crate::plan::shadow::ShadowDecision;
 use crate::plan::{GateStep, PauseStep, SimulatedPauses};
 
-/// A hook question's answer and what shadow hooks would have said.
-pub type Asked<D> = Result<(D, Vec<ShadowDecision>), HookFailed>;
+pub use super::asks::Asked;
 
 /// What a recorded step carries besides the flow's own: the pause held before it and what
 /// shadow hooks said about its size.
 #[derive(Debug, Default)]
 pub struct Notes {
     pub pause: Option<PauseStep>,
+    pub shadow: Vec<ShadowDecision>,
+}
+
+impl Notes {
+    /// The decisions about a step sized by `by` (for `reason`, kept when a hook gave it).
+    pub fn decisions(self, by: DecidedBy, reason: String) -> StepDecisions {
+        let by_hook = by != DecidedBy::BuiltIn;
+        StepDecisions {
+            size_reason: by_hook.then_some(reason),
+            decided_by: by,
+            pause: self.pause,
+            gate: None,
+            shadow: self.shadow,
+        }
+    }
+}
+
+/// What the hooks decided about a recorded step, alike in every flow's plan: who sized it (and
+/// why, when a hook did), the pause held before it, the gates' verdict after it, and what
+/// shadow hooks would have said.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepDecisions {
+    pub decided_by: DecidedBy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseStep>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateStep>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadow: Vec<ShadowDecision>,
 }
 
@@ -62,8 +94,8 @@ pub trait Planned {
         notes: Notes,
     ) -> Option<Answer<<Self::Flow as Flow>::Answer>>;
 
-    /// The gates' verdict after the last step recorded, and what shadow gates said.
-    fn judged(&mut self, gate: Option<GateStep>, shadow: Vec<ShadowDecision>);
+    /// The decisions about the last step recorded, where the gates' verdict after it goes.
+    fn last_step(&mut self) -> Option<&mut StepDecisions>;
 
     /// A gate aborts after `step`, leaving things `at`.
     fn stopped(
@@ -105,10 +137,10 @@ pub fn plan<P: Planned>(
             }
             Step::Ask(Ask::Gate(gating)) => {
                 let (decision, said) = planned.gate(asking, &gating)?;
-                planned.judged(
-                    GateStep::from_decision(Phase::AfterBatch, decision.clone()),
-                    said,
-                );
+                if let Some(last) = planned.last_step() {
+                    last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
+                    last.shadow.extend(said);
+                }
                 Answer::Judged(as_planned(decision))
             }
             Step::Ask(Ask::Own(ask)) => {

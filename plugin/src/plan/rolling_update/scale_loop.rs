@@ -11,8 +11,9 @@
 //! move waits for a change. The loop ends when the next controller has the desired replicas
 //! and the old one none.
 
+use super::asks::LoopState;
 use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
-use super::planner::{LoopState, Side};
+use super::planner::Side;
 use super::steps::{self, Budgets};
 use crate::plan::decide::{BatchDecision, GateDecision};
 use crate::plan::hook::DecidedBy;

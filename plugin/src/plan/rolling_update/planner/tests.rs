@@ -73,10 +73,10 @@ fn the_documented_example_and_json_shape() {
                "old": {"kind": "ReplicationController", "name": "foo", "replicas": 10},
                "next": {"name": "foo-next", "replicas": 0, "desired": 10, "exists": false},
                "maxSurge": 0, "maxUnavailable": 3,
-               "steps": [{"controller": "old", "replicas": 7}, {"controller": "next", "replicas": 3},
-                         {"controller": "old", "replicas": 4}, {"controller": "next", "replicas": 6},
-                         {"controller": "old", "replicas": 1}, {"controller": "next", "replicas": 9},
-                         {"controller": "old", "replicas": 0}, {"controller": "next", "replicas": 10}],
+               "steps": [{"controller": "old", "replicas": 7, "decidedBy": "built-in"}, {"controller": "next", "replicas": 3, "decidedBy": "built-in"},
+                         {"controller": "old", "replicas": 4, "decidedBy": "built-in"}, {"controller": "next", "replicas": 6, "decidedBy": "built-in"},
+                         {"controller": "old", "replicas": 1, "decidedBy": "built-in"}, {"controller": "next", "replicas": 9, "decidedBy": "built-in"},
+                         {"controller": "old", "replicas": 0, "decidedBy": "built-in"}, {"controller": "next", "replicas": 10, "decidedBy": "built-in"}],
                "cleanup": "rename"})
     );
 }
@@ -95,7 +95,7 @@ fn a_batching_hook_shrinks_steps_and_is_credited() {
     assert!(
         plan.steps
             .iter()
-            .all(|s| s.decided_by.to_string() == "hook/one")
+            .all(|s| s.decisions.decided_by.to_string() == "hook/one")
     );
     // One at a time: 4 removals and 4 additions.
     assert_eq!(plan.steps.len(), 8);
@@ -146,11 +146,16 @@ fn a_shadow_gate_that_would_abort_is_shown_and_the_plan_goes_on() {
     .unwrap();
     assert_eq!(summary(&plan), summary(&baseline));
     assert!(plan.stopped.is_none());
-    assert!(plan.steps.iter().all(|s| s.gate.is_none()));
+    assert!(plan.steps.iter().all(|s| s.decisions.gate.is_none()));
     let said: Vec<(&str, bool)> = plan
         .steps
         .iter()
-        .map(|s| (s.shadow[0].decision.as_str(), s.shadow[0].agrees))
+        .map(|s| {
+            (
+                s.decisions.shadow[0].decision.as_str(),
+                s.decisions.shadow[0].agrees,
+            )
+        })
         .collect();
     assert_eq!(said[0], ("proceed", true));
     assert!(
