@@ -64,21 +64,43 @@ impl Observed {
     }
 }
 
+/// How a DaemonSet's node steps are taken.
+struct NodeSteps {
+    /// False for a rollback after an abort, whose every answer is the built-in one.
+    with_hooks: bool,
+    /// An update under way: the nodes it replaced are awaited and gated first.
+    resumed: bool,
+    /// Back to the previous revision.
+    rollback: bool,
+    /// `--max-unavailable`, else the DaemonSet's own.
+    max: Option<IntOrPercent>,
+}
+
 impl Updater<'_> {
     /// Runs the request: start (or find) the update, replace node by node, restore.
     pub async fn run_node_by_node(&mut self, request: &NodeRequest) -> Result<(), UpdateError> {
         let ns = request.namespace.as_str();
         let set = self.daemon_set(ns, &request.name).await?;
         let (set, resumed) = self.start_nodes(ns, set, &request.action).await?;
-        let rollback = matches!(request.action, UpdateAction::Rollback);
-        let max = request.max_unavailable;
-        let outcome = (self.node_steps(ns, set, (true, resumed), rollback, max)).await;
+        let steps = NodeSteps {
+            with_hooks: true,
+            resumed,
+            rollback: matches!(request.action, UpdateAction::Rollback),
+            max: request.max_unavailable,
+        };
+        let outcome = self.node_steps(ns, set, steps).await;
         let Some(reason) = self.rolls_back(&outcome) else {
             return outcome;
         };
         let set = self.daemon_set(ns, &request.name).await?;
         let (set, resumed) = self.start_nodes(ns, set, &UpdateAction::Rollback).await?;
-        (self.node_steps(ns, set, (false, resumed), true, max)).await?;
+        let steps = NodeSteps {
+            with_hooks: false,
+            resumed,
+            rollback: true,
+            max: request.max_unavailable,
+        };
+        self.node_steps(ns, set, steps).await?;
         Err(rolled_back(reason))
     }
 
@@ -149,17 +171,19 @@ impl Updater<'_> {
         Ok((set, false))
     }
 
-    /// Replaces the old pods node by node, then restores the strategy; `with_hooks` false for
-    /// a rollback after an abort, whose every answer is the built-in one; `resumed` for an
-    /// update under way, whose replaced nodes are awaited and gated first.
+    /// Replaces the old pods node by node, then restores the strategy.
     async fn node_steps(
         &mut self,
         ns: &str,
         set: DaemonSet,
-        (with_hooks, resumed): (bool, bool),
-        rollback: bool,
-        max: Option<IntOrPercent>,
+        steps: NodeSteps,
     ) -> Result<(), UpdateError> {
+        let NodeSteps {
+            with_hooks,
+            resumed,
+            rollback,
+            max,
+        } = steps;
         let seen = self.observe_daemon_set(ns, set).await?;
         let hash = seen.newest();
         let pending = daemon_set::pending_nodes(&seen.pods, &hash);
