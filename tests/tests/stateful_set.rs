@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -525,5 +527,93 @@ async fn a_resumed_run_asks_the_gate_about_what_moved_before_moving_more() {
     assert_eq!(
         after["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
         at
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abort_while_new_pods_are_awaited_stops_the_update_at_once() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-abort-await";
+    let client = setup(cluster, ns).await;
+    create_sts(
+        &client,
+        ns,
+        "stuck",
+        2,
+        V1,
+        json!({"type": "RollingUpdate"}),
+    )
+    .await;
+    // The new template asks for a node there is none of: its pod is never scheduled, so the
+    // update waits for it (an hour between looks, an hour without progress allowed) until the
+    // abort.
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("stuck.yaml");
+    let template = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "stuck"},
+        "spec": {"template": {
+            "metadata": {"labels": {"app": "stuck"}},
+            "spec": {"terminationGracePeriodSeconds": 1, "nodeSelector": {"rollout-ext.test/none": "here"},
+                     "containers": [{"name": "main", "image": V2}]}
+        }}
+    });
+    std::fs::write(&manifest, template.to_string()).unwrap();
+    let args = [
+        "rolling-update",
+        "sts/stuck",
+        "-f",
+        manifest.to_str().unwrap(),
+        "-o=json",
+        "--poll-interval=1h",
+        "--timeout=1h",
+        "-n",
+        ns,
+        "--kubeconfig",
+        cluster.kubeconfig.to_str().unwrap(),
+    ];
+    let kubeconfig = cluster.kubeconfig.clone();
+    let aborted = Arc::new(Mutex::new(None));
+    let at = aborted.clone();
+    let args = args.map(String::from).to_vec();
+    let (code, stderr) = rollout_ext_e2e::run_watching(args, move |event| {
+        if event["event"] == "partition-set" && at.lock().unwrap().is_none() {
+            let out = Command::new(plugin_binary())
+                .args([
+                    "abort",
+                    "sts/stuck",
+                    "--reason",
+                    "not scheduling",
+                    "-n",
+                    "sts-abort-await",
+                ])
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            *at.lock().unwrap() = Some(Instant::now());
+        }
+    })
+    .await;
+    let after_abort = aborted
+        .lock()
+        .unwrap()
+        .unwrap_or_else(|| panic!("the update set no partition: {stderr}"))
+        .elapsed();
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("not scheduling")
+            && stderr.contains("while waiting for the pods of statefulset/stuck from ordinal 1"),
+        "{stderr}"
+    );
+    assert!(
+        after_abort < Duration::from_secs(1),
+        "the run stopped {after_abort:?} after the abort, within a second of it: {stderr}"
+    );
+    let held = get(&client, ns, "stuck").await;
+    assert_eq!(
+        held["spec"]["updateStrategy"]["rollingUpdate"]["partition"], 1,
+        "the update stops where it was: {held}"
     );
 }

@@ -45,7 +45,7 @@ impl Cluster {
         Api::namespaced_with(self.client.clone(), namespace, &resource(kind))
     }
 
-    fn pods_api(&self, namespace: &str) -> Api<DynamicObject> {
+    pub(super) fn pods_api(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
             namespace,
@@ -267,28 +267,6 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
         self.patch_pod(namespace, name, &patch).await
-    }
-
-    /// Returns at the next change to a pod matching `selector`, or after `timeout`.
-    pub async fn wait_pod_change(&self, namespace: &str, selector: &str, timeout: Duration) {
-        let config = watcher::Config::default().labels(selector);
-        let events = watcher(self.pods_api(namespace), config);
-        let changed = async {
-            let mut events = std::pin::pin!(events);
-            // The first answer replays the current state; the next one is a change.
-            let mut seen_initial = false;
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => seen_initial = true,
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) if seen_initial => {
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-                    _ => {}
-                }
-            }
-        };
-        let _ = tokio::time::timeout(timeout, changed).await;
     }
 
     /// The server's minor version, when it says.

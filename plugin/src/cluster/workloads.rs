@@ -315,15 +315,25 @@ impl Cluster {
             .list_pods(namespace, &selector)
             .await?
             .iter()
-            .filter_map(|(pod, _)| DaemonPod::owned(pod, set.uid()))
+            .filter_map(|(_, pod)| DaemonPod::owned(pod, set.uid()))
             .collect();
-        let revisions = self
-            .list_revisions(namespace, &selector)
-            .await?
-            .iter()
-            .filter_map(|r| Revision::owned(r, set.uid()))
-            .collect();
+        let revisions = self.daemon_set_revisions(namespace, set).await?;
         Ok((pods, revisions))
+    }
+
+    /// The ControllerRevisions of a DaemonSet.
+    pub async fn daemon_set_revisions(
+        &self,
+        namespace: &str,
+        set: &DaemonSet,
+    ) -> Result<Vec<Revision>, ClusterError> {
+        let revisions = self
+            .list_revisions(namespace, &set.selector_string())
+            .await?;
+        let owned = revisions
+            .iter()
+            .filter_map(|r| Revision::owned(r, set.uid()));
+        Ok(owned.collect())
     }
 
     pub async fn wait_daemon_set(

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::driving::rolled_back;
+pub use super::pods::WatchedPods;
 use crate::cluster::ClusterError;
 use crate::cluster::controllers::Write;
 use crate::kernel::{Kernel, KernelError};
@@ -94,6 +95,8 @@ pub struct Updater<'a> {
     /// Hooks, holds, pause and abort and the reporter (the same events as a node rotation);
     /// its controls stand on the workload being updated.
     pub kernel: Kernel<'a>,
+    /// The pods it reads and waits on, watched.
+    pub pods: WatchedPods,
 }
 
 pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {

@@ -15,5 +15,6 @@ mod driving;
 pub mod execute;
 pub mod node_by_node;
 pub mod partitioned;
+mod pods;
 mod scale;
 mod start;

@@ -36,19 +36,18 @@ pub struct NodeRequest {
     pub max_unavailable: Option<IntOrPercent>,
 }
 
-/// A DaemonSet as one read sees it: the object, its pods, its revisions.
+/// A DaemonSet as one look sees it: the object, and its pods as the update's watch has them.
 pub struct Observed {
     pub set: DaemonSet,
     pub pods: Vec<DaemonPod>,
-    pub revisions: Vec<Revision>,
+}
+
+/// The hash of the revision the template is.
+fn newest(revisions: &[Revision]) -> String {
+    daemon_set::newest(revisions).map_or_else(String::new, |r| r.hash.clone())
 }
 
 impl Observed {
-    /// The hash of the revision the template is.
-    pub fn newest(&self) -> String {
-        daemon_set::newest(&self.revisions).map_or_else(String::new, |r| r.hash.clone())
-    }
-
     /// Nodes counted against the budget, but those of `step`: without a Ready pod (none yet,
     /// one not Ready, one on its way out).
     fn unavailable_besides(&self, step: &[String]) -> usize {
@@ -114,7 +113,7 @@ impl Updater<'_> {
             })
     }
 
-    /// The DaemonSet once its controller has seen its spec, with its pods and revisions.
+    /// The DaemonSet once its controller has seen its spec, with its pods.
     pub async fn observe_daemon_set(
         &self,
         ns: &str,
@@ -128,11 +127,11 @@ impl Updater<'_> {
                 .wait_daemon_set(ns, set.name(), self.settings.timeout, DaemonSet::observed)
                 .await?
         };
-        let (pods, revisions) = self.kernel.cluster.daemon_set_state(ns, &set).await?;
+        let pods = self.pods_now(ns, &set.selector_string()).await?;
+        let pods = pods.iter().filter_map(|p| DaemonPod::owned(p, set.uid()));
         Ok(Observed {
+            pods: pods.collect(),
             set,
-            pods,
-            revisions,
         })
     }
 
@@ -144,7 +143,12 @@ impl Updater<'_> {
         action: &UpdateAction,
     ) -> Result<(DaemonSet, bool), UpdateError> {
         let seen = self.observe_daemon_set(ns, set).await?;
-        let start = daemon_set::start(&seen.set, &seen.pods, &seen.revisions, action)
+        let revisions = self
+            .kernel
+            .cluster
+            .daemon_set_revisions(ns, &seen.set)
+            .await?;
+        let start = daemon_set::start(&seen.set, &seen.pods, &revisions, action)
             .map_err(UpdateError::Invalid)?;
         let set = seen.set;
         let next = match start {
@@ -185,7 +189,12 @@ impl Updater<'_> {
             max,
         } = steps;
         let seen = self.observe_daemon_set(ns, set).await?;
-        let hash = seen.newest();
+        let revisions = self
+            .kernel
+            .cluster
+            .daemon_set_revisions(ns, &seen.set)
+            .await?;
+        let hash = newest(&revisions);
         let pending = daemon_set::pending_nodes(&seen.pods, &hash);
         let nodes = self.kernel.cluster.snapshot_nodes().await?.nodes;
         let name = seen.set.name().to_string();
@@ -222,6 +231,7 @@ impl Updater<'_> {
             display: seen.set.display(),
             name,
             candidates,
+            hash,
             max_unavailable,
             steps_done: 0,
             sized_by: DecidedBy::BuiltIn,
@@ -258,24 +268,22 @@ impl Updater<'_> {
                     "{unavailable} pods of daemonset/{name} are unavailable: replacing {count} more would pass maxUnavailable {max}"
                 ),
             });
-            self.kernel
-                .cluster
-                .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
-                .await;
+            let what = format!("waiting for the unavailable pods of {}", seen.set.display());
+            (self.next_pod_change(ns, &seen.set.selector_string(), what)).await?;
         }
     }
 
-    /// Deletes the old pods on `nodes`; the controller starts new ones there.
+    /// Deletes the pods on `nodes` not on revision `hash`; the controller starts new ones there.
     async fn replace_pods(
         &self,
         ns: &str,
         name: &str,
         nodes: &[String],
+        hash: &str,
     ) -> Result<(), UpdateError> {
         let seen = self
             .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
             .await?;
-        let hash = seen.newest();
         for pod in seen
             .pods
             .iter()
@@ -286,13 +294,14 @@ impl Updater<'_> {
         Ok(())
     }
 
-    /// Waits until each of `nodes` runs a new pod, available; gives up when nothing moved for
-    /// the timeout.
+    /// Waits until each of `nodes` runs a pod of revision `hash`, available; gives up when
+    /// nothing moved for the timeout.
     async fn await_replaced(
         &self,
         ns: &str,
         name: &str,
         nodes: &[String],
+        hash: &str,
     ) -> Result<(), UpdateError> {
         let mut waiting = Vec::new();
         let mut moved = Instant::now();
@@ -302,7 +311,7 @@ impl Updater<'_> {
                 .await?;
             let now = jiff::Timestamp::now().as_second();
             let min_ready = seen.set.min_ready_seconds();
-            let left = daemon_set::waiting_for(&seen.pods, nodes, &seen.newest(), min_ready, now);
+            let left = daemon_set::waiting_for(&seen.pods, nodes, hash, min_ready, now);
             if left.is_empty() {
                 return Ok(());
             }
@@ -312,10 +321,12 @@ impl Updater<'_> {
             } else if moved.elapsed() > self.settings.timeout {
                 return Err(UpdateError::NoProgress(self.settings.timeout));
             }
-            self.kernel
-                .cluster
-                .wait_pod_change(ns, &seen.set.selector_string(), self.settings.poll_interval)
-                .await;
+            let what = format!(
+                "waiting for new pods of {} on {}",
+                seen.set.display(),
+                nodes.join(", ")
+            );
+            (self.next_pod_change(ns, &seen.set.selector_string(), what)).await?;
         }
     }
 }
@@ -327,6 +338,8 @@ struct NodeByNode {
     display: String,
     /// The nodes running an old pod when the update started, as hooks see them.
     candidates: Vec<Candidate>,
+    /// The hash of the revision the nodes are updated to.
+    hash: String,
     max_unavailable: u32,
     steps_done: u32,
     sized_by: DecidedBy,
@@ -440,10 +453,11 @@ impl Live for NodeByNode {
                     decided_by: self.sized_by.to_string(),
                     ordered_by: ordered_by.to_string(),
                 });
-                u.replace_pods(ns, name, &nodes).await?;
+                u.replace_pods(ns, name, &nodes, &self.hash).await?;
             }
             Action::AwaitReplaced { nodes } => {
-                u.await_replaced(&self.ns, &self.name, &nodes).await?;
+                u.await_replaced(&self.ns, &self.name, &nodes, &self.hash)
+                    .await?;
                 u.kernel.reporter.report(Event::NodesReplaced {
                     step: self.steps_done,
                     workload: self.display.clone(),

@@ -82,14 +82,7 @@ impl Updater<'_> {
     }
 
     async fn set_pods(&self, ns: &str, set: &StatefulSet) -> Result<Vec<PodInfo>, UpdateError> {
-        Ok(self
-            .kernel
-            .cluster
-            .list_pods(ns, &set.selector_string())
-            .await?
-            .into_iter()
-            .map(|(_, p)| p)
-            .collect())
+        self.pods_now(ns, &set.selector_string()).await
     }
 
     /// Starts the update `action` asks for, or finds it under way.
@@ -238,10 +231,8 @@ impl Updater<'_> {
                     doomed.len()
                 ),
             });
-            self.kernel
-                .cluster
-                .wait_pod_change(ns, &set.selector_string(), self.settings.poll_interval)
-                .await;
+            let what = format!("waiting for the unavailable pods of {}", set.display());
+            (self.next_pod_change(ns, &set.selector_string(), what)).await?;
         };
         if set.on_delete() {
             for pod in doomed {
@@ -288,10 +279,11 @@ impl Updater<'_> {
             }
             // A pod Ready but not yet for minReadySeconds is due at a known time; any other
             // change comes through the watch.
-            self.kernel
-                .cluster
-                .wait_pod_change(ns, &selector, self.settings.poll_interval)
-                .await;
+            let what = format!(
+                "waiting for the pods of {} from ordinal {partition} to be available",
+                set.display()
+            );
+            self.next_pod_change(ns, &selector, what).await?;
         }
     }
 

@@ -115,12 +115,7 @@ impl Updater<'_> {
     ) -> Result<Vec<PodInfo>, UpdateError> {
         let mut pods: Vec<PodInfo> = Vec::new();
         for c in [from, to] {
-            for (_, pod) in self
-                .kernel
-                .cluster
-                .list_pods(ns, &c.selector_string())
-                .await?
-            {
+            for pod in self.pods_now(ns, &c.selector_string()).await? {
                 if !pods.iter().any(|p| p.name == pod.name) {
                     pods.push(pod);
                 }
@@ -231,9 +226,8 @@ impl Live for Sides {
                     return Err(UpdateError::NoProgress(u.settings.timeout));
                 }
                 let selector = self.to.selector_string();
-                (u.kernel.cluster)
-                    .wait_pod_change(&self.ns, &selector, u.settings.poll_interval)
-                    .await;
+                let what = format!("waiting for the pods of {}", self.to.display());
+                u.next_pod_change(&self.ns, &selector, what).await?;
             }
         }
         Ok(Input::Done)

@@ -19,6 +19,7 @@ use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
 use crate::plan::rolling_update::node_planner::{self, NodeInput, NodePlan};
+use crate::plan::rolling_update::pods::PodInfo;
 use crate::snapshot::{Node, Snapshot};
 use crate::workload::node_by_node::NodeRequest;
 
@@ -100,7 +101,7 @@ fn from_list(
     let pods = items
         .clone()
         .filter(|i| i["kind"] == "Pod")
-        .filter_map(|p| DaemonPod::owned(p, set.uid()))
+        .filter_map(|p| DaemonPod::owned(&PodInfo::from_value(p), set.uid()))
         .collect();
     let revisions = items
         .filter(|i| i["kind"] == "ControllerRevision")

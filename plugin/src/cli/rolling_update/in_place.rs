@@ -216,6 +216,7 @@ pub async fn run_live(
             // The lock is watched beside the run, which stops at once when it is lost.
             lock: None,
         }),
+        pods: Default::default(),
     };
     let run = async {
         match &request {

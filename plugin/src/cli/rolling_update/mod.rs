@@ -326,6 +326,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 },
                 lock: None,
             }),
+            pods: Default::default(),
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),

@@ -35,7 +35,7 @@ const WATCH_SECONDS: u32 = 290;
 /// and gives up once it has failed without a success for longer than the client retries one
 /// request (the API server is gone, not restarting). Failures further apart than a streak's
 /// rests had a working watch between them (kube's watcher says nothing of a watch it opens).
-struct Resuming {
+pub(super) struct Resuming {
     rest: Duration,
     /// The first and the last failure of the streak.
     streak: Option<(Instant, Instant)>,
@@ -48,7 +48,7 @@ impl Resuming {
     /// Longer than a rest and a failing request take together.
     const APART: Duration = Duration::from_secs(30);
 
-    fn new(budget: Duration) -> Self {
+    pub(super) fn new(budget: Duration) -> Self {
         Resuming {
             rest: Self::FIRST,
             streak: None,
@@ -56,13 +56,13 @@ impl Resuming {
         }
     }
 
-    fn succeeded(&mut self) {
+    pub(super) fn succeeded(&mut self) {
         self.rest = Self::FIRST;
         self.streak = None;
     }
 
     /// Rests after a failure; false once the watch has failed for too long.
-    async fn rested(&mut self) -> bool {
+    pub(super) async fn rested(&mut self) -> bool {
         let now = Instant::now();
         let first = match self.streak {
             Some((first, last)) if now.duration_since(last) < Self::APART => first,
@@ -82,7 +82,7 @@ impl Resuming {
 }
 
 /// A watch failure: the view fails, the watch resumes, or it lists again.
-enum Failure {
+pub(super) enum Failure {
     Fatal(ClusterError),
     Resume(String),
     Relist,
@@ -105,7 +105,7 @@ fn entry_of<W, T>(watched: Watched<W>, convert: &impl Fn(Decoded<W>) -> T) -> (K
     (key, entry)
 }
 
-fn classify(error: watcher::Error, request: &Request, server: &str) -> Failure {
+pub(super) fn classify(error: watcher::Error, request: &Request, server: &str) -> Failure {
     match error {
         watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) => match e {
             kube::Error::Api(s) if s.code == 410 => Failure::Relist,
@@ -116,6 +116,59 @@ fn classify(error: watcher::Error, request: &Request, server: &str) -> Failure {
             Failure::Fatal(request.error(server, kube::Error::Api(status)))
         }
         other => Failure::Resume(other.to_string()),
+    }
+}
+
+/// Where a watch of a kind whole reports to.
+pub(super) struct Watching<'a> {
+    /// What the watch is of, as an error names it.
+    pub request: Request<'a>,
+    pub server: &'a str,
+    /// How long a request failing transiently is retried: a watch failing longer gives up.
+    pub retry_for: Duration,
+}
+
+/// Runs kube's watcher over `api` (a list, then a watch resumed from its last version, a new
+/// list when the server no longer has that version), handing each event to `seen`, until a
+/// failure that is an answer or that lasts too long, which goes to `failed`.
+pub(super) async fn watch_whole<K>(
+    watching: Watching<'_>,
+    api: Api<K>,
+    config: watcher::Config,
+    mut seen: impl FnMut(watcher::Event<K>),
+    failed: impl FnOnce(ClusterError),
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let resource = watching.request.resource;
+    let mut resuming = Resuming::new(watching.retry_for);
+    loop {
+        // A new watcher lists again: what a watch that cannot resume needs.
+        let mut events = watcher(api.clone(), config.clone()).boxed();
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => match classify(error, &watching.request, watching.server) {
+                    Failure::Fatal(error) => return failed(error),
+                    Failure::Resume(why) => {
+                        log(
+                            Level::Debug,
+                            &format!("watch of {resource}: {why}; resuming"),
+                        );
+                        if !resuming.rested().await {
+                            return failed(ClusterError::Unreachable {
+                                server: watching.server.to_string(),
+                                message: format!("watching {resource}: {why}"),
+                            });
+                        }
+                        continue;
+                    }
+                    Failure::Relist => break,
+                },
+            };
+            resuming.succeeded();
+            seen(event);
+        }
     }
 }
 
@@ -133,60 +186,38 @@ pub async fn whole<W, T, F>(
     T: Send + Sync + 'static,
     F: Fn(Decoded<W>) -> T + Send + 'static,
 {
-    let request = Request {
-        verb: "watch",
-        resource,
-        namespace: None,
+    let watching = Watching {
+        request: Request {
+            verb: "watch",
+            resource,
+            namespace: None,
+        },
+        server: &shared.server,
+        retry_for: shared.retry_for,
     };
-    let mut resuming = Resuming::new(shared.retry_for);
-    loop {
-        // A new watcher lists again: what a watch that cannot resume needs.
-        let mut events = watcher(api.clone(), config.clone()).boxed();
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(error) => match classify(error, &request, &shared.server) {
-                    Failure::Fatal(error) => return shared.fail(error),
-                    Failure::Resume(why) => {
-                        log(
-                            Level::Debug,
-                            &format!("watch of {resource}: {why}; resuming"),
-                        );
-                        if !resuming.rested().await {
-                            let error = ClusterError::Unreachable {
-                                server: shared.server.clone(),
-                                message: format!("watching {resource}: {why}"),
-                            };
-                            return shared.fail(error);
-                        }
-                        continue;
-                    }
-                    Failure::Relist => break,
-                },
-            };
-            resuming.succeeded();
-            shared.change(|state| {
-                let store = pick(state);
-                match event {
-                    watcher::Event::Init => store.begin_list(),
-                    watcher::Event::InitApply(o) => {
-                        let (key, entry) = entry_of(o, &convert);
-                        store.listed(key, entry);
-                    }
-                    watcher::Event::InitDone => store.end_list(),
-                    watcher::Event::Apply(o) => {
-                        let (key, entry) = entry_of(o, &convert);
-                        store.applied(key, entry);
-                    }
-                    watcher::Event::Delete(o) => {
-                        let version = o.version();
-                        store.deleted(&key_of(&o.object), version);
-                    }
+    let seen = |event| {
+        shared.change(|state| {
+            let store = pick(state);
+            match event {
+                watcher::Event::Init => store.begin_list(),
+                watcher::Event::InitApply(o) => {
+                    let (key, entry) = entry_of(o, &convert);
+                    store.listed(key, entry);
                 }
-                true
-            });
-        }
-    }
+                watcher::Event::InitDone => store.end_list(),
+                watcher::Event::Apply(o) => {
+                    let (key, entry) = entry_of(o, &convert);
+                    store.applied(key, entry);
+                }
+                watcher::Event::Delete(o) => {
+                    let version = o.version();
+                    store.deleted(&key_of(&o.object), version);
+                }
+            }
+            true
+        })
+    };
+    watch_whole(watching, api, config, seen, |error| shared.fail(error)).await
 }
 
 /// Lists the pods of `scope` (page by page, one version) into the view.

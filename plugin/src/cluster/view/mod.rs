@@ -16,6 +16,7 @@
 
 mod feed;
 mod object;
+mod selected;
 pub mod store;
 mod wait;
 
@@ -35,6 +36,7 @@ use crate::plan::health::{Index, summarize};
 use crate::plan::hook::HealthSummary;
 use crate::snapshot::{Machine, Node, NodePool, Pdb, PdbBody, Pod, Snapshot};
 use object::{Watched, api_resource};
+pub use selected::SelectedPods;
 pub use store::Scope;
 use store::{Entry, Key, Scoped, Whole, in_namespace, merged};
 pub use wait::{Deadline, WaitError};

@@ -4,13 +4,14 @@
 
 use serde_json::{Value, json};
 
+use super::pods::PodInfo;
 use super::stateful_set::REVISION_LABEL;
 use super::template::{self, TemplateChange};
 use crate::keys;
 use crate::plan::hook::{Candidate, InstanceKind};
 use crate::plan::{Role, groups};
 use crate::policy::IntOrPercent;
-use crate::snapshot::{Node, parse_timestamp};
+use crate::snapshot::Node;
 
 pub use crate::keys::ROLLING_BACK;
 
@@ -196,31 +197,15 @@ impl Revision {
 }
 
 impl DaemonPod {
-    /// A pod owned by the DaemonSet with `uid` and bound to a node; `None` for anything else.
-    pub fn owned(pod: &Value, uid: &str) -> Option<DaemonPod> {
-        let meta = &pod["metadata"];
-        let owned = meta["ownerReferences"]
-            .as_array()?
-            .iter()
-            .any(|o| o["uid"] == uid && o["controller"] == true);
-        let ready = pod["status"]["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
-        owned.then(|| DaemonPod {
-            name: meta["name"].as_str().unwrap_or_default().to_string(),
-            node: pod["spec"]["nodeName"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            hash: meta["labels"][REVISION_LABEL]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            ready: ready.is_some_and(|c| c["status"] == "True"),
-            ready_since: ready
-                .and_then(|c| c["lastTransitionTime"].as_str())
-                .and_then(parse_timestamp),
-            terminating: !meta["deletionTimestamp"].is_null(),
+    /// A pod owned by the DaemonSet with `uid`; `None` for anything else.
+    pub fn owned(pod: &PodInfo, uid: &str) -> Option<DaemonPod> {
+        (pod.owner_uid.as_deref() == Some(uid)).then(|| DaemonPod {
+            name: pod.name.clone(),
+            node: pod.node.clone().unwrap_or_default(),
+            hash: pod.labels.get(REVISION_LABEL).cloned().unwrap_or_default(),
+            ready: pod.ready,
+            ready_since: pod.ready_since,
+            terminating: pod.terminating,
         })
     }
 

@@ -16,6 +16,8 @@ pub struct PodInfo {
     pub annotations: Labels,
     /// The uid of the controller that owns it.
     pub owner_uid: Option<String>,
+    /// The node it is bound to.
+    pub node: Option<String>,
     pub ready: bool,
     /// When the Ready condition last changed, seconds since the epoch.
     pub ready_since: Option<i64>,
@@ -51,6 +53,7 @@ impl PodInfo {
             labels: labels(&meta["labels"]),
             annotations: labels(&meta["annotations"]),
             owner_uid,
+            node: pod["spec"]["nodeName"].as_str().map(String::from),
             ready: ready_condition.is_some_and(|c| c["status"] == "True"),
             ready_since: ready_condition
                 .and_then(|c| c["lastTransitionTime"].as_str())
