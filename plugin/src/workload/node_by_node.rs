@@ -6,12 +6,13 @@
 //! on with the nodes still running an old pod. An abort leaves the DaemonSet `OnDelete`, so
 //! nothing moves until the update resumes or is rolled back.
 
-use std::time::Instant;
 
 use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
+use super::pods::PodWait;
 use crate::cluster::controllers::Write;
 use crate::cluster::controls::Workload;
+use crate::cluster::view::Deadline;
 use crate::cluster::workloads::AppsKind;
 use crate::events::Event;
 use crate::kernel::{At, ControlsAt};
@@ -227,9 +228,12 @@ impl Updater<'_> {
         });
         let machine = NodeLoop::new(pending, updated, max_unavailable);
         let mut live = NodeByNode {
-            ns: ns.to_string(),
-            display: seen.set.display(),
-            name,
+            daemon: Daemon {
+                ns: ns.to_string(),
+                selector: seen.set.selector_string(),
+                display: seen.set.display(),
+                name,
+            },
             candidates,
             hash,
             max_unavailable,
@@ -244,52 +248,57 @@ impl Updater<'_> {
     /// (those nodes' own pods count once, whether they are up or not).
     async fn within_budget(
         &self,
-        ns: &str,
-        name: &str,
+        daemon: &Daemon,
         nodes: &[String],
         max: u32,
     ) -> Result<(), UpdateError> {
         let count = nodes.len();
-        let started = Instant::now();
-        loop {
-            let seen = self
-                .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
-                .await?;
+        let wait = PodWait {
+            ns: &daemon.ns,
+            selector: &daemon.selector,
+            what: format!("waiting for the unavailable pods of {}", daemon.display),
+            deadline: Deadline::Within(self.settings.timeout),
+        };
+        self.wait_on_pods(wait, async || {
+            let seen = self.observe(daemon).await?;
             let unavailable = seen.unavailable_besides(nodes);
             if unavailable + count <= max as usize {
-                return Ok(());
-            }
-            if started.elapsed() > self.settings.timeout {
-                return Err(UpdateError::NoProgress(self.settings.timeout));
+                return Ok(Ok(()));
             }
             self.kernel.reporter.report(Event::Waiting {
                 seconds: self.settings.poll_interval.as_secs(),
                 reason: format!(
-                    "{unavailable} pods of daemonset/{name} are unavailable: replacing {count} more would pass maxUnavailable {max}"
+                    "{unavailable} pods of {} are unavailable: replacing {count} more would pass maxUnavailable {max}",
+                    daemon.display
                 ),
             });
-            let what = format!("waiting for the unavailable pods of {}", seen.set.display());
-            (self.next_pod_change(ns, &seen.set.selector_string(), what)).await?;
-        }
+            Ok(Err(unavailable))
+        })
+        .await
+    }
+
+    /// The DaemonSet as it is now (once its controller has seen its spec), with its pods.
+    async fn observe(&self, daemon: &Daemon) -> Result<Observed, UpdateError> {
+        let set = self.daemon_set(&daemon.ns, &daemon.name).await?;
+        self.observe_daemon_set(&daemon.ns, set).await
     }
 
     /// Deletes the pods on `nodes` not on revision `hash`; the controller starts new ones there.
     async fn replace_pods(
         &self,
-        ns: &str,
-        name: &str,
+        daemon: &Daemon,
         nodes: &[String],
         hash: &str,
     ) -> Result<(), UpdateError> {
-        let seen = self
-            .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
-            .await?;
+        let seen = self.observe(daemon).await?;
         for pod in seen
             .pods
             .iter()
             .filter(|p| nodes.contains(&p.node) && p.hash != hash && !p.terminating)
         {
-            self.kernel.cluster.delete_pod_named(ns, &pod.name).await?;
+            (self.kernel.cluster)
+                .delete_pod_named(&daemon.ns, &pod.name)
+                .await?;
         }
         Ok(())
     }
@@ -298,44 +307,42 @@ impl Updater<'_> {
     /// nothing moved for the timeout.
     async fn await_replaced(
         &self,
-        ns: &str,
-        name: &str,
+        daemon: &Daemon,
         nodes: &[String],
         hash: &str,
     ) -> Result<(), UpdateError> {
-        let mut waiting = Vec::new();
-        let mut moved = Instant::now();
-        loop {
-            let seen = self
-                .observe_daemon_set(ns, self.daemon_set(ns, name).await?)
-                .await?;
+        let wait = PodWait {
+            ns: &daemon.ns,
+            selector: &daemon.selector,
+            what: format!(
+                "waiting for new pods of {} on {}",
+                daemon.display,
+                nodes.join(", ")
+            ),
+            deadline: Deadline::Moving(self.settings.timeout),
+        };
+        self.wait_on_pods(wait, async || {
+            let seen = self.observe(daemon).await?;
             let now = jiff::Timestamp::now().as_second();
             let min_ready = seen.set.min_ready_seconds();
             let left = daemon_set::waiting_for(&seen.pods, nodes, hash, min_ready, now);
-            if left.is_empty() {
-                return Ok(());
-            }
-            if left != waiting {
-                waiting = left;
-                moved = Instant::now();
-            } else if moved.elapsed() > self.settings.timeout {
-                return Err(UpdateError::NoProgress(self.settings.timeout));
-            }
-            let what = format!(
-                "waiting for new pods of {} on {}",
-                seen.set.display(),
-                nodes.join(", ")
-            );
-            (self.next_pod_change(ns, &seen.set.selector_string(), what)).await?;
-        }
+            Ok(if left.is_empty() { Ok(()) } else { Err(left) })
+        })
+        .await
     }
+}
+
+/// The DaemonSet an update steps through: where it is, and whose pods are its.
+struct Daemon {
+    ns: String,
+    name: String,
+    selector: String,
+    display: String,
 }
 
 /// A DaemonSet's node-by-node update as the executor carries it out.
 struct NodeByNode {
-    ns: String,
-    name: String,
-    display: String,
+    daemon: Daemon,
     /// The nodes running an old pod when the update started, as hooks see them.
     candidates: Vec<Candidate>,
     /// The hash of the revision the nodes are updated to.
@@ -349,7 +356,7 @@ struct NodeByNode {
 impl NodeByNode {
     fn at(&self) -> NodesAt<'_> {
         NodesAt {
-            name: &self.name,
+            name: &self.daemon.name,
             total: self.candidates.len(),
             max_unavailable: self.max_unavailable,
             steps_done: self.steps_done,
@@ -382,8 +389,7 @@ impl Live for NodeByNode {
         gating: &Gating<Vec<String>>,
     ) -> Result<GateDecision, UpdateError> {
         let batch = node_batch(gating);
-        let set = u.daemon_set(&self.ns, &self.name).await?;
-        let seen = u.observe_daemon_set(&self.ns, set).await?;
+        let seen = u.observe(&self.daemon).await?;
         let not_ready = (seen.pods.iter())
             .filter(|p| !p.ready && !p.terminating)
             .count() as u32;
@@ -430,7 +436,7 @@ impl Live for NodeByNode {
 
     fn safe_point(&self, act: &Action) -> Option<String> {
         match act {
-            Action::Replace { step, .. } => Some(driving::before_step(*step, &self.display)),
+            Action::Replace { step, .. } => Some(driving::before_step(*step, &self.daemon.display)),
             Action::AwaitReplaced { .. } => None,
         }
     }
@@ -443,24 +449,21 @@ impl Live for NodeByNode {
                 ordered_by,
                 ..
             } => {
-                let (ns, name) = (&self.ns, &self.name);
-                u.within_budget(ns, name, &nodes, self.max_unavailable)
-                    .await?;
+                (u.within_budget(&self.daemon, &nodes, self.max_unavailable)).await?;
                 u.kernel.reporter.report(Event::NodesReplacing {
                     step,
-                    workload: self.display.clone(),
+                    workload: self.daemon.display.clone(),
                     nodes: nodes.clone(),
                     decided_by: self.sized_by.to_string(),
                     ordered_by: ordered_by.to_string(),
                 });
-                u.replace_pods(ns, name, &nodes, &self.hash).await?;
+                u.replace_pods(&self.daemon, &nodes, &self.hash).await?;
             }
             Action::AwaitReplaced { nodes } => {
-                u.await_replaced(&self.ns, &self.name, &nodes, &self.hash)
-                    .await?;
+                u.await_replaced(&self.daemon, &nodes, &self.hash).await?;
                 u.kernel.reporter.report(Event::NodesReplaced {
                     step: self.steps_done,
-                    workload: self.display.clone(),
+                    workload: self.daemon.display.clone(),
                     nodes,
                 });
             }
@@ -469,13 +472,14 @@ impl Live for NodeByNode {
     }
 
     async fn finish(&mut self, u: &mut Updater<'_>) -> Result<(), UpdateError> {
-        let set = u.daemon_set(&self.ns, &self.name).await?;
+        let (ns, name) = (&self.daemon.ns, &self.daemon.name);
+        let set = u.daemon_set(ns, name).await?;
         if let Some(patch) = set.restoring() {
             (u.kernel.cluster)
-                .patch_workload(AppsKind::DaemonSet, &self.ns, &self.name, &patch)
+                .patch_workload(AppsKind::DaemonSet, ns, name, &patch)
                 .await?;
         }
-        let controller = self.display.clone();
+        let controller = self.daemon.display.clone();
         u.report_updated_in_place(controller, self.rollback);
         Ok(())
     }
@@ -483,7 +487,7 @@ impl Live for NodeByNode {
     fn aborted(&self, step: u32, decided_by: &DecidedBy, reason: &str, left: usize) -> String {
         format!(
             "{decided_by} aborted the update of {} at step {} with {left} nodes left on the old pod (the DaemonSet stays OnDelete): {reason}",
-            self.display,
+            self.daemon.display,
             step + 1
         )
     }

@@ -7,15 +7,15 @@
 //! the same command, run again, goes on from them. A rollback is the same loop towards the
 //! revision the pods ran before, read from its ControllerRevision.
 
-use std::time::Instant;
-
 use serde_json::{Value, json};
 
 use std::convert::Infallible;
 
 use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
+use super::pods::PodWait;
 use crate::cluster::controls::Workload;
+use crate::cluster::view::Deadline;
 use crate::events::Event;
 use crate::kernel::ControlsAt;
 use crate::plan::decide::{self, BatchDecision, GateDecision};
@@ -205,11 +205,14 @@ impl Updater<'_> {
         (partition, from): (i32, i32),
         max_unavailable: u32,
     ) -> Result<(), UpdateError> {
-        let started = Instant::now();
-        let doomed = loop {
-            let set = self
-                .observed(ns, self.stateful_set(ns, set.name()).await?)
-                .await?;
+        let wait = PodWait {
+            ns,
+            selector: &set.selector_string(),
+            what: format!("waiting for the unavailable pods of {}", set.display()),
+            deadline: Deadline::Within(self.settings.timeout),
+        };
+        let doomed = (self.wait_on_pods(wait, async || {
+            let set = (self.observed(ns, self.stateful_set(ns, set.name()).await?)).await?;
             let revision = set.update_revision().unwrap_or_default().to_string();
             let pods = self.set_pods(ns, &set).await?;
             let doomed = stateful_set::to_delete(&set, &pods, partition, from, &revision);
@@ -218,10 +221,7 @@ impl Updater<'_> {
             // A step that takes nothing down (the settling of ordinals on the revision already)
             // never waits.
             if doomed.is_empty() || others_down + doomed.len() <= max_unavailable as usize {
-                break doomed;
-            }
-            if started.elapsed() > self.settings.timeout {
-                return Err(UpdateError::NoProgress(self.settings.timeout));
+                return Ok(Ok(doomed));
             }
             self.kernel.reporter.report(Event::Waiting {
                 seconds: self.settings.poll_interval.as_secs(),
@@ -231,9 +231,9 @@ impl Updater<'_> {
                     doomed.len()
                 ),
             });
-            let what = format!("waiting for the unavailable pods of {}", set.display());
-            (self.next_pod_change(ns, &set.selector_string(), what)).await?;
-        };
+            Ok(Err(others_down))
+        }))
+        .await?;
         if set.on_delete() {
             for pod in doomed {
                 self.kernel.cluster.delete_pod_named(ns, &pod).await?;
@@ -257,34 +257,24 @@ impl Updater<'_> {
         set: &StatefulSet,
         partition: i32,
     ) -> Result<(), UpdateError> {
-        let selector = set.selector_string();
-        let mut waiting = Vec::new();
-        let mut moved = Instant::now();
-        loop {
-            let set = self
-                .observed(ns, self.stateful_set(ns, set.name()).await?)
-                .await?;
+        let wait = PodWait {
+            ns,
+            selector: &set.selector_string(),
+            what: format!(
+                "waiting for the pods of {} from ordinal {partition} to be available",
+                set.display()
+            ),
+            deadline: Deadline::Moving(self.settings.timeout),
+        };
+        self.wait_on_pods(wait, async || {
+            let set = (self.observed(ns, self.stateful_set(ns, set.name()).await?)).await?;
             let revision = set.update_revision().unwrap_or_default().to_string();
             let pods = self.set_pods(ns, &set).await?;
             let now = jiff::Timestamp::now().as_second();
             let left = stateful_set::waiting_for(&set, &pods, partition, &revision, now);
-            if left.is_empty() {
-                return Ok(());
-            }
-            if left != waiting {
-                waiting = left;
-                moved = Instant::now();
-            } else if moved.elapsed() > self.settings.timeout {
-                return Err(UpdateError::NoProgress(self.settings.timeout));
-            }
-            // A pod Ready but not yet for minReadySeconds is due at a known time; any other
-            // change comes through the watch.
-            let what = format!(
-                "waiting for the pods of {} from ordinal {partition} to be available",
-                set.display()
-            );
-            self.next_pod_change(ns, &selector, what).await?;
-        }
+            Ok(if left.is_empty() { Ok(()) } else { Err(left) })
+        })
+        .await
     }
 
     /// Puts the recorded update strategy back and forgets the record.

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::execute::{UpdateError, Updater};
-use crate::cluster::view::SelectedPods;
+use crate::cluster::view::{Deadline, SelectedPods};
 use crate::plan::rolling_update::pods::PodInfo;
 
 /// The watched pods of an update, by namespace and selector.
@@ -53,4 +54,40 @@ impl Updater<'_> {
         let change = async { Ok::<_, UpdateError>(pods.changed(interval).await?) };
         self.kernel.holding(what, None, change).await
     }
+
+    /// Looks at the pods with `look` until it finds what it waits for (`Ok`), again at each
+    /// change of the pods `wait.selector` picks (or each poll interval). `Err(progress)` goes
+    /// on; past the deadline (for [`Deadline::Moving`], without a change of the progress) the
+    /// update makes no progress. An abort ends the wait.
+    pub(super) async fn wait_on_pods<T, P: PartialEq>(
+        &self,
+        wait: PodWait<'_>,
+        mut look: impl AsyncFnMut() -> Result<Result<T, P>, UpdateError>,
+    ) -> Result<T, UpdateError> {
+        let mut since = Instant::now();
+        let mut last = None;
+        loop {
+            let progress = match look().await? {
+                Ok(done) => return Ok(done),
+                Err(progress) => progress,
+            };
+            let moved = last.as_ref() != Some(&progress);
+            if matches!(wait.deadline, Deadline::Moving(_)) && moved {
+                since = Instant::now();
+            } else if since.elapsed() > wait.deadline.duration() {
+                return Err(UpdateError::NoProgress(wait.deadline.duration()));
+            }
+            last = Some(progress);
+            (self.next_pod_change(wait.ns, wait.selector, wait.what.clone())).await?;
+        }
+    }
+}
+
+/// A wait on an update's pods: whose pods wake it, what it waits for (as an abort names it),
+/// and how long it may last.
+pub(super) struct PodWait<'a> {
+    pub ns: &'a str,
+    pub selector: &'a str,
+    pub what: String,
+    pub deadline: Deadline,
 }
