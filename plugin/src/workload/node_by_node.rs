@@ -6,7 +6,6 @@
 //! on with the nodes still running an old pod. An abort leaves the DaemonSet `OnDelete`, so
 //! nothing moves until the update resumes or is rolled back.
 
-
 use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
 use super::pods::PodWait;
@@ -423,15 +422,12 @@ impl Live for NodeByNode {
             attempt: 0,
         };
         let at = self.at();
-        let (order, by) = u.kernel.ask(
+        let ordered = u.kernel.ask(
             asked,
-            |hooks, ctx, warnings| {
-                ask_order(hooks, ctx, &at, &candidates, warnings)
-                    .map(|(order, by, said)| ((order, by), said))
-            },
-            |(order, by)| (by.clone(), format!("order {}", order.join(", "))),
+            |hooks, ctx, warnings| ask_order(hooks, ctx, &at, &candidates, warnings),
+            |Ordered(order, by)| (by.clone(), format!("order {}", order.join(", "))),
         )?;
-        Ok(Input::Own(Ordered(order, by)))
+        Ok(Input::Own(ordered))
     }
 
     fn safe_point(&self, act: &Action) -> Option<String> {

@@ -38,6 +38,13 @@ pub struct PartitionRequest {
     pub canary: u32,
 }
 
+/// A step of the partition: the ordinals from `to` up to (not including) `from` move.
+#[derive(Debug, Clone, Copy)]
+struct Lowering {
+    from: i32,
+    to: i32,
+}
+
 impl Updater<'_> {
     /// Runs the request: start (or find) the update, step it through, restore the strategy.
     pub async fn run_partitioned(&mut self, request: &PartitionRequest) -> Result<(), UpdateError> {
@@ -193,18 +200,22 @@ impl Updater<'_> {
         driving::drive(self, &mut live, machine, with_hooks).await
     }
 
-    /// Lowers the partition from `from` to `partition` (for an `OnDelete` StatefulSet: deletes
-    /// the pods of those ordinals not on the update revision, highest first, and the
-    /// controller starts them again on it), once the pods that step takes down and those
+    /// Lowers the partition as `lowering` says (for an `OnDelete` StatefulSet: deletes the
+    /// pods of those ordinals not on the update revision, highest first, and the controller
+    /// starts them again on it), once the pods that step takes down and those
     /// unavailable besides them (a pod that fails, a run stopped mid-step leaving pods
     /// starting) keep within `max_unavailable`.
     async fn set_partition(
         &self,
         ns: &str,
         set: &StatefulSet,
-        (partition, from): (i32, i32),
+        lowering: Lowering,
         max_unavailable: u32,
     ) -> Result<(), UpdateError> {
+        let Lowering {
+            from,
+            to: partition,
+        } = lowering;
         let wait = PodWait {
             ns,
             selector: &set.selector_string(),
@@ -384,7 +395,8 @@ impl Live for Partitioned {
                     decided_by: decided_by.to_string(),
                 });
                 let (ns, max) = (&self.ns, self.max_unavailable);
-                u.set_partition(ns, &self.set, (to, from), max).await?;
+                u.set_partition(ns, &self.set, Lowering { from, to }, max)
+                    .await?;
                 self.partition = to;
             }
             Action::Settle { from } => {
@@ -398,7 +410,8 @@ impl Live for Partitioned {
                     decided_by: DecidedBy::BuiltIn.to_string(),
                 });
                 let (ns, max) = (&self.ns, self.max_unavailable);
-                u.set_partition(ns, &self.set, (0, from), max).await?;
+                u.set_partition(ns, &self.set, Lowering { from, to: 0 }, max)
+                    .await?;
                 self.partition = 0;
             }
             Action::AwaitUpdated { partition } => {

@@ -66,7 +66,7 @@ impl Updater<'_> {
             }
         };
         let cleanup = Cleanup::for_next(request.next_name.is_some());
-        self.link(&old, next, old_label, (ns, cleanup))
+        self.link(&old, next, old_label, ns, cleanup)
             .await
             .map(Some)
     }
@@ -185,7 +185,8 @@ impl Updater<'_> {
         old: &Controller,
         mut next: Controller,
         old_label: Option<(String, String)>,
-        (ns, cleanup): (&str, Cleanup),
+        ns: &str,
+        cleanup: Cleanup,
     ) -> Result<Pair, UpdateError> {
         let original = old.replicas().to_string();
         let mut entries = vec![(keys::LEGACY_NEXT_CONTROLLER, Some(next.name()))];

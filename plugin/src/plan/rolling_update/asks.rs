@@ -4,13 +4,14 @@
 //! many pods a budget lets go at a time.
 
 use super::flow::Gating;
+use super::node_loop::Ordered;
 use super::partition_loop::GateAbout;
 use super::pods::PodInfo;
 use super::steps::Budgets;
 use crate::plan::Role;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{
-    BatchInfo, CallContext, Candidate, DecidedBy, GroupInfo, HealthSummary, Hook, Instances, Phase,
+    BatchInfo, CallContext, Candidate, GroupInfo, HealthSummary, Hook, Instances, Phase,
     Progress,
 };
 use crate::plan::shadow::{self, ShadowDecision};
@@ -246,7 +247,7 @@ pub fn ask_order(
     at: &NodesAt,
     pending: &[Candidate],
     warnings: &mut Vec<String>,
-) -> Result<(Vec<String>, DecidedBy, Vec<ShadowDecision>), HookFailed> {
+) -> Asked<Ordered> {
     let done = at.total.saturating_sub(pending.len());
     let group = node_group(at.name, at.total, done, pending.len(), at.max_unavailable);
     let selected = decide::select(hooks, ctx, &group, pending, warnings)?;
@@ -256,7 +257,7 @@ pub fn ask_order(
         .iter()
         .map(|c| pending[c.index].name.clone())
         .collect();
-    Ok((order, selected.by, said))
+    Ok((Ordered(order, selected.by), said))
 }
 
 /// The candidates named by `names`, in that order.

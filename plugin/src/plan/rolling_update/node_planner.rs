@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::asks::{NodesAt, ask_gate, ask_node_size, ask_order, in_order, node_batch};
 use super::flow::{Gating, Sizing};
-use super::node_loop::{Action, Input, NodeLoop, Ordered, Question};
+use super::node_loop::{Action, Input, NodeLoop, Question};
 use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook};
@@ -92,8 +92,8 @@ impl Planned for Recording<'_> {
         let Question::Order { pending } = ask;
         let pending = in_order(self.input.candidates, &pending);
         let (hooks, ctx, warnings) = (&mut *asking.hooks, &asking.ctx, &mut *asking.warnings);
-        let (order, by, said) = ask_order(hooks, ctx, &self.at(), &pending, warnings)?;
-        Ok((Input::Own(Ordered(order, by)), said))
+        let (ordered, said) = ask_order(hooks, ctx, &self.at(), &pending, warnings)?;
+        Ok((Input::Own(ordered), said))
     }
 
     fn act(&mut self, act: Action, notes: Notes) -> Option<Input> {
