@@ -11,8 +11,7 @@ use super::steps::Budgets;
 use crate::plan::Role;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{
-    BatchInfo, CallContext, Candidate, GroupInfo, HealthSummary, Hook, Instances, Phase,
-    Progress,
+    BatchInfo, CallContext, Candidate, GroupInfo, HealthSummary, Hook, Instances, Phase, Progress,
 };
 use crate::plan::shadow::{self, ShadowDecision};
 use crate::policy::IntOrPercent;

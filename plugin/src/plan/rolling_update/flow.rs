@@ -162,14 +162,15 @@ impl Pace {
         self.attempt += 1;
     }
 
-    pub fn sized(&self, decision: BatchDecision) -> Paced<Sized> {
+    /// The size to take, or the batching hook's pause to hold for (a size never stops a flow).
+    pub fn sized(&self, decision: BatchDecision) -> Result<Sized, Hold> {
         match decision {
-            BatchDecision::Size { size, reason, by } => Paced::Go(Sized { size, reason, by }),
+            BatchDecision::Size { size, reason, by } => Ok(Sized { size, reason, by }),
             BatchDecision::Pause {
                 seconds,
                 reason,
                 by,
-            } => Paced::Hold(Hold {
+            } => Err(Hold {
                 seconds,
                 reason,
                 decided_by: by,
@@ -210,7 +211,7 @@ mod tests {
         };
         assert!(matches!(
             pace.sized(pause),
-            Paced::Hold(Hold {
+            Err(Hold {
                 seconds: 60,
                 held_by: Held::Pause,
                 ..

@@ -124,7 +124,7 @@ impl NodeLoop {
 
     fn sized(&mut self, decision: BatchDecision) -> Step {
         match self.pace.sized(decision) {
-            Paced::Go(sized) => {
+            Ok(sized) => {
                 let size = (sized.size as usize).clamp(1, self.pending.len());
                 self.batch = self.pending.drain(..size).collect();
                 self.state = State::Replacing;
@@ -136,11 +136,10 @@ impl NodeLoop {
                     ordered_by: self.ordered_by.clone(),
                 }))
             }
-            Paced::Hold(hold) => {
+            Err(hold) => {
                 self.state = State::Pausing;
                 Step::Do(Act::Wait(hold))
             }
-            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 

@@ -151,7 +151,7 @@ impl PartitionLoop {
 
     fn sized(&mut self, decision: crate::plan::decide::BatchDecision) -> Step {
         match self.pace.sized(decision) {
-            Paced::Go(sized) => {
+            Ok(sized) => {
                 let size = i32::try_from(sized.size)
                     .unwrap_or(i32::MAX)
                     .clamp(1, self.partition - self.floor);
@@ -167,11 +167,10 @@ impl PartitionLoop {
                     reason: sized.reason,
                 }))
             }
-            Paced::Hold(hold) => {
+            Err(hold) => {
                 self.state = State::Pausing;
                 Step::Do(Act::Wait(hold))
             }
-            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 

@@ -163,7 +163,7 @@ impl ScaleLoop {
 
     fn sized(&mut self, decision: BatchDecision) -> Step {
         match self.sizing.sized(decision) {
-            Paced::Go(sized) => {
+            Ok(sized) => {
                 self.sizing.fresh();
                 self.amount = i32::try_from(sized.size).unwrap_or(i32::MAX);
                 self.sized_by = sized.by;
@@ -176,11 +176,10 @@ impl ScaleLoop {
                 }
                 self.scale()
             }
-            Paced::Hold(hold) => {
+            Err(hold) => {
                 self.state = State::Pausing;
                 Step::Do(Act::Wait(hold))
             }
-            Paced::Stop { .. } => unreachable!("a size never stops a flow"),
         }
     }
 
