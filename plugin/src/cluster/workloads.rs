@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::controllers::Write;
 use super::{Cluster, ClusterError, Request};
 use crate::plan::rolling_update::daemon_set::{DaemonPod, DaemonSet, Revision};
+use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::stateful_set::StatefulSet;
 
 /// The apps/v1 workloads updated in place.

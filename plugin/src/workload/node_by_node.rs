@@ -24,6 +24,7 @@ use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
 use crate::plan::rolling_update::flow::{Gating, Sizing};
+use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Ordered, Question};
 use crate::policy::{HookPoint, IntOrPercent};
 

@@ -24,6 +24,7 @@ use crate::plan::rolling_update::asks::{
     PartitionAt, ask_gate, ask_partition_size, partition_batch, pod_names, pods_at_a_time,
 };
 use crate::plan::rolling_update::flow::{Gating, Sizing};
+use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::partition_loop::{Action, GateAbout, Input, PartitionLoop};
 use crate::plan::rolling_update::pods::PodInfo;
 pub use crate::plan::rolling_update::stateful_set::PartitionAction;

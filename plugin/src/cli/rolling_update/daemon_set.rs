@@ -18,6 +18,7 @@ use crate::plan::rolling_update::asks::pods_at_a_time;
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
 };
+use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::node_planner::{self, NodeInput, NodePlan};
 use crate::plan::rolling_update::pods::PodInfo;
 use crate::snapshot::{Node, Snapshot};

@@ -15,6 +15,7 @@ use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::asks::pods_at_a_time;
+use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
 use crate::plan::rolling_update::pods::PodInfo;
 use crate::plan::rolling_update::stateful_set::{self, PartitionAction, Start, StatefulSet};

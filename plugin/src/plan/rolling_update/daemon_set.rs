@@ -4,10 +4,9 @@
 
 use serde_json::{Value, json};
 
+use super::in_place::InPlaceWorkload;
 use super::pods::PodInfo;
 use super::stateful_set::REVISION_LABEL;
-use super::template::{self, TemplateChange};
-use crate::keys;
 use crate::plan::hook::{Candidate, InstanceKind};
 use crate::plan::{Role, groups};
 use crate::policy::IntOrPercent;
@@ -42,15 +41,16 @@ pub struct DaemonPod {
 /// What the command asks of a DaemonSet (the same words as for a StatefulSet).
 pub use super::stateful_set::PartitionAction as UpdateAction;
 
-/// How an update starts, from the DaemonSet, its pods and its revisions as they are.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Start {
-    /// An update of this tool is under way: go on with the nodes still running an old pod.
-    Resume,
-    /// Write this template (`None`: keep the one set), switched to OnDelete.
-    Write(Option<Value>),
-    /// Write back the revision the not-yet-updated pods run: a rollback.
-    Revert(Revision),
+/// How an update starts, from the DaemonSet, its pods and its revisions as they are (a write
+/// switches it to OnDelete).
+pub type Start = super::in_place::Start<Revision>;
+
+impl InPlaceWorkload for DaemonSet {
+    const KIND: &'static str = "daemonset";
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
 }
 
 impl DaemonSet {
@@ -59,44 +59,6 @@ impl DaemonSet {
             Some("DaemonSet") | None => Ok(DaemonSet { object }),
             Some(other) => Err(format!("a {other}, not a DaemonSet")),
         }
-    }
-
-    pub fn name(&self) -> &str {
-        self.object["metadata"]["name"].as_str().unwrap_or("")
-    }
-
-    pub fn uid(&self) -> &str {
-        self.object["metadata"]["uid"].as_str().unwrap_or("")
-    }
-
-    pub fn display(&self) -> String {
-        format!("daemonset/{}", self.name())
-    }
-
-    pub fn template(&self) -> &Value {
-        &self.object["spec"]["template"]
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.object["metadata"]["annotations"][key].as_str()
-    }
-
-    /// `spec.updateStrategy` as written (the API's default when unset).
-    pub fn strategy(&self) -> Value {
-        match &self.object["spec"]["updateStrategy"] {
-            Value::Null => json!({"type": "RollingUpdate"}),
-            strategy => strategy.clone(),
-        }
-    }
-
-    /// The strategy this tool recorded when it started an update.
-    pub fn recorded_strategy(&self) -> Option<Value> {
-        self.annotation(keys::ORIGINAL_UPDATE_STRATEGY)
-            .and_then(|s| serde_json::from_str(s).ok())
-    }
-
-    pub fn rolling_back(&self) -> bool {
-        self.annotation(ROLLING_BACK).is_some()
     }
 
     /// The DaemonSet's own `maxUnavailable` (of the strategy it had before this tool's update),
@@ -122,57 +84,14 @@ impl DaemonSet {
         }
     }
 
-    pub fn min_ready_seconds(&self) -> i64 {
-        self.object["spec"]["minReadySeconds"].as_i64().unwrap_or(0)
-    }
-
-    /// The controller has seen the latest spec: the newest revision is its template's.
-    pub fn observed(&self) -> bool {
-        let generation = self.object["metadata"]["generation"].as_i64().unwrap_or(0);
-        self.object["status"]["observedGeneration"]
-            .as_i64()
-            .is_some_and(|o| o >= generation)
-    }
-
-    pub fn selector_string(&self) -> String {
-        template::selector_query(&self.object["spec"]["selector"])
-    }
-
-    pub fn next_template(&self, change: &TemplateChange) -> Result<Value, String> {
-        template::changed(&self.object, &self.display(), change)
-    }
-
-    pub fn has_template(&self, template: &Value) -> bool {
-        template::contains(self.template(), template)
-    }
-
     /// The DaemonSet as an update starts it, in one write: `template` (when given), `OnDelete`
     /// so that only this tool replaces pods, the original strategy recorded (kept when an
     /// earlier run recorded it), and whether this is a rollback.
     pub fn begun(&self, template: Option<Value>, rollback: bool) -> DaemonSet {
-        let original = self.recorded_strategy().unwrap_or_else(|| self.strategy());
-        let mut next = self.clone();
-        if let Some(template) = template {
-            next.object["spec"]["template"] = template;
+        let on_delete = json!({"type": "OnDelete"});
+        DaemonSet {
+            object: self.begun_object(template, Some(on_delete), rollback),
         }
-        next.object["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-        let annotations = &mut next.object["metadata"]["annotations"];
-        annotations[keys::ORIGINAL_UPDATE_STRATEGY] = json!(original.to_string());
-        if rollback {
-            annotations[ROLLING_BACK] = json!("true");
-        } else if let Some(map) = annotations.as_object_mut() {
-            map.remove(ROLLING_BACK);
-        }
-        next
-    }
-
-    /// The patch that puts the recorded strategy back and forgets the records.
-    pub fn restoring(&self) -> Option<Value> {
-        let original = self.recorded_strategy()?;
-        Some(json!({
-            "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null, ROLLING_BACK: null}},
-            "spec": {"updateStrategy": template::restoring_strategy(&original)},
-        }))
     }
 }
 
@@ -276,30 +195,18 @@ pub fn start(
     revisions: &[Revision],
     action: &UpdateAction,
 ) -> Result<Start, String> {
-    let ours = set.recorded_strategy().is_some();
     let hash = newest(revisions).map_or("", |r| r.hash.as_str());
     match action {
         UpdateAction::Roll(change) => {
             let template = set.next_template(change)?;
-            if set.rolling_back() && !set.has_template(&template) {
-                Err(format!(
-                    "{} is being rolled back: finish that with --rollback, then run the update again",
-                    set.display()
-                ))
-            } else if !set.has_template(&template) || set.rolling_back() {
-                Ok(Start::Write(
-                    (!set.has_template(&template)).then_some(template),
-                ))
-            } else if ours {
-                Ok(Start::Resume)
-            } else if pending_nodes(pods, hash).is_empty() {
-                Err(format!(
-                    "every pod of {} runs this template already: nothing to update",
-                    set.display()
-                ))
-            } else {
-                Ok(Start::Write(None))
-            }
+            set.roll_start(template, || {
+                pending_nodes(pods, hash).is_empty().then(|| {
+                    format!(
+                        "every pod of {} runs this template already: nothing to update",
+                        set.display()
+                    )
+                })
+            })
         }
         UpdateAction::Rollback if set.rolling_back() => Ok(Start::Resume),
         UpdateAction::Rollback => {
@@ -346,6 +253,7 @@ pub fn node_candidate(node: Option<&Node>, name: &str, group: &str, pod_ready: b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::rolling_update::template::TemplateChange;
 
     fn set() -> DaemonSet {
         DaemonSet::from_value(json!({

@@ -8,6 +8,7 @@ pub mod asks;
 pub mod controller;
 pub mod daemon_set;
 pub mod flow;
+pub mod in_place;
 pub mod node_loop;
 pub mod node_planner;
 pub mod partition_loop;

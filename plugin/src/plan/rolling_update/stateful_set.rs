@@ -5,9 +5,9 @@
 
 use serde_json::{Value, json};
 
+use super::in_place::InPlaceWorkload;
 use super::pods::PodInfo;
-use super::template::{self, TemplateChange};
-use crate::keys;
+use super::template::TemplateChange;
 
 /// The label a StatefulSet's pods carry with the name of their revision.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
@@ -25,15 +25,16 @@ pub enum PartitionAction {
     Rollback,
 }
 
-/// How an update starts, from the StatefulSet and its pods as they are.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Start {
-    /// An update of this tool is under way towards this template: go on from its partition.
-    Resume,
-    /// Write this template (`None`: keep the one set) with the partition at the replica count.
-    Write(Option<Value>),
-    /// Write the template of this revision (the one the lower ordinals run): a rollback.
-    Revert(String),
+/// How an update starts, from the StatefulSet and its pods as they are (a write holds the
+/// partition at the replica count; a rollback names the revision the lower ordinals run).
+pub type Start = super::in_place::Start<String>;
+
+impl InPlaceWorkload for StatefulSet {
+    const KIND: &'static str = "statefulset";
+
+    fn object(&self) -> &Value {
+        &self.object
+    }
 }
 
 /// How the update `action` asks for starts on `set`, whose controller has seen its spec.
@@ -56,28 +57,16 @@ pub fn start(
     match action {
         PartitionAction::Roll(change) => {
             let template = set.next_template(change)?;
-            if set.rolling_back() && !set.has_template(&template) {
-                Err(format!(
-                    "{} is being rolled back: finish that with --rollback, then run the update again",
-                    set.display()
-                ))
-            } else if !set.has_template(&template) {
-                Ok(Start::Write(Some(template)))
-            } else if set.rolling_back() {
-                // Rolling back to this very template: it goes on, as an update now.
-                Ok(Start::Write(None))
-            } else if ours {
-                Ok(Start::Resume)
-            } else if floor(set, pods, update) >= set.replicas() {
-                Err(format!(
-                    "every pod of {} runs this template already (revision {update}): nothing to update",
-                    set.display()
-                ))
-            } else {
-                // The template is in but pods run an older revision (someone set it with a
-                // partition): this update takes them on.
-                Ok(Start::Write(None))
-            }
+            // With the template in but pods on an older revision (someone set it with a
+            // partition), this update takes them on.
+            set.roll_start(template, || {
+                (floor(set, pods, update) >= set.replicas()).then(|| {
+                    format!(
+                        "every pod of {} runs this template already (revision {update}): nothing to update",
+                        set.display()
+                    )
+                })
+            })
         }
         // Pointed back already by a run that stopped.
         PartitionAction::Rollback if set.rolling_back() => Ok(Start::Resume),
@@ -122,27 +111,11 @@ impl StatefulSet {
         }
     }
 
-    pub fn name(&self) -> &str {
-        self.object["metadata"]["name"].as_str().unwrap_or("")
-    }
-
-    pub fn display(&self) -> String {
-        format!("statefulset/{}", self.name())
-    }
-
     /// `spec.replicas`, 1 when unset (the API's default).
     pub fn replicas(&self) -> i32 {
         self.object["spec"]["replicas"]
             .as_i64()
             .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX))
-    }
-
-    /// `spec.updateStrategy` as written (the API's default when unset).
-    pub fn strategy(&self) -> Value {
-        match &self.object["spec"]["updateStrategy"] {
-            Value::Null => json!({"type": "RollingUpdate"}),
-            strategy => strategy.clone(),
-        }
     }
 
     pub fn on_delete(&self) -> bool {
@@ -156,33 +129,6 @@ impl StatefulSet {
             .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX))
     }
 
-    pub fn template(&self) -> &Value {
-        &self.object["spec"]["template"]
-    }
-
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.object["metadata"]["annotations"][key].as_str()
-    }
-
-    /// The strategy this tool recorded when it started an update; its presence means an update
-    /// of this tool is under way.
-    pub fn recorded_strategy(&self) -> Option<Value> {
-        self.annotation(keys::ORIGINAL_UPDATE_STRATEGY)
-            .and_then(|s| serde_json::from_str(s).ok())
-    }
-
-    pub fn min_ready_seconds(&self) -> i64 {
-        self.object["spec"]["minReadySeconds"].as_i64().unwrap_or(0)
-    }
-
-    /// The controller has seen the latest spec: its revisions describe it.
-    pub fn observed(&self) -> bool {
-        let generation = self.object["metadata"]["generation"].as_i64().unwrap_or(0);
-        self.object["status"]["observedGeneration"]
-            .as_i64()
-            .is_some_and(|o| o >= generation)
-    }
-
     pub fn update_revision(&self) -> Option<&str> {
         self.object["status"]["updateRevision"].as_str()
     }
@@ -191,58 +137,17 @@ impl StatefulSet {
         self.object["status"]["currentRevision"].as_str()
     }
 
-    /// The label selector as a list query.
-    pub fn selector_string(&self) -> String {
-        template::selector_query(&self.object["spec"]["selector"])
-    }
-
-    /// The pod template the request asks for.
-    pub fn next_template(&self, change: &TemplateChange) -> Result<Value, String> {
-        template::changed(&self.object, &self.display(), change)
-    }
-
     /// The StatefulSet as an update starts it, in one write: `template` (when given), the
     /// partition at the replica count so that nothing moves yet (an `OnDelete` StatefulSet
     /// stays so: nothing moves until this tool deletes a pod), and the original strategy
     /// recorded (kept when an earlier run recorded it).
     pub fn begun(&self, template: Option<Value>, rollback: bool) -> StatefulSet {
-        let original = self.recorded_strategy().unwrap_or_else(|| self.strategy());
-        let mut next = self.clone();
-        if let Some(template) = template {
-            next.object["spec"]["template"] = template;
+        let held = (!self.on_delete()).then(
+            || json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}}),
+        );
+        StatefulSet {
+            object: self.begun_object(template, held, rollback),
         }
-        if !self.on_delete() {
-            next.object["spec"]["updateStrategy"] =
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}});
-        }
-        let annotations = &mut next.object["metadata"]["annotations"];
-        annotations[keys::ORIGINAL_UPDATE_STRATEGY] = json!(original.to_string());
-        if rollback {
-            annotations[keys::ROLLING_BACK] = json!("true");
-        } else if let Some(map) = annotations.as_object_mut() {
-            map.remove(keys::ROLLING_BACK);
-        }
-        next
-    }
-
-    pub fn rolling_back(&self) -> bool {
-        self.annotation(keys::ROLLING_BACK).is_some()
-    }
-
-    /// The patch that puts the recorded strategy back and forgets the record; `None` when
-    /// nothing was recorded.
-    pub fn restoring(&self) -> Option<Value> {
-        let original = self.recorded_strategy()?;
-        Some(json!({
-            "metadata": {"annotations": {keys::ORIGINAL_UPDATE_STRATEGY: null, keys::ROLLING_BACK: null}},
-            "spec": {"updateStrategy": template::restoring_strategy(&original)},
-        }))
-    }
-
-    /// Whether `template` is the current one, ignoring the server's defaults and nulls: only
-    /// what the request sets is compared.
-    pub fn has_template(&self, template: &Value) -> bool {
-        template::contains(self.template(), template)
     }
 }
 
