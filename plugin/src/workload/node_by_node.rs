@@ -6,6 +6,8 @@
 //! on with the nodes still running an old pod. An abort leaves the DaemonSet `OnDelete`, so
 //! nothing moves until the update resumes or is rolled back.
 
+use std::collections::HashMap;
+
 use super::driving::{self, Live, rolled_back};
 use super::execute::{UpdateError, Updater};
 use super::pods::PodWait;
@@ -27,6 +29,7 @@ use crate::plan::rolling_update::flow::{Gating, Sizing};
 use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::node_loop::{Action, Input, NodeLoop, Ordered, Question};
 use crate::policy::{HookPoint, IntOrPercent};
+use crate::snapshot::Node;
 
 #[derive(Debug, Clone)]
 pub struct NodeRequest {
@@ -197,15 +200,8 @@ impl Updater<'_> {
             .await?;
         let hash = newest(&revisions);
         let pending = daemon_set::pending_nodes(&seen.pods, &hash);
-        let nodes = self.kernel.cluster.snapshot_nodes().await?.nodes;
+        let candidates = self.candidates(&seen, &pending, with_hooks).await?;
         let name = seen.set.name().to_string();
-        let candidates: Vec<Candidate> = pending
-            .iter()
-            .map(|n| {
-                let ready = seen.pods.iter().any(|p| &p.node == n && p.ready);
-                node_candidate(nodes.iter().find(|node| &node.name == n), n, &name, ready)
-            })
-            .collect();
         let desired = seen.set.object["status"]["desiredNumberScheduled"]
             .as_i64()
             .unwrap_or(pending.len() as i64) as i32;
@@ -242,6 +238,31 @@ impl Updater<'_> {
             rollback,
         };
         driving::drive(self, &mut live, machine, with_hooks).await
+    }
+
+    /// The nodes running an old pod (`pending`) as the hooks see them: with their labels, zone
+    /// and taints when a hook that is shown them is loaded (the cluster's nodes are listed
+    /// once for it), else by name alone.
+    async fn candidates(
+        &self,
+        seen: &Observed,
+        pending: &[String],
+        with_hooks: bool,
+    ) -> Result<Vec<Candidate>, UpdateError> {
+        let shown = [HookPoint::Select, HookPoint::Batch];
+        let nodes: HashMap<String, Node> =
+            if with_hooks && shown.iter().any(|p| self.kernel.serves(*p)) {
+                let nodes = self.kernel.cluster.snapshot_nodes().await?.nodes;
+                nodes.into_iter().map(|n| (n.name.clone(), n)).collect()
+            } else {
+                HashMap::new()
+            };
+        let name = seen.set.name();
+        let candidates = pending.iter().map(|n| {
+            let ready = seen.pods.iter().any(|p| &p.node == n && p.ready);
+            node_candidate(nodes.get(n), n, name, ready)
+        });
+        Ok(candidates.collect())
     }
 
     /// Waits until replacing the pods on `nodes` keeps the unavailable ones within `max`
