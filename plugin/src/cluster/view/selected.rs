@@ -6,6 +6,7 @@
 //! after; a watch cut mid-stream resumes, and one that lost its place lists again.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ impl Shared {
 pub struct SelectedPods {
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    /// The change count the last read of the pods saw: a wait ends at any change after it.
+    read_at: AtomicU64,
 }
 
 impl Drop for SelectedPods {
@@ -73,7 +76,11 @@ impl SelectedPods {
             retry_for: cluster.retry_for,
         };
         let task = tokio::spawn(feed.run());
-        let pods = SelectedPods { shared, task };
+        let pods = SelectedPods {
+            shared,
+            task,
+            read_at: AtomicU64::new(0),
+        };
         let mut changes = pods.shared.changed.subscribe();
         loop {
             {
@@ -99,21 +106,31 @@ impl SelectedPods {
     /// The pods as the watch has them now, by name.
     pub fn pods(&self) -> Result<Vec<PodInfo>, ClusterError> {
         let held = self.held();
+        // Read under the lock, after the pods: a change counted later is one this read may not
+        // show, so a wait after it does not miss it.
+        let count = *self.shared.changed.borrow();
+        self.read_at.store(count, Ordering::Relaxed);
         match &held.failed {
             Some(failed) => Err(ClusterError::ViewFailed(failed.clone())),
             None => Ok(held.pods.values().cloned().collect()),
         }
     }
 
-    /// Returns at the pods' next change, or after `within` (a pod Ready but not yet for
-    /// minReadySeconds becomes available with no change to wake on).
+    /// Returns at the pods' first change since they were last read (at once if one came
+    /// meanwhile), or after `within` (a pod Ready but not yet for minReadySeconds becomes
+    /// available with no change to wake on).
     pub async fn changed(&self, within: Duration) -> Result<(), ClusterError> {
         let mut changes = self.shared.changed.subscribe();
-        changes.borrow_and_update();
-        if let Ok(Err(_)) = tokio::time::timeout(within, changes.changed()).await {
+        let read_at = self.read_at.load(Ordering::Relaxed);
+        let change = changes.wait_for(|count| *count != read_at);
+        if let Ok(Err(_)) = tokio::time::timeout(within, change).await {
             return Err(ClusterError::ViewStopped);
         }
-        self.pods().map(drop)
+        let held = self.held();
+        match &held.failed {
+            Some(failed) => Err(ClusterError::ViewFailed(failed.clone())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -226,5 +243,32 @@ mod tests {
         assert_eq!(names(&held), [("b".into(), true)]);
         apply(&mut held, watcher::Event::Delete(pod("b", true)));
         assert!(held.pods.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_change_after_the_last_read_ends_the_next_wait_at_once() {
+        let shared = Arc::new(Shared {
+            held: Mutex::new(Held {
+                listed: true,
+                ..Held::default()
+            }),
+            changed: tokio::sync::watch::Sender::new(0),
+        });
+        let pods = SelectedPods {
+            shared: shared.clone(),
+            task: tokio::spawn(async {}),
+            read_at: AtomicU64::new(0),
+        };
+        assert!(pods.pods().unwrap().is_empty());
+        shared.change(|held| apply(held, watcher::Event::Apply(pod("a", true))));
+        // The change came between the read and the wait: the wait ends at once, not after
+        // its hour.
+        let hour = Duration::from_secs(3600);
+        let waited = tokio::time::timeout(Duration::from_secs(5), pods.changed(hour)).await;
+        assert!(matches!(waited, Ok(Ok(()))), "the wait missed the change");
+        assert_eq!(pods.pods().unwrap().len(), 1);
+        // Nothing changed since that read: the wait goes on.
+        let waited = tokio::time::timeout(Duration::from_millis(200), pods.changed(hour)).await;
+        assert!(waited.is_err(), "the wait ended with nothing changed");
     }
 }
