@@ -133,7 +133,7 @@ pub enum Paced<T> {
 
 /// A step's size as a flow takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sized {
+pub struct StepSize {
     pub size: u32,
     pub reason: String,
     pub by: DecidedBy,
@@ -163,9 +163,9 @@ impl Pace {
     }
 
     /// The size to take, or the batching hook's pause to hold for (a size never stops a flow).
-    pub fn sized(&self, decision: BatchDecision) -> Result<Sized, Hold> {
+    pub fn sized(&self, decision: BatchDecision) -> Result<StepSize, Hold> {
         match decision {
-            BatchDecision::Size { size, reason, by } => Ok(Sized { size, reason, by }),
+            BatchDecision::Size { size, reason, by } => Ok(StepSize { size, reason, by }),
             BatchDecision::Pause {
                 seconds,
                 reason,
@@ -193,6 +193,160 @@ impl Pace {
                 reason,
             },
         }
+    }
+}
+
+/// Where a flow that goes step by step (a StatefulSet's partitions, a DaemonSet's nodes) stands
+/// in what such flows do alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The step's size is asked.
+    Sizing,
+    /// A batching hook's pause is held; then the size is asked again.
+    Pausing,
+    /// The step's pods are awaited; then the gate is asked.
+    Awaiting,
+    /// The gates' verdict on the step is asked.
+    Gating,
+    /// A gate's wait is held; then the gate is asked again.
+    Waiting,
+}
+
+/// Where a stepwise flow stands: at a [`Stage`], in a state of its own, or over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At<S> {
+    Stage(Stage),
+    Own(S),
+    Over,
+}
+
+/// Where a stepwise flow stands, and what it counts: the steps passed (the step at hand, from
+/// 0) and the holds of the question at hand.
+#[derive(Debug, Clone)]
+pub struct Stepping<S> {
+    pub at: At<S>,
+    pub steps: u32,
+    pub pace: Pace,
+}
+
+impl<S> Stepping<S> {
+    /// A flow that starts in its own state `state`.
+    pub fn new(state: S) -> Self {
+        Stepping {
+            at: At::Own(state),
+            steps: 0,
+            pace: Pace::default(),
+        }
+    }
+}
+
+/// A flow that goes step by step: size a step, carry it out, await its pods, ask the gate.
+/// The flow says what is its own (what its questions say, its act, where an abort leaves
+/// things); how the stages follow one another is written once, in the provided methods.
+pub trait Stepwise: Flow {
+    /// The flow's states of its own, besides the stages.
+    type Own;
+
+    fn stepping(&mut self) -> &mut Stepping<Self::Own>;
+    /// The built-in size of the step at hand: the most it may take.
+    fn max_size(&self) -> u32;
+    /// What the size question says of the step at hand.
+    fn sizing(&self) -> Self::Sizing;
+    /// Carries out the step at hand with `size`.
+    fn take(&mut self, size: StepSize) -> StepOf<Self>;
+    /// What the gate question says the step did.
+    fn gating(&self) -> Self::Gating;
+    /// The gates let the step pass: the next step, or the end.
+    fn passed(&mut self) -> StepOf<Self>;
+    /// Where an abort now leaves things.
+    fn stop(&self) -> Self::Stop;
+
+    /// Asks the size of the step at hand.
+    fn size(&mut self) -> StepOf<Self> {
+        let at = self.stepping();
+        at.at = At::Stage(Stage::Sizing);
+        let (step, attempt) = (at.steps, at.pace.attempt());
+        Step::Ask(Ask::Size(Sizing {
+            step,
+            max: self.max_size(),
+            attempt,
+            about: self.sizing(),
+        }))
+    }
+
+    /// Takes a size, or holds for a batching hook's pause.
+    fn sized(&mut self, decision: BatchDecision) -> StepOf<Self> {
+        match self.stepping().pace.sized(decision) {
+            Ok(size) => self.take(size),
+            Err(hold) => {
+                self.stepping().at = At::Stage(Stage::Pausing);
+                Step::Do(Act::Wait(hold))
+            }
+        }
+    }
+
+    /// Asks the gates about the step just carried out.
+    fn gate(&mut self) -> StepOf<Self> {
+        let at = self.stepping();
+        at.at = At::Stage(Stage::Gating);
+        let (step, attempt) = (at.steps, at.pace.attempt());
+        Step::Ask(Ask::Gate(Gating {
+            step,
+            attempt,
+            about: self.gating(),
+        }))
+    }
+
+    /// Goes on, holds for a gate's wait, or stops at a gate's abort.
+    fn judged(&mut self, decision: GateDecision) -> StepOf<Self> {
+        match self.stepping().pace.judged(decision) {
+            Paced::Go(_) => self.passed(),
+            Paced::Hold(hold) => {
+                self.stepping().at = At::Stage(Stage::Waiting);
+                Step::Do(Act::Wait(hold))
+            }
+            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
+                step: self.stepping().steps,
+                decided_by,
+                reason,
+                at: self.stop(),
+            }),
+        }
+    }
+
+    /// The step `input` leads to at `stage`; `input` back when it does not answer what
+    /// `stage` asked or did (a driver bug).
+    #[allow(clippy::result_large_err)]
+    fn staged(
+        &mut self,
+        stage: Stage,
+        input: Answer<Self::Answer>,
+    ) -> Result<StepOf<Self>, Answer<Self::Answer>> {
+        Ok(match (stage, input) {
+            (Stage::Sizing, Answer::Sized(decision)) => self.sized(decision),
+            (Stage::Pausing, Answer::Done) => {
+                self.stepping().pace.again();
+                self.size()
+            }
+            (Stage::Awaiting, Answer::Done) => {
+                self.stepping().pace.fresh();
+                self.gate()
+            }
+            (Stage::Gating, Answer::Judged(decision)) => self.judged(decision),
+            (Stage::Waiting, Answer::Done) => {
+                self.stepping().pace.again();
+                self.gate()
+            }
+            (_, input) => return Err(input),
+        })
+    }
+
+    /// `step`, the flow marked over when it is the end.
+    fn ended(&mut self, step: StepOf<Self>) -> StepOf<Self> {
+        if let Step::Done(_) = step {
+            self.stepping().at = At::Over;
+        }
+        step
     }
 }
 

@@ -9,8 +9,7 @@
 //! executor are its two drivers, through the vocabulary every workload flow shares
 //! ([`super::flow`]).
 
-use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
-use crate::plan::decide::{BatchDecision, GateDecision};
+use super::flow::{self, Act, Answer, Ask, At, Flow, Outcome, Stage, StepSize, Stepping, Stepwise};
 use crate::plan::hook::DecidedBy;
 
 /// What the machine needs next: a size is asked over the nodes left, in update order; a gate
@@ -42,17 +41,12 @@ pub enum Action {
     AwaitReplaced { nodes: Vec<String> },
 }
 
+/// Where the machine stands, besides the stages every stepwise flow has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub enum State {
     New,
-    Sizing,
-    Pausing,
     Ordering,
     Replacing,
-    Awaiting,
-    Gating,
-    Waiting,
-    Over,
 }
 
 /// The node-by-node update of one DaemonSet.
@@ -63,9 +57,7 @@ pub struct NodeLoop {
     pending: Vec<String>,
     ordered_by: DecidedBy,
     max_unavailable: u32,
-    state: State,
-    steps: u32,
-    pace: Pace,
+    stepping: Stepping<State>,
     /// The step at hand: its nodes.
     batch: Vec<String>,
     /// Whether the update order was asked.
@@ -81,9 +73,7 @@ impl NodeLoop {
         NodeLoop {
             pending,
             max_unavailable: max_unavailable.max(1),
-            state: State::New,
-            steps: 0,
-            pace: Pace::default(),
+            stepping: Stepping::new(State::New),
             batch: updated,
             ordered: false,
             ordered_by: DecidedBy::BuiltIn,
@@ -91,7 +81,7 @@ impl NodeLoop {
     }
 
     fn await_replaced(&mut self) -> Step {
-        self.state = State::Awaiting;
+        self.stepping.at = At::Stage(Stage::Awaiting);
         Step::Do(Act::Own(Action::AwaitReplaced {
             nodes: self.batch.clone(),
         }))
@@ -101,46 +91,14 @@ impl NodeLoop {
         if self.pending.is_empty() {
             return Step::Done(Outcome::Finished);
         }
-        self.pace.fresh();
+        self.stepping.pace.fresh();
         if !self.ordered {
-            self.state = State::Ordering;
+            self.stepping.at = At::Own(State::Ordering);
             return Step::Ask(Ask::Own(Question::Order {
                 pending: self.pending.clone(),
             }));
         }
         self.size()
-    }
-
-    fn size(&mut self) -> Step {
-        self.state = State::Sizing;
-        let left = u32::try_from(self.pending.len()).unwrap_or(u32::MAX);
-        Step::Ask(Ask::Size(Sizing {
-            step: self.steps,
-            max: self.max_unavailable.min(left),
-            attempt: self.pace.attempt(),
-            about: self.pending.clone(),
-        }))
-    }
-
-    fn sized(&mut self, decision: BatchDecision) -> Step {
-        match self.pace.sized(decision) {
-            Ok(sized) => {
-                let size = (sized.size as usize).clamp(1, self.pending.len());
-                self.batch = self.pending.drain(..size).collect();
-                self.state = State::Replacing;
-                Step::Do(Act::Own(Action::Replace {
-                    step: self.steps,
-                    nodes: self.batch.clone(),
-                    sized_by: sized.by,
-                    size_reason: sized.reason,
-                    ordered_by: self.ordered_by.clone(),
-                }))
-            }
-            Err(hold) => {
-                self.state = State::Pausing;
-                Step::Do(Act::Wait(hold))
-            }
-        }
     }
 
     /// Takes `order` as the update order: the pending nodes it names, then the ones it leaves
@@ -161,33 +119,48 @@ impl NodeLoop {
         self.ordered_by = by;
         self.ordered = true;
     }
+}
 
-    fn gate(&mut self) -> Step {
-        self.state = State::Gating;
-        Step::Ask(Ask::Gate(Gating {
-            step: self.steps,
-            attempt: self.pace.attempt(),
-            about: self.batch.clone(),
+impl Stepwise for NodeLoop {
+    type Own = State;
+
+    fn stepping(&mut self) -> &mut Stepping<State> {
+        &mut self.stepping
+    }
+
+    fn max_size(&self) -> u32 {
+        let left = u32::try_from(self.pending.len()).unwrap_or(u32::MAX);
+        self.max_unavailable.min(left)
+    }
+
+    fn sizing(&self) -> Vec<String> {
+        self.pending.clone()
+    }
+
+    fn take(&mut self, size: StepSize) -> Step {
+        let count = (size.size as usize).clamp(1, self.pending.len());
+        self.batch = self.pending.drain(..count).collect();
+        self.stepping.at = At::Own(State::Replacing);
+        Step::Do(Act::Own(Action::Replace {
+            step: self.stepping.steps,
+            nodes: self.batch.clone(),
+            sized_by: size.by,
+            size_reason: size.reason,
+            ordered_by: self.ordered_by.clone(),
         }))
     }
 
-    fn judged(&mut self, decision: GateDecision) -> Step {
-        match self.pace.judged(decision) {
-            Paced::Go(_) => {
-                self.steps += 1;
-                self.next()
-            }
-            Paced::Hold(hold) => {
-                self.state = State::Waiting;
-                Step::Do(Act::Wait(hold))
-            }
-            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
-                step: self.steps,
-                decided_by,
-                reason,
-                at: self.pending.len(),
-            }),
-        }
+    fn gating(&self) -> Vec<String> {
+        self.batch.clone()
+    }
+
+    fn passed(&mut self) -> Step {
+        self.stepping.steps += 1;
+        self.next()
+    }
+
+    fn stop(&self) -> usize {
+        self.pending.len()
     }
 }
 
@@ -204,34 +177,20 @@ impl Flow for NodeLoop {
     /// # Panics
     /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Input) -> Step {
-        let step = match (self.state, input) {
-            (State::New, Answer::Start) if !self.batch.is_empty() => self.await_replaced(),
-            (State::New, Answer::Start) => self.next(),
-            (State::Sizing, Answer::Sized(decision)) => self.sized(decision),
-            (State::Pausing, Answer::Done) => {
-                self.pace.again();
-                self.size()
-            }
-            (State::Ordering, Answer::Own(Ordered(order, by))) => {
+        let step = match (self.stepping.at, input) {
+            (At::Own(State::New), Answer::Start) if !self.batch.is_empty() => self.await_replaced(),
+            (At::Own(State::New), Answer::Start) => self.next(),
+            (At::Own(State::Ordering), Answer::Own(Ordered(order, by))) => {
                 self.ordered(order, by);
                 self.size()
             }
-            (State::Replacing, Answer::Done) => self.await_replaced(),
-            (State::Awaiting, Answer::Done) => {
-                self.pace.fresh();
-                self.gate()
-            }
-            (State::Gating, Answer::Judged(decision)) => self.judged(decision),
-            (State::Waiting, Answer::Done) => {
-                self.pace.again();
-                self.gate()
-            }
+            (At::Own(State::Replacing), Answer::Done) => self.await_replaced(),
+            (At::Stage(stage), input) => self
+                .staged(stage, input)
+                .unwrap_or_else(|input| panic!("node loop at {stage:?} cannot take {input:?}")),
             (state, input) => panic!("node loop in state {state:?} cannot take {input:?}"),
         };
-        if let Step::Done(_) = step {
-            self.state = State::Over;
-        }
-        step
+        self.ended(step)
     }
 }
 
@@ -239,7 +198,9 @@ impl Flow for NodeLoop {
 mod tests {
     use super::*;
     use crate::plan::decide::Verdict;
+    use crate::plan::decide::{BatchDecision, GateDecision};
     use crate::plan::rolling_update::flow::Hold;
+    use crate::plan::rolling_update::flow::{Ask, Gating, Sizing};
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()

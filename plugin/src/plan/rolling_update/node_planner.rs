@@ -7,22 +7,12 @@ use serde::Serialize;
 use super::asks::{NodesAt, ask_gate, ask_node_size, ask_order, in_order, node_batch};
 use super::flow::{Gating, Sizing};
 use super::node_loop::{Action, Input, NodeLoop, Question};
-use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
+use super::planning::{self, Asked, Asking, InPlacePlan, Notes, Planned, StepDecisions};
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [{"nodes"}, ...]}`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodePlan {
-    pub kind: &'static str,
-    pub target: Target,
-    pub steps: Vec<NodeStep>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<String>,
-}
+pub type NodePlan = InPlacePlan<Target, NodeStep>;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -131,27 +121,14 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
     let machine = NodeLoop::new(names, input.updated.clone(), input.max_unavailable);
     let mut recording = Recording {
         input,
-        plan: NodePlan {
-            kind: "RollingUpdatePlan",
-            target: Target {
-                kind: "DaemonSet",
-                name: input.name.to_string(),
-                nodes: input.candidates.len(),
-            },
-            steps: Vec::new(),
-            warnings: Vec::new(),
-            stopped: None,
-        },
+        plan: NodePlan::new(Target {
+            kind: "DaemonSet",
+            name: input.name.to_string(),
+            nodes: input.candidates.len(),
+        }),
         steps_done: 0,
     };
-    let mut warnings = Vec::new();
-    let mut asking = Asking {
-        hooks,
-        ctx: input.ctx.clone(),
-        warnings: &mut warnings,
-    };
-    planning::plan(&mut recording, machine, &mut asking)?;
-    recording.plan.warnings = warnings;
+    recording.plan.warnings = planning::plan_in_place(&mut recording, machine, hooks, &input.ctx)?;
     Ok(recording.plan)
 }
 

@@ -14,7 +14,7 @@
 use std::convert::Infallible;
 use std::ops::Range;
 
-use super::flow::{self, Act, Answer, Ask, Flow, Gating, Outcome, Pace, Paced, Sizing};
+use super::flow::{self, Act, Answer, At, Flow, Outcome, Stage, StepSize, Stepping, Stepwise};
 use crate::plan::hook::DecidedBy;
 
 /// What the machine needs next.
@@ -46,16 +46,11 @@ pub enum Action {
     Settle { from: i32 },
 }
 
+/// Where the machine stands, besides the stages every stepwise flow has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub enum State {
     New,
-    Sizing,
-    Pausing,
     Lowering,
-    Awaiting,
-    Gating,
-    Waiting,
-    Over,
 }
 
 /// The partitioned update of one StatefulSet.
@@ -69,9 +64,7 @@ pub struct PartitionLoop {
     max_unavailable: u32,
     /// The size of the canary step still to come (0: none).
     canary: u32,
-    state: State,
-    steps: u32,
-    pace: Pace,
+    stepping: Stepping<State>,
     /// The step at hand: the partition it left and where it started.
     from: i32,
     /// Where an update that resumes stood: its updated pods are awaited and the gate asked
@@ -103,16 +96,14 @@ impl PartitionLoop {
             } else {
                 0
             },
-            state: State::New,
-            steps: 0,
-            pace: Pace::default(),
+            stepping: Stepping::new(State::New),
             from: partition,
             resumed_from: (partition < replicas).then_some(replicas),
         }
     }
 
     fn await_updated(&mut self) -> Step {
-        self.state = State::Awaiting;
+        self.stepping.at = At::Stage(Stage::Awaiting);
         Step::Do(Act::Own(Action::AwaitUpdated {
             partition: self.partition,
         }))
@@ -124,86 +115,69 @@ impl PartitionLoop {
             return Step::Done(Outcome::Finished);
         }
         if self.partition <= self.floor {
-            self.state = State::Lowering;
+            self.stepping.at = At::Own(State::Lowering);
             self.from = self.floor;
             self.partition = 0;
             return Step::Do(Act::Own(Action::Settle { from: self.from }));
         }
-        self.pace.fresh();
+        self.stepping.pace.fresh();
         self.size()
     }
+}
 
-    fn size(&mut self) -> Step {
-        self.state = State::Sizing;
+impl Stepwise for PartitionLoop {
+    type Own = State;
+
+    fn stepping(&mut self) -> &mut Stepping<State> {
+        &mut self.stepping
+    }
+
+    fn max_size(&self) -> u32 {
         let left = u32::try_from(self.partition - self.floor).unwrap_or(0);
-        let max = if self.canary > 0 {
+        if self.canary > 0 {
             self.canary
         } else {
             self.max_unavailable.min(left)
-        };
-        Step::Ask(Ask::Size(Sizing {
-            step: self.steps,
-            max,
-            attempt: self.pace.attempt(),
-            about: self.canary > 0,
-        }))
-    }
-
-    fn sized(&mut self, decision: crate::plan::decide::BatchDecision) -> Step {
-        match self.pace.sized(decision) {
-            Ok(sized) => {
-                let size = i32::try_from(sized.size)
-                    .unwrap_or(i32::MAX)
-                    .clamp(1, self.partition - self.floor);
-                self.from = self.partition;
-                self.partition -= size;
-                self.state = State::Lowering;
-                Step::Do(Act::Own(Action::SetPartition {
-                    step: self.steps,
-                    from: self.from,
-                    to: self.partition,
-                    canary: self.canary > 0,
-                    decided_by: sized.by,
-                    reason: sized.reason,
-                }))
-            }
-            Err(hold) => {
-                self.state = State::Pausing;
-                Step::Do(Act::Wait(hold))
-            }
         }
     }
 
-    fn gate(&mut self) -> Step {
-        self.state = State::Gating;
-        Step::Ask(Ask::Gate(Gating {
-            step: self.steps,
-            attempt: self.pace.attempt(),
-            about: GateAbout {
-                ordinals: self.partition..self.from,
-                canary: self.canary > 0,
-            },
+    /// Whether the step is the canary.
+    fn sizing(&self) -> bool {
+        self.canary > 0
+    }
+
+    fn take(&mut self, size: StepSize) -> Step {
+        let count = i32::try_from(size.size)
+            .unwrap_or(i32::MAX)
+            .clamp(1, self.partition - self.floor);
+        self.from = self.partition;
+        self.partition -= count;
+        self.stepping.at = At::Own(State::Lowering);
+        Step::Do(Act::Own(Action::SetPartition {
+            step: self.stepping.steps,
+            from: self.from,
+            to: self.partition,
+            canary: self.canary > 0,
+            decided_by: size.by,
+            reason: size.reason,
         }))
     }
 
-    fn judged(&mut self, decision: crate::plan::decide::GateDecision) -> Step {
-        match self.pace.judged(decision) {
-            Paced::Go(_) => {
-                self.steps += 1;
-                self.canary = 0;
-                self.next()
-            }
-            Paced::Hold(hold) => {
-                self.state = State::Waiting;
-                Step::Do(Act::Wait(hold))
-            }
-            Paced::Stop { decided_by, reason } => Step::Done(Outcome::Aborted {
-                step: self.steps,
-                decided_by,
-                reason,
-                at: self.partition,
-            }),
+    fn gating(&self) -> GateAbout {
+        GateAbout {
+            ordinals: self.partition..self.from,
+            canary: self.canary > 0,
         }
+    }
+
+    fn passed(&mut self) -> Step {
+        self.stepping.steps += 1;
+        self.canary = 0;
+        self.next()
+    }
+
+    fn stop(&self) -> i32 {
+        self.partition
     }
 }
 
@@ -220,8 +194,8 @@ impl Flow for PartitionLoop {
     /// # Panics
     /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Input) -> Step {
-        let step = match (self.state, input) {
-            (State::New, Answer::Start) => match self.resumed_from {
+        let step = match (self.stepping.at, input) {
+            (At::Own(State::New), Answer::Start) => match self.resumed_from {
                 // The step a stopped run was in: its pods, then its gate, again.
                 Some(top) => {
                     self.from = top;
@@ -229,30 +203,16 @@ impl Flow for PartitionLoop {
                 }
                 None => self.next(),
             },
-            (State::Sizing, Answer::Sized(decision)) => self.sized(decision),
-            (State::Pausing, Answer::Done) => {
-                self.pace.again();
-                self.size()
-            }
-            (State::Lowering, Answer::Done) if self.from == self.floor => {
+            (At::Own(State::Lowering), Answer::Done) if self.from == self.floor => {
                 Step::Done(Outcome::Finished)
             }
-            (State::Lowering, Answer::Done) => self.await_updated(),
-            (State::Awaiting, Answer::Done) => {
-                self.pace.fresh();
-                self.gate()
-            }
-            (State::Gating, Answer::Judged(decision)) => self.judged(decision),
-            (State::Waiting, Answer::Done) => {
-                self.pace.again();
-                self.gate()
-            }
+            (At::Own(State::Lowering), Answer::Done) => self.await_updated(),
+            (At::Stage(stage), input) => self.staged(stage, input).unwrap_or_else(|input| {
+                panic!("partition loop at {stage:?} cannot take {input:?}")
+            }),
             (state, input) => panic!("partition loop in state {state:?} cannot take {input:?}"),
         };
-        if let Step::Done(_) = step {
-            self.state = State::Over;
-        }
-        step
+        self.ended(step)
     }
 }
 
@@ -261,6 +221,7 @@ mod tests {
     use super::*;
     use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
     use crate::plan::rolling_update::flow::Hold;
+    use crate::plan::rolling_update::flow::{Ask, Gating, Sizing};
 
     fn size(n: u32) -> Input {
         Input::Sized(BatchDecision::Size {

@@ -9,28 +9,13 @@ use std::convert::Infallible;
 use super::asks::{PartitionAt, ask_gate, ask_partition_size, partition_batch, pod_names};
 use super::flow::{Gating, Sizing};
 use super::partition_loop::{Action, GateAbout, Input, PartitionLoop};
-use super::planning::{self, Asked, Asking, Notes, Planned, StepDecisions};
+use super::planning::{self, Asked, Asking, InPlacePlan, Notes, Planned, StepDecisions};
 use super::pods::PodInfo;
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
 use crate::plan::hook::{CallContext, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PartitionPlan {
-    pub kind: &'static str,
-    pub target: Target,
-    pub steps: Vec<PartitionStep>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    /// Set when the ordinals below this one are on the new revision already: the partition
-    /// drops to 0 after the last step.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub settle: Option<i32>,
-    /// Set when a gate would stop the run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<String>,
-}
+pub type PartitionPlan = InPlacePlan<Target, PartitionStep>;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -161,18 +146,11 @@ pub fn plan(
 ) -> Result<PartitionPlan, HookFailed> {
     let mut recording = Recording {
         input,
-        plan: PartitionPlan {
-            kind: "RollingUpdatePlan",
-            target: Target {
-                kind: "StatefulSet",
-                name: input.name.to_string(),
-                replicas: input.replicas,
-            },
-            steps: Vec::new(),
-            warnings: Vec::new(),
-            settle: None,
-            stopped: None,
-        },
+        plan: PartitionPlan::new(Target {
+            kind: "StatefulSet",
+            name: input.name.to_string(),
+            replicas: input.replicas,
+        }),
         partition: input.partition,
         steps_done: 0,
     };
@@ -183,14 +161,7 @@ pub fn plan(
         input.max_unavailable,
         input.canary,
     );
-    let mut warnings = Vec::new();
-    let mut asking = Asking {
-        hooks,
-        ctx: input.ctx.clone(),
-        warnings: &mut warnings,
-    };
-    planning::plan(&mut recording, machine, &mut asking)?;
-    recording.plan.warnings = warnings;
+    recording.plan.warnings = planning::plan_in_place(&mut recording, machine, hooks, &input.ctx)?;
     Ok(recording.plan)
 }
 

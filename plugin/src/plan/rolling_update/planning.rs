@@ -54,6 +54,57 @@ pub struct StepDecisions {
     pub shadow: Vec<ShadowDecision>,
 }
 
+/// The plan of a workload updated in place (a StatefulSet's partitions, a DaemonSet's nodes):
+/// `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlacePlan<T, S> {
+    pub kind: &'static str,
+    pub target: T,
+    pub steps: Vec<S>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// A StatefulSet's: set when the ordinals below this one are on the new revision already,
+    /// so that the partition drops to 0 after the last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settle: Option<i32>,
+    /// Set when a gate would stop the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+impl<T, S> InPlacePlan<T, S> {
+    /// A plan of `target` with no step yet.
+    pub fn new(target: T) -> Self {
+        InPlacePlan {
+            kind: "RollingUpdatePlan",
+            target,
+            steps: Vec::new(),
+            warnings: Vec::new(),
+            settle: None,
+            stopped: None,
+        }
+    }
+}
+
+/// Plans with `hooks`, asked in `ctx`, what `machine` does, as `planned` records it; the
+/// plan's warnings.
+pub fn plan_in_place<P: Planned>(
+    planned: &mut P,
+    machine: P::Flow,
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+) -> Result<Vec<String>, HookFailed> {
+    let mut warnings = Vec::new();
+    let mut asking = Asking {
+        hooks,
+        ctx: ctx.clone(),
+        warnings: &mut warnings,
+    };
+    plan(planned, machine, &mut asking)?;
+    Ok(warnings)
+}
+
 /// The hooks, the context of the calls and the plan's warnings.
 pub struct Asking<'a> {
     pub hooks: &'a mut [Box<dyn Hook>],
