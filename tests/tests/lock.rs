@@ -93,3 +93,37 @@ async fn one_rotation_at_a_time() {
     next.release().await.unwrap();
     assert!(live.controls().await.unwrap().is_none(), "no trace is left");
 }
+
+/// A record the run clears without waiting (what held it, once the wait is over) is gone
+/// before the run's next read or write of its state, and a write made after the clear is not
+/// undone by it.
+#[tokio::test]
+async fn a_record_cleared_without_waiting_is_gone_before_the_next_read_or_write() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use rollout_ext::cluster::lock::LeaseRef;
+
+    let cluster = TestCluster::shared();
+    let live = cluster.live().await;
+    let lease = LeaseRef::workload("sts", "default", "clear-soon");
+    let every = Duration::from_secs(15);
+    let lock = live
+        .lock_lease(&lease, "gina@host/7", false, every)
+        .await
+        .unwrap();
+    let key = "rollout-ext.io/holding";
+    lock.set_state(key, Some("waiting")).await.unwrap();
+    lock.clear_soon(key).await.unwrap();
+    assert_eq!(lock.state(key).await.unwrap(), None);
+
+    // Cleared, then written again at once: the write comes last on the Lease too.
+    lock.set_state(key, Some("first")).await.unwrap();
+    lock.clear_soon(key).await.unwrap();
+    lock.set_state(key, Some("second")).await.unwrap();
+    assert_eq!(lock.state(key).await.unwrap().as_deref(), Some("second"));
+
+    // The release waits for a clear under way: nothing is left, so the Lease goes.
+    lock.clear_soon(key).await.unwrap();
+    lock.release().await.unwrap();
+    let leases: kube::Api<Lease> = kube::Api::namespaced(cluster.client().await, "default");
+    assert!(leases.get_opt(&lease.name).await.unwrap().is_none());
+}

@@ -14,6 +14,9 @@ use super::lock::LOCK_NAMESPACE;
 use super::{Cluster, ClusterError, Request};
 use crate::plan::rolling_update::controller::Kind;
 
+/// How many access reviews are in flight at once.
+const REVIEWS_AT_ONCE: usize = 4;
+
 /// One permission: a verb on a resource, written as Kubernetes names it (`nodes`,
 /// `pods/eviction`, `leases.coordination.k8s.io`), cluster-wide or in one namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,7 +231,13 @@ impl Cluster {
                 Ok::<_, AccessError>((!allowed).then(|| permission.clone()))
             }
         });
-        let answers = futures::future::join_all(reviews).await;
+        // A few at a time: each request in flight takes a connection of its own, and a new
+        // connection's TLS handshake costs the server more than a review on one already open.
+        let answers: Vec<_> = futures::StreamExt::collect(futures::StreamExt::buffered(
+            futures::stream::iter(reviews),
+            REVIEWS_AT_ONCE,
+        ))
+        .await;
         let mut missing = Vec::new();
         for answer in answers {
             missing.extend(answer?);

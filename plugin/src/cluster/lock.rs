@@ -83,7 +83,12 @@ pub struct LockGuard {
     identity: String,
     lost: watch::Receiver<bool>,
     renewer: tokio::task::JoinHandle<()>,
+    /// A write of the run's state under way that the run did not wait for (see
+    /// [`LockGuard::clear_soon`]).
+    pending: tokio::sync::Mutex<Option<PendingWrite>>,
 }
+
+type PendingWrite = tokio::task::JoinHandle<Result<(), ClusterError>>;
 
 pub(super) fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
@@ -228,6 +233,7 @@ impl Cluster {
             identity: identity.to_string(),
             lost,
             renewer,
+            pending: Default::default(),
         })
     }
 }
@@ -340,6 +346,7 @@ impl LockGuard {
 
     /// The run's state entry `key`, kept on the lock so that a resumed run finds it.
     pub async fn state(&self, key: &str) -> Result<Option<String>, ClusterError> {
+        let _settled = self.settled().await?;
         let lease = self
             .lease
             .api(&self.cluster)
@@ -357,21 +364,34 @@ impl LockGuard {
     /// Records or forgets several state entries at once: a run stopped around the call finds
     /// all of them or none.
     pub async fn set_states(&self, entries: &[(&str, Option<&str>)]) -> Result<(), ClusterError> {
-        let annotations: serde_json::Map<String, serde_json::Value> = entries
-            .iter()
-            .map(|(key, value)| (key.to_string(), serde_json::json!(value)))
-            .collect();
-        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-        self.lease
-            .api(&self.cluster)
-            .patch(
-                &self.lease.name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(patch),
-            )
-            .await
-            .map_err(|e| self.request_error("patch", e))?;
+        let _settled = self.settled().await?;
+        write_states(&self.cluster, &self.lease, entries).await
+    }
+
+    /// Forgets the state entry `key` without waiting for the write: the run goes on meanwhile.
+    /// The next read or write of the run's state, and the lock's release, wait for it first
+    /// (so writes stay in order) and fail with its error.
+    pub async fn clear_soon(&self, key: &str) -> Result<(), ClusterError> {
+        let mut pending = self.settled().await?;
+        let (cluster, lease, key) = (self.cluster.clone(), self.lease.clone(), key.to_string());
+        *pending = Some(tokio::spawn(async move {
+            write_states(&cluster, &lease, &[(&key, None)]).await
+        }));
         Ok(())
+    }
+
+    /// Waits for the write under way, if any; its error is this call's. The guard keeps the
+    /// next write from starting before the caller's.
+    async fn settled(
+        &self,
+    ) -> Result<tokio::sync::MutexGuard<'_, Option<PendingWrite>>, ClusterError> {
+        let mut pending = self.pending.lock().await;
+        if let Some(write) = pending.take() {
+            write
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        }
+        Ok(pending)
     }
 
     /// Lets go of the lock but keeps the run's state, for a run that stopped before the end:
@@ -392,6 +412,7 @@ impl LockGuard {
     /// own record of what it waits on is not state any more. A change made between reading the
     /// Lease and writing it (an operator's late pause) is read again.
     async fn let_go(self, finished: bool) -> Result<(), ClusterError> {
+        drop(self.settled().await?);
         self.renewer.abort();
         let leases = self.lease.api(&self.cluster);
         for _ in 0..RELEASE_ATTEMPTS {
@@ -454,6 +475,29 @@ pub struct LockStatus {
     pub renewed_seconds_ago: Option<i64>,
     /// The run's state entries (expected Ready nodes per group being rotated).
     pub state: std::collections::BTreeMap<String, String>,
+}
+
+/// Merges `entries` into the annotations of `lease` (a `None` value removes its key).
+async fn write_states(
+    cluster: &Cluster,
+    lease: &LeaseRef,
+    entries: &[(&str, Option<&str>)],
+) -> Result<(), ClusterError> {
+    let annotations: serde_json::Map<String, serde_json::Value> = entries
+        .iter()
+        .map(|(key, value)| (key.to_string(), serde_json::json!(value)))
+        .collect();
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+    lease
+        .api(cluster)
+        .patch(
+            &lease.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .map_err(|e| lease.request("patch").error(&cluster.server, e))?;
+    Ok(())
 }
 
 impl Cluster {

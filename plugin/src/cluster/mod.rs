@@ -14,6 +14,7 @@ pub mod nodes;
 mod objects;
 pub mod recorder;
 pub mod retry;
+mod transport;
 pub mod validate;
 pub mod view;
 pub mod workloads;
@@ -204,10 +205,8 @@ impl Cluster {
         let default_namespace = config.default_namespace.clone();
         let retry_for = options.retry_for.unwrap_or(retry::DEFAULT_RETRY_FOR);
         let retry = retry::RetryLayer::new(retry_for, retry::to_stderr());
-        let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?
-            .with_layer(&retry)
-            .build();
+        let client = transport::client(config, &retry)
+            .map_err(|e| ClusterError::Kubeconfig(error_chain(&e)))?;
         Ok(Cluster {
             client,
             server,

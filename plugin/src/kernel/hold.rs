@@ -62,7 +62,12 @@ impl Kernel<'_> {
                 return Err(self.honour_abort(abort?, &at).await.into());
             }
         };
-        self.record_holding(None).await?;
+        // The record goes while the run goes on: its next step need not wait for the write.
+        if let (ControlsAt::Lease, Some(lock)) = (&self.controls, self.lock) {
+            lock.clear_soon(keys::HOLDING)
+                .await
+                .map_err(KernelError::from)?;
+        }
         Ok(value)
     }
 }

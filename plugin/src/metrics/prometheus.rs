@@ -226,11 +226,16 @@ impl Server {
         form: String,
         token: Option<String>,
     ) -> Result<(http::StatusCode, Bytes), MetricsError> {
+        // Nagle's algorithm off, as for the Kubernetes client (see cluster/transport.rs): a
+        // query's body would otherwise wait for the server's delayed acknowledgement.
+        let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*self.tls).clone())
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(tcp);
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
         let mut request = http::Request::post(url).header(
             http::header::CONTENT_TYPE,

@@ -191,6 +191,8 @@ struct GroupRun {
     /// The cluster as last read: when the group started, before hooks are asked about a batch,
     /// and when a batch is replaced.
     latest: Arc<Snapshot>,
+    /// The expected size a stopped run recorded for the group, read when it started.
+    recorded: Option<usize>,
     /// How many Ready nodes the group must have between batches (see [`records`]).
     expected: usize,
     begun: bool,
@@ -230,9 +232,22 @@ impl Rotation<'_> {
 
     /// Rotates every group the options choose, in order.
     pub async fn run(&mut self) -> Result<(), RotateError> {
+        // The chosen groups' pods are listed while the Lease is read. A chosen group with no
+        // nodes (one an earlier run emptied, or no group at all) is told apart below, after
+        // which the groups are followed again.
+        match self.follow_chosen_groups(&self.options()) {
+            Err(RotateError::Plan(PlanError::UnknownGroup { .. })) => {}
+            other => other?,
+        }
+        let left = self.cluster.lock_status().await?;
         // What held an earlier run that stopped is not what holds this one.
-        self.kernel.record_holding(None).await?;
-        self.finish_stopped_steps().await?;
+        if left
+            .as_ref()
+            .is_some_and(|l| l.state.contains_key(crate::keys::HOLDING))
+        {
+            self.kernel.record_holding(None).await?;
+        }
+        self.finish_stopped_steps(left).await?;
         let mut options = self.options();
         // A chosen group an earlier run emptied is not unknown: it is only left to wait for.
         let emptied = self.emptied_groups(&*self.view.caught_up().await?).await?;
@@ -303,7 +318,12 @@ impl Rotation<'_> {
 
     /// Reads the cluster, starts the group's loop from it and drives the loop to its end.
     async fn rotate_group(&mut self, name: String, role: Role) -> Result<(), RotateError> {
-        self.await_left_replacements(&name).await?;
+        let recorded = self
+            .lock
+            .state(&records::expected_key(&name))
+            .await?
+            .and_then(|v| v.parse::<usize>().ok());
+        self.await_left_replacements(&name, recorded).await?;
         let snapshot = self.view.caught_up().await?;
         let mut options = self.options();
         options.instance_groups = vec![name.clone()];
@@ -324,6 +344,7 @@ impl Rotation<'_> {
             name,
             role,
             latest: snapshot,
+            recorded,
             expected: 0,
             begun: false,
         };
@@ -425,29 +446,37 @@ impl Rotation<'_> {
                     source,
                 })?;
         }
-        run.expected = self.expected_size(run).await?;
-        run.begun = true;
         self.kernel.reporter.report(Event::GroupStarted {
             group: run.name.clone(),
             instances: instances.to_vec(),
         });
-        if self.settings.plan.cloud_only || run.role == Role::Bastion {
-            return Ok(());
+        let tainted = !self.settings.plan.cloud_only && run.role != Role::Bastion;
+        if tainted {
+            let index = Index::new(&run.latest);
+            let names: Vec<&str> = instances.iter().map(String::as_str).collect();
+            for message in health::drain_blockers(&index, &names, &self.settings.plan.drain) {
+                self.warn(message);
+            }
         }
-        let index = Index::new(&run.latest);
-        let names: Vec<&str> = instances.iter().map(String::as_str).collect();
-        for message in health::drain_blockers(&index, &names, &self.settings.plan.drain) {
-            self.warn(message);
-        }
-        let taints = instances.iter().filter(|n| run.registered(n)).map(|node| {
-            self.cluster.taint_prefer_no_schedule(
-                node,
-                &self.settings.taint_key,
-                false,
-                self.kernel.reporter,
-            )
-        });
-        futures::future::try_join_all(taints).await?;
+        let taints = (instances.iter())
+            .filter(|n| tainted && run.registered(n))
+            .map(|node| {
+                self.cluster.taint_prefer_no_schedule(
+                    node,
+                    &self.settings.taint_key,
+                    false,
+                    self.kernel.reporter,
+                )
+            });
+        // A taint needs no record first: it only steers new pods away, and a run stopped
+        // before the record counts the group's nodes again, all of them still there.
+        let (expected, _) = tokio::try_join!(self.expected_size(run), async {
+            futures::future::try_join_all(taints)
+                .await
+                .map_err(RotateError::from)
+        })?;
+        run.expected = expected;
+        run.begun = true;
         Ok(())
     }
 
@@ -455,17 +484,12 @@ impl Rotation<'_> {
     /// size not Ready yet), before the group is read: until then a replacement still booting,
     /// a Machine whose Node has not registered yet, would be read as an instance that never
     /// registered, out of date, and replaced again.
-    async fn await_left_replacements(&self, group: &str) -> Result<(), RotateError> {
-        if self.settings.plan.cloud_only {
-            return Ok(());
-        }
-        let key = records::expected_key(group);
-        let Some(expected) = self
-            .lock
-            .state(&key)
-            .await?
-            .and_then(|v| v.parse::<usize>().ok())
-        else {
+    async fn await_left_replacements(
+        &self,
+        group: &str,
+        recorded: Option<usize>,
+    ) -> Result<(), RotateError> {
+        let Some(expected) = recorded.filter(|_| !self.settings.plan.cloud_only) else {
             return Ok(());
         };
         let nodes = self.view.caught_up().await?;

@@ -4,6 +4,7 @@
 
 use super::pods_back::{PODS_BACK_PREFIX, pods_back_key};
 use super::{GroupRun, RotateError, Rotation};
+use crate::cluster::lock::LockStatus;
 use crate::events::Event;
 use crate::keys;
 use crate::provider::Target;
@@ -90,15 +91,10 @@ impl Rotation<'_> {
         if self.judges_by_pods(&run.name) {
             return Ok(0);
         }
-        let key = expected_key(&run.name);
-        if let Some(expected) = self
-            .lock
-            .state(&key)
-            .await?
-            .and_then(|v| v.parse::<usize>().ok())
-        {
+        if let Some(expected) = run.recorded {
             return Ok(expected);
         }
+        let key = expected_key(&run.name);
         let label = crate::plan::prepare::group_label(self.policy, &self.settings.plan);
         let size = run
             .latest
@@ -120,9 +116,12 @@ impl Rotation<'_> {
     /// provider's terminate must accept an instance already gone), and its replacement waited
     /// for. A surge whose instance is not yet marked detached is detached (again, perhaps: a
     /// provider's detach must accept an instance already detached) and marked; the group's
-    /// expected size already counts it.
-    pub(super) async fn finish_stopped_steps(&mut self) -> Result<(), RotateError> {
-        let Some(status) = self.cluster.lock_status().await? else {
+    /// expected size already counts it. `left`: the Lease as this run found it.
+    pub(super) async fn finish_stopped_steps(
+        &mut self,
+        left: Option<LockStatus>,
+    ) -> Result<(), RotateError> {
+        let Some(status) = left else {
             return Ok(());
         };
         let records = |prefix: &str| -> Vec<(String, serde_json::Value)> {

@@ -60,9 +60,22 @@ pub struct State {
     watches_node_pools: bool,
     failed: Option<Arc<ClusterError>>,
     follow: Option<Follow>,
+    /// A task brings the nodes `follow` accepts into view as they join.
+    following: bool,
 }
 
 impl State {
+    /// The scopes of those of `nodes` whose pods the run follows.
+    fn followed<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Vec<Scope> {
+        let Some(follow) = &self.follow else {
+            return Vec::new();
+        };
+        nodes
+            .filter(|n| n.registered && follow(n))
+            .map(|n| Scope::Node(n.name.clone()))
+            .collect()
+    }
+
     fn synced(&self) -> bool {
         self.nodes.synced
             && self.system.synced
@@ -208,6 +221,7 @@ impl LiveView {
             watches_node_pools: cluster.node_pools,
             failed: None,
             follow: None,
+            following: false,
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
@@ -292,29 +306,61 @@ impl LiveView {
     }
 
     /// From now on the pods of every node `follow` accepts, and of nodes it accepts as they
-    /// join, are in view.
+    /// join, are in view. A node that joins is brought into view as soon as it registers, so
+    /// that its pods are listed while it boots, not when the run next reads the view.
     pub fn follow(&self, follow: impl Fn(&Node) -> bool + Send + Sync + 'static) {
-        self.shared.lock().follow = Some(Arc::new(follow));
+        let first = {
+            let mut state = self.shared.lock();
+            state.follow = Some(Arc::new(follow));
+            !std::mem::replace(&mut state.following, true)
+        };
+        // One task brings joining nodes into view, whatever `follow` is now; the nodes a new
+        // `follow` accepts already are brought in when the view is next caught up.
+        if !first {
+            return;
+        }
+        let (shared, api) = (self.shared.clone(), self.pods.clone());
+        self.spawn(async move {
+            let mut changes = shared.changed.subscribe();
+            let mut lists = JoinSet::new();
+            // The node version last looked at: pod changes alone do not bring nodes in.
+            let mut seen = None;
+            loop {
+                let new = shared.change_then(|state| {
+                    let newest = state.nodes.newest;
+                    if seen == Some(newest) {
+                        return (false, Vec::new());
+                    }
+                    seen = Some(newest);
+                    let followed = state.followed(state.nodes.values().map(|n| &**n));
+                    (false, state.pods.claim(followed))
+                });
+                for scope in new {
+                    let (shared, api) = (shared.clone(), api.clone());
+                    lists.spawn(async move { feed::list_scope(&shared, &api, &scope).await });
+                }
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .spawn(task);
     }
 
     /// Brings `scopes` into view (each is listed once, then kept current).
     pub fn look_at(&self, scopes: impl IntoIterator<Item = Scope>) {
-        let new: Vec<Scope> = self.shared.change_then(|state| {
-            let new: Vec<Scope> = scopes
-                .into_iter()
-                .filter(|s| !state.pods.covers(s))
-                .collect::<HashSet<_>>()
-                .into_iter()
-                .collect();
-            for scope in &new {
-                state.pods.widen(scope);
-            }
-            (false, new)
-        });
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let new = self
+            .shared
+            .change_then(|state| (false, state.pods.claim(scopes)));
         for scope in new {
             let (shared, api) = (self.shared.clone(), self.pods.clone());
-            tasks.spawn(async move { feed::list_scope(&shared, &api, &scope).await });
+            self.spawn(async move { feed::list_scope(&shared, &api, &scope).await });
         }
     }
 
@@ -347,13 +393,7 @@ impl LiveView {
 
     /// The nodes of `snapshot` whose pods the run follows.
     fn followed(&self, snapshot: &Snapshot) -> Vec<Scope> {
-        let Some(follow) = self.shared.lock().follow.clone() else {
-            return Vec::new();
-        };
-        (snapshot.nodes.iter())
-            .filter(|n| n.registered && follow(n))
-            .map(|n| Scope::Node(n.name.clone()))
-            .collect()
+        self.shared.lock().followed(snapshot.nodes.iter())
     }
 
     /// Waits until the view is listed, shows every pending write and has no scope to list

@@ -166,6 +166,16 @@ impl Scoped {
     }
 
     /// `scope` comes into view: from now on its events count, and its list is under way.
+    /// Widens the view to those of `scopes` it does not cover yet, and returns them: each is
+    /// for its caller to list.
+    pub fn claim(&mut self, scopes: impl IntoIterator<Item = Scope>) -> Vec<Scope> {
+        let new: HashSet<Scope> = scopes.into_iter().filter(|s| !self.covers(s)).collect();
+        for scope in &new {
+            self.widen(scope);
+        }
+        new.into_iter().collect()
+    }
+
     pub fn widen(&mut self, scope: &Scope) {
         match scope {
             Scope::Node(n) => self.nodes.insert(n.clone()),
