@@ -106,6 +106,10 @@ pub trait Flow {
     /// Where an abort leaves things.
     type Stop;
 
+    /// Advances the flow with the outcome of the last step.
+    ///
+    /// # Panics
+    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Answer<Self::Answer>) -> StepOf<Self>;
 }
 

@@ -172,10 +172,6 @@ impl Flow for NodeLoop {
     type Answer = Ordered;
     type Stop = usize;
 
-    /// Advances the machine with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Input) -> Step {
         let step = match (self.stepping.at, input) {
             (At::Own(State::New), Answer::Start) if !self.batch.is_empty() => self.await_replaced(),

@@ -189,10 +189,6 @@ impl Flow for PartitionLoop {
     type Answer = Infallible;
     type Stop = i32;
 
-    /// Advances the machine with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Input) -> Step {
         let step = match (self.stepping.at, input) {
             (At::Own(State::New), Answer::Start) => match self.resumed_from {

@@ -269,10 +269,6 @@ impl Flow for ScaleLoop {
     type Answer = Told;
     type Stop = Seen;
 
-    /// Advances the loop with the outcome of the last step.
-    ///
-    /// # Panics
-    /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Input) -> Step {
         let step = match (self.state, input) {
             (State::New, Answer::Start) => self.observe(),
