@@ -48,6 +48,15 @@ pub const PAUSE: &str = "rollout-ext.io/pause";
 /// current step (same JSON); the run that honours it removes it.
 pub const ABORT: &str = "rollout-ext.io/abort";
 
+/// The well-known label that takes a node out of cloud load balancers (Service controllers
+/// honour it since Kubernetes 1.19, when cordoning stopped doing so).
+pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// The value this tool gives [`EXCLUDE_FROM_LOAD_BALANCERS`]: the label is ours only with it, and
+/// only ours is ever removed.
+pub const EXCLUDED_BY_US: &str = "rollout-ext";
+
 /// The default PreferNoSchedule taint put on nodes chosen for replacement.
 pub const SCHEDULED_FOR_UPDATE: &str = "rollout-ext.io/scheduled-for-update";
 

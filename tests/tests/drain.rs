@@ -20,6 +20,11 @@ use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::workloads::{blocking_budget, create_namespace, replica_set};
 use serde_json::json;
 
+/// A cordon as a rotation does it by default (out of external load balancers too).
+fn cordon() -> rollout_ext::cluster::drain::Cordon {
+    rollout_ext::cluster::drain::Cordon::of(None, &Default::default())
+}
+
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn setup(group: &str, nodes: usize) -> (Client, Cluster, Vec<String>) {
@@ -79,7 +84,9 @@ async fn managed_pods_move_and_daemon_pods_stay() {
     let version = live.policy_version().await.unwrap();
     let reporter = Collect::default();
     // Everything starts on the first node.
-    live.cordon(&nodes[1], false, &reporter).await.unwrap();
+    live.cordon(&nodes[1], cordon(), false, &reporter)
+        .await
+        .unwrap();
     let rss = replica_set(&client, "drain-move", "web", 3).await;
     let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": "agent"},
@@ -112,7 +119,9 @@ async fn managed_pods_move_and_daemon_pods_stay() {
 
     // Swap: the second node takes new pods, the first is cordoned and drained.
     uncordon(&client, &nodes[1]).await;
-    live.cordon(&nodes[0], false, &reporter).await.unwrap();
+    live.cordon(&nodes[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
     live.drain(
         &nodes[0],
         &settings(version, WAIT, DrainOptions::default()),
@@ -202,7 +211,9 @@ async fn an_unmanaged_pod_stops_the_drain_before_anything_is_evicted() {
     };
     // Cordoned, as a drain expects: the replacements of the web pods have nowhere to go, and
     // the node is left empty.
-    live.cordon(&nodes[0], false, &reporter).await.unwrap();
+    live.cordon(&nodes[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
     live.drain(&nodes[0], &settings(version, WAIT, forced), &reporter)
         .await
         .unwrap();
@@ -279,13 +290,17 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
     let (client, live, nodes) = setup("drain-pdb", 2).await;
     let version = live.policy_version().await.unwrap();
     let reporter = Collect::default();
-    live.cordon(&nodes[1], false, &reporter).await.unwrap();
+    live.cordon(&nodes[1], cordon(), false, &reporter)
+        .await
+        .unwrap();
     replica_set(&client, "drain-pdb", "web", 2).await;
 
     let pdbs = blocking_budget(&client, "drain-pdb", version, 2).await;
 
     // A short timeout: the drain stops, names what is left, and evicted nothing.
-    live.cordon(&nodes[0], false, &reporter).await.unwrap();
+    live.cordon(&nodes[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
     let err = live
         .drain(
             &nodes[0],
@@ -337,7 +352,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     replica_set(&client, "drain-late", "web", 2).await;
     let pdbs = blocking_budget(&client, "drain-late", version, 2).await;
     let watcher = Arc::new(FirstBlock::default());
-    live.cordon(&nodes[0], false, watcher.as_ref())
+    live.cordon(&nodes[0], cordon(), false, watcher.as_ref())
         .await
         .unwrap();
     let drain = held_drain(&live, &nodes[0], version, &watcher).await;

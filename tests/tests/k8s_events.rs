@@ -139,6 +139,7 @@ async fn a_server_without_events_k8s_io_v1_gets_core_events_that_count_repeats()
     let recorder = EventRecorder::start(&live, "a-legacy-run", Scope::Rotation, terminal.clone());
     recorder.report(Event::Cordoned {
         node: "legacy-1".into(),
+        excluded_from_load_balancers: true,
     });
     for left in (0..20).rev() {
         recorder.report(Event::EvictionBlocked {

@@ -817,3 +817,133 @@ async fn rerun_finishes(
         "each original node terminated exactly once"
     );
 }
+
+/// The exclusion label of each node of `group` when it was first seen cordoned, and every value
+/// the label took on a node, as a watch of the group's nodes saw them.
+#[derive(Default)]
+struct LabelsSeen {
+    at_cordon: BTreeMap<String, Option<String>>,
+    values: BTreeMap<String, Vec<String>>,
+}
+
+fn watch_exclusion_labels(
+    client: Client,
+    group: &str,
+) -> (Arc<Mutex<LabelsSeen>>, tokio::task::JoinHandle<()>) {
+    const LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+    let seen = Arc::new(Mutex::new(LabelsSeen::default()));
+    let record = seen.clone();
+    let api: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().labels(&format!("kops.k8s.io/instancegroup={group}"));
+    let task = tokio::spawn(async move {
+        use kube::runtime::WatchStreamExt;
+        let mut events = watcher(api, config).applied_objects().boxed();
+        while let Some(Ok(node)) = events.next().await {
+            let label = node.labels().get(LABEL).cloned();
+            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            let mut seen = record.lock().unwrap();
+            if cordoned {
+                seen.at_cordon
+                    .entry(node.name_any())
+                    .or_insert(label.clone());
+            }
+            let values = seen.values.entry(node.name_any()).or_default();
+            if let Some(value) = label
+                && values.last() != Some(&value)
+            {
+                values.push(value);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Every node the rotation cordons leaves external load balancers in the same write, so before
+/// any of its pods is evicted (a cordon alone no longer takes a node out of them); a node that
+/// carries the label already keeps it as it is; a policy can turn the label off.
+#[tokio::test]
+async fn cordoned_nodes_leave_external_load_balancers_before_their_pods_are_evicted() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let originals = outdated_group(cluster, "lbx", 3).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let theirs = &originals[0];
+    let label = json!({"metadata": {"labels": {
+        "node.kubernetes.io/exclude-from-external-load-balancers": "ops"}}});
+    nodes
+        .patch(
+            theirs,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+
+    let (seen, watch) = watch_exclusion_labels(client.clone(), "lbx");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let out = run_to_success(rotate_args(cluster, &policy, "lbx")).await;
+    let events = events_of(&out);
+    let mut cordoned: Vec<(String, bool)> = events
+        .iter()
+        .filter(|e| e["event"] == "cordoned")
+        .map(|e| {
+            let node = e["node"].as_str().unwrap().to_string();
+            (node, e["excluded_from_load_balancers"] == true)
+        })
+        .collect();
+    cordoned.sort();
+    let expected: Vec<(String, bool)> =
+        originals.iter().map(|n| (n.clone(), n != theirs)).collect();
+    assert_eq!(cordoned, expected);
+
+    // The first sighting of each cordon shows the label: it came in the cordon's own write.
+    let mut off_cluster = run_with_labels_off(cluster).await;
+    watch.abort();
+    let seen = seen.lock().unwrap();
+    for node in &originals {
+        let want = if node == theirs { "ops" } else { "rollout-ext" };
+        assert_eq!(
+            seen.at_cordon.get(node).cloned().flatten().as_deref(),
+            Some(want),
+            "{node} when first seen cordoned"
+        );
+    }
+    assert_eq!(
+        seen.values[theirs],
+        ["ops"],
+        "someone else's label is left as it is"
+    );
+    off_cluster.sort();
+    assert!(
+        off_cluster.iter().all(|(_, label)| label.is_none()),
+        "with drain.excludeFromLoadBalancers: false no node is labelled: {off_cluster:?}"
+    );
+}
+
+/// Rotates a one-node group under a policy with `drain.excludeFromLoadBalancers: false`; each
+/// node's exclusion label when first seen cordoned.
+async fn run_with_labels_off(cluster: &TestCluster) -> Vec<(String, Option<String>)> {
+    let client = cluster.client().await;
+    outdated_group(cluster, "lbx-off", 1).await;
+    let (seen, watch) = watch_exclusion_labels(client, "lbx-off");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(
+        dir.path(),
+        "  drain:\n    excludeFromLoadBalancers: false\n",
+    );
+    let out = run_to_success(rotate_args(cluster, &policy, "lbx-off")).await;
+    watch.abort();
+    let cordons = events_of(&out)
+        .iter()
+        .filter(|e| e["event"] == "cordoned")
+        .count();
+    assert_eq!(cordons, 1);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.at_cordon.len(), 1, "the node was seen cordoned");
+    seen.at_cordon
+        .iter()
+        .map(|(n, l)| (n.clone(), l.clone()))
+        .collect()
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::nodes::NodesArgs;
 use super::{Failure, KubeFlags, OutputFormat, output, tokio_runtime};
 use crate::cluster::LiveObjects;
+use crate::cluster::drain::Cordon;
 use crate::cluster::eviction::Eviction;
 use crate::hooks::ObjectSource;
 use crate::plan::PlanOptions;
@@ -62,7 +63,9 @@ pub fn run(
                     reason,
                 };
                 if !options.cloud_only {
-                    if let Err(e) = cluster.cordon(node, true, reporter.as_ref()).await {
+                    let read = snapshot.nodes.iter().find(|n| n.name == node);
+                    let cordon = Cordon::of(read, &options.drain.rules);
+                    if let Err(e) = cluster.cordon(node, cordon, true, reporter.as_ref()).await {
                         refusals.push(refuse("cordon".into(), e.to_string()));
                     }
                     for pod in cluster.pods_on(node).await? {
@@ -130,6 +133,14 @@ pub fn run(
             );
             print!("{}", output::align(&rows));
         }
+    }
+    let table = !matches!(args.output, OutputFormat::Json | OutputFormat::Yaml);
+    if table && !options.cloud_only && options.drain.rules.exclude_from_load_balancers {
+        println!(
+            "Each cordon also labels its node {}={} (drain.excludeFromLoadBalancers): external load balancers stop sending it new connections before its pods are evicted.",
+            crate::keys::EXCLUDE_FROM_LOAD_BALANCERS,
+            crate::keys::EXCLUDED_BY_US
+        );
     }
     if refusals.is_empty() {
         Ok(())

@@ -94,6 +94,37 @@ fn server_error(
     .error(&cluster.server, e)
 }
 
+/// How a node is cordoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cordon {
+    /// The policy's `drain.excludeFromLoadBalancers`.
+    pub exclude_from_load_balancers: bool,
+    /// The node carries the exclusion label already (ours from an earlier run, or someone
+    /// else's): it is not written again.
+    pub labelled_already: bool,
+}
+
+impl Cordon {
+    /// How `node` (as last read; none when it was not) is cordoned under `rules`.
+    pub fn of(
+        node: Option<&crate::snapshot::Node>,
+        rules: &crate::policy::drain::DrainPolicy,
+    ) -> Cordon {
+        Cordon {
+            exclude_from_load_balancers: rules.exclude_from_load_balancers,
+            labelled_already: node.is_some_and(|n| {
+                n.labels
+                    .contains_key(crate::keys::EXCLUDE_FROM_LOAD_BALANCERS)
+            }),
+        }
+    }
+}
+
+/// A patch that records `phase` on a node.
+fn phase_patch(phase: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {crate::keys::PHASE: phase}}})
+}
+
 fn patch_params(dry_run: bool) -> PatchParams {
     PatchParams {
         dry_run,
@@ -102,31 +133,43 @@ fn patch_params(dry_run: bool) -> PatchParams {
 }
 
 impl Cluster {
-    /// Marks a node unschedulable, and ours (the phase annotation).
+    /// Marks a node unschedulable, and ours (the phase annotation); with
+    /// `exclude_from_load_balancers`, labels it out of external load balancers in the same
+    /// write, unless it carries that label already (someone else's is left as it is).
     pub async fn cordon(
         &self,
         node: &str,
+        cordon: Cordon,
         dry_run: bool,
         reporter: &dyn Reporter,
     ) -> Result<(), ClusterError> {
-        self.set_phase(node, "cordoned", true, dry_run).await?;
-        reporter.report(Event::Cordoned { node: node.into() });
+        let mut patch = phase_patch("cordoned");
+        patch["spec"] = serde_json::json!({"unschedulable": true});
+        let excluded = cordon.exclude_from_load_balancers && !cordon.labelled_already;
+        if excluded {
+            patch["metadata"]["labels"] = serde_json::json!({
+                crate::keys::EXCLUDE_FROM_LOAD_BALANCERS: crate::keys::EXCLUDED_BY_US,
+            });
+        }
+        self.patch_node(node, patch, dry_run).await?;
+        reporter.report(Event::Cordoned {
+            node: node.into(),
+            excluded_from_load_balancers: excluded,
+        });
         Ok(())
     }
 
-    /// Records how far the rotation got with a node, cordoning it in the same patch if asked.
-    pub async fn set_phase(
+    /// Records how far the rotation got with a node.
+    pub async fn set_phase(&self, node: &str, phase: &str) -> Result<(), ClusterError> {
+        self.patch_node(node, phase_patch(phase), false).await
+    }
+
+    async fn patch_node(
         &self,
         node: &str,
-        phase: &str,
-        cordon: bool,
+        patch: serde_json::Value,
         dry_run: bool,
     ) -> Result<(), ClusterError> {
-        let mut patch =
-            serde_json::json!({"metadata": {"annotations": {crate::keys::PHASE: phase}}});
-        if cordon {
-            patch["spec"] = serde_json::json!({"unschedulable": true});
-        }
         let api: Api<Node> = Api::all(self.client.clone());
         let patched = api
             .patch(node, &patch_params(dry_run), &Patch::Merge(patch))

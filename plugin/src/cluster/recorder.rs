@@ -104,7 +104,7 @@ pub fn record_of(event: &Event) -> Option<Record> {
     };
     match event {
         Event::Tainted { node: n, .. } => node(n, "Tainted", false),
-        Event::Cordoned { node: n } => node(n, "Cordoned", false),
+        Event::Cordoned { node: n, .. } => node(n, "Cordoned", false),
         Event::DrainStarted { node: n, .. } => node(n, "DrainStarted", false),
         Event::Drained { node: n } => node(n, "Drained", false),
         Event::Terminated { node: n, .. } => node(n, "Terminated", false),
@@ -477,10 +477,17 @@ mod tests {
 
     #[test]
     fn node_steps_go_on_the_node_and_the_run_on_the_lease() {
-        let cordoned = record_of(&Event::Cordoned { node: "n1".into() }).unwrap();
+        let cordoned = record_of(&Event::Cordoned {
+            node: "n1".into(),
+            excluded_from_load_balancers: true,
+        })
+        .unwrap();
         assert_eq!(cordoned.regarding, Regarding::Node("n1".into()));
         assert_eq!(cordoned.reason, "Cordoned");
-        assert_eq!(cordoned.note, "cordoned node n1");
+        assert_eq!(
+            cordoned.note,
+            "cordoned node n1, excluded from external load balancers"
+        );
         let blocked = record_of(&Event::EvictionBlocked {
             node: "n1".into(),
             pod: "shop/web-1".into(),

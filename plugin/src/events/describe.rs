@@ -56,7 +56,13 @@ impl Event {
             }
             Event::GroupDone { group } => format!("group {group} is up to date"),
             Event::Done => "rotation complete".into(),
-            Event::Cordoned { node } => format!("cordoned node {node}"),
+            Event::Cordoned {
+                node,
+                excluded_from_load_balancers,
+            } => match excluded_from_load_balancers {
+                true => format!("cordoned node {node}, excluded from external load balancers"),
+                false => format!("cordoned node {node}"),
+            },
             Event::Tainted { node, key } => {
                 format!("tainted node {node} with {key}:PreferNoSchedule")
             }

@@ -73,6 +73,9 @@ pub enum Event {
     Done,
     Cordoned {
         node: String,
+        /// Labelled out of external load balancers in the same write.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        excluded_from_load_balancers: bool,
     },
     Tainted {
         node: String,

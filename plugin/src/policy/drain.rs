@@ -18,6 +18,10 @@ pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(2 * 3600);
 /// The `drain` section, with its defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrainPolicy {
+    /// Label each node at its cordon [`crate::keys::EXCLUDE_FROM_LOAD_BALANCERS`], so that
+    /// cloud load balancers stop sending it new connections before its pods are evicted (a
+    /// cordon alone does not, since Kubernetes 1.19).
+    pub exclude_from_load_balancers: bool,
     pub do_not_disrupt_timeout: Duration,
     pub after_timeout: AfterTimeout,
     pub job_timeout: Duration,
@@ -31,6 +35,7 @@ pub struct DrainPolicy {
 impl Default for DrainPolicy {
     fn default() -> Self {
         DrainPolicy {
+            exclude_from_load_balancers: true,
             do_not_disrupt_timeout: DEFAULT_DO_NOT_DISRUPT_TIMEOUT,
             after_timeout: AfterTimeout::Stop,
             job_timeout: DEFAULT_JOB_TIMEOUT,
@@ -94,6 +99,7 @@ impl RungAction {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RawDrain {
+    exclude_from_load_balancers: Option<bool>,
     do_not_disrupt_timeout: Option<Spanned<String>>,
     #[serde(default)]
     after_timeout: AfterTimeout,
@@ -137,6 +143,9 @@ impl Located<'_> {
             after_timeout: raw.after_timeout,
             ..DrainPolicy::default()
         };
+        if let Some(exclude) = raw.exclude_from_load_balancers {
+            policy.exclude_from_load_balancers = exclude;
+        }
         if let Some(t) = &raw.do_not_disrupt_timeout {
             policy.do_not_disrupt_timeout = positive(t, "doNotDisruptTimeout")?;
         }

@@ -266,6 +266,14 @@ fn reads_the_drain_section() {
         Duration::from_secs(3600)
     );
     assert_eq!(plain.drain.job_timeout, Duration::from_secs(7200));
+    // Cordoned nodes leave external load balancers unless the policy says otherwise.
+    assert!(plain.drain.exclude_from_load_balancers);
+    assert!(d.exclude_from_load_balancers);
+    let off = parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  drain:\n    excludeFromLoadBalancers: false\n",
+    )
+    .unwrap();
+    assert!(!off.drain.exclude_from_load_balancers);
 }
 
 #[test]
@@ -296,6 +304,11 @@ fn drain_mistakes_name_their_line() {
         ),
         ("    escalation:\n      - {rung: Stop}\n", 6, "Stop alone"),
         ("    drainTimeout: 1m\n", 5, "drainTimeout"),
+        (
+            "    excludeFromLoadBalancers: sometimes\n",
+            5,
+            "invalid boolean",
+        ),
     ];
     for (lines, line, says) in cases {
         let text = format!(

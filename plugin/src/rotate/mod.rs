@@ -28,7 +28,7 @@ mod surge;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::drain::{DrainError, DrainSettings};
+use crate::cluster::drain::{Cordon, DrainError, DrainSettings};
 use crate::cluster::lock::LockGuard;
 use crate::cluster::validate::{ValidationError, ValidationSettings};
 use crate::cluster::view::LiveView;
@@ -199,6 +199,11 @@ struct GroupRun {
 }
 
 impl GroupRun {
+    /// How `node` is cordoned under `rules`, as last read.
+    fn cordon(&self, node: &str, rules: &crate::policy::drain::DrainPolicy) -> Cordon {
+        Cordon::of(self.latest.nodes.iter().find(|n| n.name == node), rules)
+    }
+
     /// Whether `node` of the group is a Node object (not a Machine that never registered one),
     /// as last read.
     fn registered(&self, node: &str) -> bool {

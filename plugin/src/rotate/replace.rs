@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
 use super::{GroupRun, RotateError, Rotation};
-use crate::cluster::drain::DrainError;
+use crate::cluster::drain::{Cordon, DrainError};
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
@@ -59,7 +59,10 @@ impl Rotation<'_> {
                 .instances
                 .iter()
                 .filter(|node| run.registered(node))
-                .map(|node| self.drain_one(node, orders.get(node).map(Vec::as_slice), &blocked));
+                .map(|node| {
+                    let cordon = run.cordon(node, &self.settings.drain.options.rules);
+                    self.drain_one(node, cordon, orders.get(node).map(Vec::as_slice), &blocked)
+                });
             let drained = futures::future::join_all(drains);
             for result in self.recording_blocks(&blocked, drained).await? {
                 result?;
@@ -136,10 +139,11 @@ impl Rotation<'_> {
     async fn drain_one(
         &self,
         node: &str,
+        cordon: Cordon,
         turns: Option<&[Vec<String>]>,
         reporter: &dyn Reporter,
     ) -> Result<(), RotateError> {
-        self.cluster.cordon(node, false, reporter).await?;
+        self.cluster.cordon(node, cordon, false, reporter).await?;
         match self
             .cluster
             .drain_ordered(node, &self.settings.drain, turns, reporter)
@@ -164,9 +168,7 @@ impl Rotation<'_> {
             }
             Err(e) => return Err(e.into()),
         }
-        self.cluster
-            .set_phase(node, "drained", false, false)
-            .await?;
+        self.cluster.set_phase(node, "drained").await?;
         Ok(())
     }
 }

@@ -21,6 +21,11 @@ use serde_json::json;
 use crate::Row;
 use crate::measure::{self, median, median_of};
 
+/// A cordon as a rotation does it by default (out of external load balancers too).
+fn cordon() -> rollout_ext::cluster::drain::Cordon {
+    rollout_ext::cluster::drain::Cordon::of(None, &Default::default())
+}
+
 const NAMESPACE: &str = "bench-drain";
 const PODS: i32 = 100;
 const SETTLE: Duration = Duration::from_secs(120);
@@ -102,7 +107,7 @@ async fn ours(kubeconfig: &Path, node: &str) -> anyhow::Result<Duration> {
         policy_version: live.policy_version().await?,
     };
     let reporter = Collect(Mutex::new(Vec::new()));
-    live.cordon(node, false, &reporter).await?;
+    live.cordon(node, cordon(), false, &reporter).await?;
     live.drain(node, &settings, &reporter).await?;
     Ok(started.elapsed())
 }
