@@ -339,6 +339,8 @@ impl LiveView {
                     let (shared, api) = (shared.clone(), api.clone());
                     lists.spawn(async move { feed::list_scope(&shared, &api, &scope).await });
                 }
+                // Lists that are done are let go, so that a long run holds only those under way.
+                while lists.try_join_next().is_some() {}
                 if changes.changed().await.is_err() {
                     return;
                 }
