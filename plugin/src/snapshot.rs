@@ -110,6 +110,8 @@ pub struct Pod {
     pub ready: bool,
     /// Succeeded or Failed: nothing left to disrupt.
     pub finished: bool,
+    /// Pending: not running yet, so no budget guards its eviction.
+    pub pending: bool,
     pub uses_empty_dir: bool,
     pub terminating: bool,
     /// What the scheduler reserves for it (zero for a pod without requests).
@@ -144,6 +146,36 @@ pub struct Pdb {
     pub name: String,
     pub selector: LabelSelector,
     pub disruptions_allowed: i32,
+    pub current_healthy: i32,
+    pub desired_healthy: i32,
+    /// `spec.unhealthyPodEvictionPolicy` (policy/v1 only; none on servers that do not serve
+    /// it, which judge as `IfHealthyBudget`).
+    pub unhealthy_pod_eviction_policy: Option<UnhealthyPodEvictionPolicy>,
+}
+
+/// When a budget lets a Running pod that is not Ready be evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnhealthyPodEvictionPolicy {
+    /// Only while the budget is met (`currentHealthy >= desiredHealthy`): the default.
+    IfHealthyBudget,
+    /// Whatever the budget says.
+    AlwaysAllow,
+}
+
+impl Pdb {
+    /// Whether evicting `pod`, which this budget selects, takes one of the disruptions it
+    /// allows, as the API server judges it: a Pending pod goes freely, a Ready one needs
+    /// `disruptionsAllowed`; a Running pod that is not Ready goes freely under `AlwaysAllow`,
+    /// and under `IfHealthyBudget` (also when the field is absent) while the budget is met.
+    pub fn guards(&self, pod: &Pod) -> bool {
+        if pod.pending || pod.ready {
+            return !pod.pending;
+        }
+        match self.unhealthy_pod_eviction_policy {
+            Some(UnhealthyPodEvictionPolicy::AlwaysAllow) => false,
+            _ => !(self.desired_healthy > 0 && self.current_healthy >= self.desired_healthy),
+        }
+    }
 }
 
 impl Snapshot {
@@ -462,6 +494,7 @@ impl FromParts for Pod {
             controller,
             ready: condition_true(&status.conditions, "Ready"),
             finished: matches!(status.phase.as_str(), "Succeeded" | "Failed"),
+            pending: status.phase == "Pending",
             uses_empty_dir: spec.volumes.iter().any(|v| v.empty_dir.is_some()),
             terminating: meta.deletion_timestamp.is_some(),
             requests: scheduling::pod_requests(

@@ -17,7 +17,7 @@ use rollout_ext::cluster::drain::{DrainError, DrainSettings};
 use rollout_ext::plan::drain::DrainOptions;
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::workloads::{blocking_budget, create_namespace, replica_set};
+use rollout_ext_e2e::workloads::{blocking_budget, budget, create_namespace, replica_set};
 use serde_json::json;
 
 /// A cordon as a rotation does it by default (out of external load balancers too).
@@ -460,4 +460,58 @@ async fn a_server_dry_run_reports_refusals_and_changes_nothing() {
         .unwrap();
     assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
     assert_eq!(pods_on(&client, "drain-dry", "dry-1").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_pod_under_two_budgets_stops_the_drain_at_once_naming_both() {
+    let (client, live, nodes) = setup("drain-two", 2).await;
+    let version = live.policy_version().await.unwrap();
+    let reporter = Collect::default();
+    live.cordon(&nodes[1], cordon(), false, &reporter)
+        .await
+        .unwrap();
+    replica_set(&client, "drain-two", "web", 2).await;
+    // Two budgets that would each allow a disruption, both selecting the pods.
+    let pdbs = budget(&client, "drain-two", version, 2, 1).await;
+    let second: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web-too"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &second).await.unwrap();
+    uncordon(&client, &nodes[1]).await;
+    live.cordon(&nodes[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
+
+    // The server's 500 is its answer: not retried for the retry budget (two minutes), nor as a
+    // budget's refusal until the drain timeout.
+    let long = settings(version, Duration::from_secs(600), DrainOptions::default());
+    let drain = live.drain(&nodes[0], &long, &reporter);
+    let err = tokio::time::timeout(WAIT, drain)
+        .await
+        .expect("the drain stops before the retry budget ends")
+        .unwrap_err();
+    match &err {
+        DrainError::MultipleBudgets { budgets, .. } => {
+            assert_eq!(budgets, "drain-two/web, drain-two/web-too", "{err}")
+        }
+        other => panic!("expected a stop naming both budgets, got {other}"),
+    }
+    assert!(
+        err.to_string().contains(
+            "is selected by more than one PodDisruptionBudget (drain-two/web, drain-two/web-too)"
+        ),
+        "{err}"
+    );
+    assert_eq!(pods_on(&client, "drain-two", &nodes[0]).await.len(), 2);
+    assert!(
+        !reporter
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Evicted { .. } | Event::EvictionBlocked { .. })),
+        "{:?}",
+        reporter.events()
+    );
 }

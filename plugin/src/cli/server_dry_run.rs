@@ -102,6 +102,17 @@ pub fn run(
                                         }
                                         refusals.push(refuse(format!("evict {id}"), why));
                                     }
+                                    Ok(Eviction::MultipleBudgets { message }) => {
+                                        let budgets =
+                                            cluster.budgets_named(&pod, version, &message).await;
+                                        refusals.push(refuse(
+                                            format!("evict {id}"),
+                                            format!("selected by more than one PodDisruptionBudget ({budgets}): the eviction API refuses such a pod"),
+                                        ));
+                                    }
+                                    Ok(Eviction::NamespaceTerminating { message }) => {
+                                        refusals.push(refuse(format!("evict {id}"), message))
+                                    }
                                     Err(e) => {
                                         refusals.push(refuse(format!("evict {id}"), e.to_string()))
                                     }

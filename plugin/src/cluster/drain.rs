@@ -71,6 +71,25 @@ pub enum DrainError {
         ladder: String,
         reason: String,
     },
+    /// The eviction API refuses a pod that more than one budget selects (500), for good.
+    #[error(
+        "draining node {node}: pod {pod} is selected by more than one PodDisruptionBudget ({budgets}), and the eviction API refuses to evict such a pod; change the budgets so that one selects it, then run the same command again"
+    )]
+    MultipleBudgets {
+        node: String,
+        pod: String,
+        budgets: String,
+    },
+    /// The pod's namespace is being deleted and the pod is not (yet) going with it.
+    #[error(
+        "draining node {node}: namespace {namespace} is being deleted, so the API server refuses to evict pod {pod}, which is not being deleted yet; run the same command again once the namespace's deletion has reached it ({message})"
+    )]
+    NamespaceTerminating {
+        node: String,
+        pod: String,
+        namespace: String,
+        message: String,
+    },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }
@@ -326,15 +345,20 @@ impl Cluster {
         Ok(guarded)
     }
 
+    /// The budgets of `pod`'s namespace that select it.
+    async fn budgets_of(&self, pod: &Pod, version: &str) -> Result<Vec<Pdb>, ClusterError> {
+        let budgets = self.budgets_in(&pod.namespace, version).await?;
+        Ok(budgets
+            .into_iter()
+            .filter(|b| b.selector.matches(&pod.labels))
+            .collect())
+    }
+
     /// Names the budgets covering `pod` and what they allow, for a refused eviction.
     pub async fn why_blocked(&self, pod: &Pod, version: &str, server_message: &str) -> String {
-        let budgets = match self.budgets_in(&pod.namespace, version).await {
-            Ok(b) => b,
-            Err(_) => return server_message.to_string(),
-        };
-        let names: Vec<String> = budgets
+        let names: Vec<String> = (self.budgets_of(pod, version).await)
+            .unwrap_or_default()
             .iter()
-            .filter(|b| b.selector.matches(&pod.labels))
             .map(|b| {
                 format!(
                     "PodDisruptionBudget {}/{} ({} disruptions allowed)",
@@ -346,6 +370,19 @@ impl Cluster {
             server_message.to_string()
         } else {
             format!("blocked by {}", names.join(", "))
+        }
+    }
+
+    /// Names the budgets that select `pod`, for an eviction the server refuses because there is
+    /// more than one; its own message when they cannot be read.
+    pub async fn budgets_named(&self, pod: &Pod, version: &str, server_message: &str) -> String {
+        match self.budgets_of(pod, version).await {
+            Ok(budgets) if !budgets.is_empty() => budgets
+                .iter()
+                .map(|b| format!("{}/{}", b.namespace, b.name))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => server_message.to_string(),
         }
     }
 

@@ -33,6 +33,33 @@ pub enum Eviction {
     Blocked { message: String },
     /// The pod is already gone.
     Gone,
+    /// Refused for good (500): more than one PodDisruptionBudget selects the pod, which the
+    /// eviction API does not support.
+    MultipleBudgets { message: String },
+    /// Refused (403, cause `NamespaceTerminating`): the pod's namespace is being deleted.
+    NamespaceTerminating { message: String },
+}
+
+impl Eviction {
+    /// The answer an eviction's error status is, when it is one rather than a failure.
+    pub fn from_status(status: &kube::core::Status) -> Option<Eviction> {
+        let message = status.message.clone();
+        match status.code {
+            429 => Some(Eviction::Blocked { message }),
+            404 => Some(Eviction::Gone),
+            500 if message.contains(super::retry::MULTIPLE_BUDGETS) => {
+                Some(Eviction::MultipleBudgets { message })
+            }
+            403 if status
+                .details
+                .as_ref()
+                .is_some_and(|d| (d.causes.iter()).any(|c| c.reason == "NamespaceTerminating")) =>
+            {
+                Some(Eviction::NamespaceTerminating { message })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Cluster {
@@ -66,10 +93,9 @@ impl Cluster {
             .expect("a POST request with a valid path");
         match self.client.request_text(req).await {
             Ok(_) => Ok(Eviction::Evicted),
-            Err(kube::Error::Api(status)) if status.code == 429 => Ok(Eviction::Blocked {
-                message: status.message,
-            }),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Eviction::Gone),
+            Err(kube::Error::Api(status)) if Eviction::from_status(&status).is_some() => {
+                Ok(Eviction::from_status(&status).expect("an answer"))
+            }
             Err(e) => Err(Request {
                 verb: "create",
                 resource: "pods/eviction",
@@ -92,5 +118,49 @@ impl Cluster {
         let _turn = turn.lock().await;
         self.evict(policy_version, namespace, name, grace_period, false)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(json: serde_json::Value) -> kube::core::Status {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_servers_answers_to_an_eviction_are_told_from_its_failures() {
+        let budget = status(
+            serde_json::json!({"code": 429, "message": "Cannot evict pod as it would violate the pod's disruption budget.", "reason": "TooManyRequests"}),
+        );
+        assert!(
+            matches!(Eviction::from_status(&budget), Some(Eviction::Blocked { message }) if message.contains("disruption budget"))
+        );
+        let gone = status(serde_json::json!({"code": 404, "message": "pods \"web-1\" not found"}));
+        assert_eq!(Eviction::from_status(&gone), Some(Eviction::Gone));
+        let two = status(
+            serde_json::json!({"code": 500, "reason": "InternalError", "message": "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}),
+        );
+        assert!(matches!(
+            Eviction::from_status(&two),
+            Some(Eviction::MultipleBudgets { .. })
+        ));
+        let terminating = status(serde_json::json!({
+            "code": 403, "reason": "Forbidden",
+            "message": "pods \"web-1\" is forbidden: unable to create new content in namespace shop because it is being terminated",
+            "details": {"name": "web-1", "kind": "pods", "causes": [{"reason": "NamespaceTerminating", "message": "namespace shop is being terminated", "field": "metadata.namespace"}]}
+        }));
+        assert!(
+            matches!(Eviction::from_status(&terminating), Some(Eviction::NamespaceTerminating { message }) if message.contains("being terminated"))
+        );
+        // Failures stay failures: another 500, a 403 of permissions, a 409.
+        for failure in [
+            serde_json::json!({"code": 500, "message": "etcdserver: request timed out"}),
+            serde_json::json!({"code": 403, "message": "pods \"web-1\" is forbidden: User \"x\" cannot create resource \"pods/eviction\""}),
+            serde_json::json!({"code": 409, "message": "conflict"}),
+        ] {
+            assert_eq!(Eviction::from_status(&status(failure)), None);
+        }
     }
 }

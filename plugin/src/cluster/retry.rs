@@ -8,6 +8,10 @@
 //! and the delay. A request that keeps failing for longer than the retry budget fails with an
 //! error saying how long and how often it was tried; the run then stops where it is, and the
 //! same command resumes it. Errors that are answers (403, 404, 409, 422, …) are never retried.
+//!
+//! A server error's body (a small Status) is read, so that each retry says the server's own
+//! message, and so that the one 500 that is an answer is known: an eviction of a pod that more
+//! than one PodDisruptionBudget selects, which the drain reports itself.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +20,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service};
 
@@ -24,6 +31,16 @@ use tower::{BoxError, Layer, Service};
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(120);
 const FIRST_DELAY: Duration = Duration::from_millis(500);
 const MAX_DELAY: Duration = Duration::from_secs(8);
+/// The most of a server error's body that is read for its message (a Status is far smaller).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// What the API server says (500) when asked to evict a pod that more than one
+/// PodDisruptionBudget selects: an answer, not a failure.
+pub const MULTIPLE_BUDGETS: &str = "more than one PodDisruptionBudget";
+
+/// The body of a response that went through [`Retry`]: the server's own stream, or the bytes of
+/// a server error that were read for its message.
+pub type RetryBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A request that failed transiently for the whole retry budget.
 #[derive(Debug, thiserror::Error)]
@@ -39,26 +56,76 @@ pub struct GaveUp {
     pub last: String,
 }
 
-/// Why an attempt is worth repeating, or `None` when its outcome is final.
+/// Why an attempt is worth repeating, or `None` when its outcome is final. `message` is the
+/// server's own, read from a server error's Status.
 pub fn transient<B>(
     method: &Method,
     path: &str,
     result: &Result<Response<B>, BoxError>,
+    message: Option<&str>,
 ) -> Option<String> {
     match result {
         Ok(response) => {
             let status = response.status();
-            // An eviction refused with 429 is a PodDisruptionBudget: the drain retries it itself,
-            // naming the budget.
+            // An eviction refused with 429 is a PodDisruptionBudget, and one refused with 500
+            // for a pod under two budgets is refused for good: the drain says either itself.
             let eviction = *method == Method::POST && path.ends_with("/eviction");
+            if eviction
+                && status == StatusCode::INTERNAL_SERVER_ERROR
+                && message.is_some_and(|m| m.contains(MULTIPLE_BUDGETS))
+            {
+                return None;
+            }
             let retried = (status == StatusCode::TOO_MANY_REQUESTS && !eviction)
                 || (status.is_server_error()
                     && status != StatusCode::NOT_IMPLEMENTED
                     && status != StatusCode::HTTP_VERSION_NOT_SUPPORTED);
-            retried.then(|| format!("the API server answered {status}"))
+            retried.then(|| match message {
+                Some(m) => format!("the API server answered {status}: {m}"),
+                None => format!("the API server answered {status}"),
+            })
         }
         Err(error) => transport_failure(error.as_ref()),
     }
+}
+
+/// An attempt's response with its body boxed, and the server's message when it is a server
+/// error (whose body is read whole: a Status, never a stream).
+async fn settle<B>(
+    result: Result<Response<B>, BoxError>,
+) -> (Result<Response<RetryBody>, BoxError>, Option<String>)
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let response = match result {
+        Ok(response) => response,
+        Err(e) => return (Err(e), None),
+    };
+    if !response.status().is_server_error() {
+        return (
+            Ok(response.map(|b| b.map_err(Into::into).boxed_unsync())),
+            None,
+        );
+    }
+    let (parts, body) = response.into_parts();
+    let bytes = match Limited::new(body, MAX_ERROR_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        // The connection failed while the body was read: that failure is the outcome.
+        Err(e) => return (Err(e), None),
+    };
+    #[derive(serde::Deserialize)]
+    struct Said {
+        message: String,
+    }
+    let message = serde_json::from_slice::<Said>(&bytes)
+        .ok()
+        .map(|s| s.message)
+        .filter(|m| !m.is_empty());
+    let body = Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    (Ok(Response::from_parts(parts, body)), message)
 }
 
 /// Connection-level failures: refused, reset, closed, timed out. Anything else the HTTP stack
@@ -209,11 +276,12 @@ impl<S, B> Service<Request<Body>> for Retry<S>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Send + 'static,
     S::Future: Send,
-    B: Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
-    type Response = Response<B>;
+    type Response = Response<RetryBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<B>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RetryBody>, BoxError>> + Send>>;
 
     /// Always ready: each attempt readies the wrapped service itself.
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
@@ -232,8 +300,8 @@ where
             let mut req = req;
             loop {
                 let next = copy(&req);
-                let result = attempt(&inner, req).await;
-                let Some(reason) = transient(&method, &path, &result) else {
+                let (result, message) = settle(attempt(&inner, req).await).await;
+                let Some(reason) = transient(&method, &path, &result, message.as_deref()) else {
                     return result;
                 };
                 let Some(next) = next else {
@@ -283,15 +351,26 @@ mod tests {
     use super::*;
     use std::collections::VecDeque;
 
+    type Outcome = Result<(StatusCode, String), std::io::ErrorKind>;
+
     /// A scripted server: each call takes the next outcome and records the request's method.
     #[derive(Clone)]
     struct Scripted {
-        outcomes: Arc<Mutex<VecDeque<Result<StatusCode, std::io::ErrorKind>>>>,
+        outcomes: Arc<Mutex<VecDeque<Outcome>>>,
         seen: Arc<Mutex<Vec<String>>>,
     }
 
     impl Scripted {
+        /// Answers with empty bodies.
         fn new(outcomes: Vec<Result<StatusCode, std::io::ErrorKind>>) -> Self {
+            Self::with_bodies(
+                (outcomes.into_iter())
+                    .map(|o| o.map(|status| (status, String::new())))
+                    .collect(),
+            )
+        }
+
+        fn with_bodies(outcomes: Vec<Outcome>) -> Self {
             Scripted {
                 outcomes: Arc::new(Mutex::new(outcomes.into())),
                 seen: Arc::default(),
@@ -299,10 +378,20 @@ mod tests {
         }
     }
 
+    /// A Status saying `message`, as the API server sends it with an error.
+    fn said(code: u16, message: &str) -> String {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}).to_string()
+    }
+
+    async fn body_of(response: Response<RetryBody>) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
     impl Service<Request<Body>> for Scripted {
-        type Response = Response<()>;
+        type Response = Response<String>;
         type Error = BoxError;
-        type Future = Pin<Box<dyn Future<Output = Result<Response<()>, BoxError>> + Send>>;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<String>, BoxError>> + Send>>;
         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
             Poll::Ready(Ok(()))
         }
@@ -314,8 +403,8 @@ mod tests {
             let outcome = self.outcomes.lock().unwrap().pop_front().expect("scripted");
             Box::pin(async move {
                 match outcome {
-                    Ok(status) => {
-                        let mut response = Response::new(());
+                    Ok((status, body)) => {
+                        let mut response = Response::new(body);
                         *response.status_mut() = status;
                         Ok(response)
                     }
@@ -423,6 +512,58 @@ mod tests {
             .unwrap();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(lines.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_eviction_of_a_pod_under_two_budgets_is_an_answer_with_its_message() {
+        let refused = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+        let server = Scripted::with_bodies(vec![Ok((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            said(500, refused),
+        ))]);
+        let (retry, lines) = layer(Duration::from_secs(60));
+        let response = retry
+            .layer(server.clone())
+            .call(request(
+                Method::POST,
+                "/api/v1/namespaces/ns/pods/web-1/eviction",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(lines.lock().unwrap().is_empty());
+        assert_eq!(server.seen.lock().unwrap().len(), 1);
+        // The body read for its message reaches the caller whole.
+        assert_eq!(body_of(response).await, said(500, refused));
+
+        // Any other 500, of an eviction too, is retried, and each retry says the server's words.
+        let server = Scripted::with_bodies(vec![
+            Ok((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                said(500, "etcdserver: leader changed"),
+            )),
+            Ok((StatusCode::CREATED, "{}".into())),
+        ]);
+        let (retry, lines) = layer(Duration::from_secs(60));
+        let response = retry
+            .layer(server.clone())
+            .call(request(
+                Method::POST,
+                "/api/v1/namespaces/ns/pods/web-1/eviction",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(body_of(response).await, "{}");
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].contains(
+                "the API server answered 500 Internal Server Error: etcdserver: leader changed; retrying"
+            ),
+            "{}",
+            lines[0]
+        );
     }
 
     #[tokio::test]

@@ -262,6 +262,7 @@ mod tests {
             finished: false,
             uses_empty_dir: false,
             terminating: false,
+            pending: false,
             requests: Default::default(),
             placement: Default::default(),
             do_not_disrupt: None,

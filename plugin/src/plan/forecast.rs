@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::plan::drain::{DrainOptions, Hold, PodFate, classify, ladder_in_words};
-use crate::plan::health::{Index, evictions_by_budget};
+use crate::plan::health::{Index, evictions_by_budget, under_several_budgets};
 
 /// A batch's drain, as the budgets it meets will let it go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -17,6 +17,8 @@ pub struct Forecast {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits: Vec<Stall>,
     /// Budgets that allow no eviction now: the drain cannot finish until their pods are healthy.
+    /// Pods that more than one budget selects are blocked too (the eviction API refuses them):
+    /// their entry's `pdb` names every budget (`ns/a, ns/b`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<Stall>,
     /// Evicted pods that fit on no schedulable node: they stay Pending until the batch's
@@ -45,7 +47,7 @@ pub struct Pending {
 /// One budget in the way of a batch's drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stall {
-    /// `namespace/name`.
+    /// `namespace/name` (several, `, `-separated, for pods more than one budget selects).
     pub pdb: String,
     /// The batch's pods it covers, `namespace/name`.
     pub pods: Vec<String>,
@@ -108,6 +110,22 @@ pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option
             });
         }
     }
+    let mut several: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for node in batch {
+        for (budgets, pods) in under_several_budgets(index, node, drain) {
+            several
+                .entry(budgets)
+                .or_default()
+                .extend(pods.iter().map(|p| p.id()));
+        }
+    }
+    forecast
+        .blocks
+        .extend(several.into_iter().map(|(pdb, pods)| Stall {
+            pdb,
+            pods,
+            reason: "more than one budget selects each of these pods, and the eviction API refuses to evict such a pod whatever the budgets allow: the drain stops there".into(),
+        }));
     (forecast != Forecast::default()).then_some(forecast)
 }
 
@@ -155,6 +173,109 @@ mod tests {
         // One web pod at a time is what the budget allows; the db pod is not on n2.
         assert_eq!(of_batch(&index, &["n2".into()], &drain), None);
         assert_eq!(Forecast::word(None), "ok");
+        let deleting = DrainOptions {
+            disable_eviction: true,
+            ..Default::default()
+        };
+        assert_eq!(of_batch(&index, &["n1".into()], &deleting), None);
+    }
+
+    /// A pod of app `web` on n1 in `phase`, Ready or not.
+    fn web_pod(name: &str, phase: &str, ready: bool) -> String {
+        format!(
+            r#"{{"kind": "Pod", "apiVersion": "v1", "metadata": {{"name": "{name}", "namespace": "shop", "labels": {{"app": "web", "tier": "front"}}, "ownerReferences": [{{"kind": "ReplicaSet", "name": "rs", "controller": true}}]}}, "spec": {{"nodeName": "n1"}}, "status": {{"phase": "{phase}", "conditions": [{{"type": "Ready", "status": "{}"}}]}}}}"#,
+            if ready { "True" } else { "False" }
+        )
+    }
+
+    /// A budget on app `web` allowing no disruption, with its healthy counts and policy (none:
+    /// the field absent, as a server before 1.26 sends it).
+    fn web_budget(current: i32, desired: i32, policy: Option<&str>) -> String {
+        let policy = policy
+            .map(|p| format!(r#", "unhealthyPodEvictionPolicy": "{p}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {{"name": "web", "namespace": "shop"}}, "spec": {{"selector": {{"matchLabels": {{"app": "web"}}}}{policy}}}, "status": {{"disruptionsAllowed": 0, "currentHealthy": {current}, "desiredHealthy": {desired}}}}}"#
+        )
+    }
+
+    fn forecast_of(items: &[String]) -> Option<Forecast> {
+        let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
+        let snapshot = Snapshot::from_json(json.as_bytes()).unwrap();
+        let index = Index::new(&snapshot);
+        let forecast = of_batch(&index, &["n1".into()], &DrainOptions::default());
+        let blockers =
+            crate::plan::health::drain_blockers(&index, &["n1"], &DrainOptions::default());
+        // The plan's warnings say what the forecast blocks on, no more.
+        let blocked = forecast.as_ref().map_or(0, |f| f.blocks.len());
+        assert_eq!(blockers.len(), blocked, "{blockers:?}");
+        forecast
+    }
+
+    #[test]
+    fn an_unready_pod_is_judged_by_its_budgets_unhealthy_pod_eviction_policy() {
+        let unready = web_pod("web-3", "Running", false);
+        let blocks = |budget: String| {
+            let f = forecast_of(&[unready.clone(), budget]);
+            f.is_some_and(|f| f.blocks.iter().any(|b| b.pods == ["shop/web-3"]))
+        };
+        // AlwaysAllow: it goes, met or not.
+        assert!(!blocks(web_budget(2, 3, Some("AlwaysAllow"))));
+        assert!(!blocks(web_budget(3, 3, Some("AlwaysAllow"))));
+        // IfHealthyBudget, and the field absent (its default): only while the budget is met.
+        for policy in [Some("IfHealthyBudget"), None] {
+            assert!(!blocks(web_budget(3, 3, policy)), "{policy:?}");
+            assert!(!blocks(web_budget(4, 3, policy)), "{policy:?}");
+            assert!(blocks(web_budget(2, 3, policy)), "{policy:?}");
+            // A budget that asks for no healthy pod is not met by having none.
+            assert!(blocks(web_budget(0, 0, policy)), "{policy:?}");
+        }
+        // A policy value this build does not know is judged as the stricter default.
+        assert!(blocks(web_budget(2, 3, Some("SomethingNew"))));
+
+        // A Ready pod takes a disruption whatever the policy says; a Pending one never does.
+        let ready = web_pod("web-1", "Running", true);
+        assert!(
+            forecast_of(&[ready, web_budget(3, 3, Some("AlwaysAllow"))])
+                .is_some_and(|f| f.blocks[0].pods == ["shop/web-1"])
+        );
+        let pending = web_pod("web-2", "Pending", false);
+        assert_eq!(forecast_of(&[pending, web_budget(2, 3, None)]), None);
+    }
+
+    #[test]
+    fn a_pod_under_two_budgets_blocks_whatever_they_allow() {
+        let generous = |name: &str, selector: &str| {
+            format!(
+                r#"{{"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {{"name": "{name}", "namespace": "shop"}}, "spec": {{"selector": {{"matchLabels": {selector}}}}}, "status": {{"disruptionsAllowed": 5}}}}"#
+            )
+        };
+        let items = [
+            web_pod("web-1", "Running", true),
+            web_pod("web-2", "Running", true),
+            // Not running: evicted without any budget being asked.
+            web_pod("web-3", "Pending", false),
+            generous("by-app", r#"{"app": "web"}"#),
+            generous("by-tier", r#"{"tier": "front"}"#),
+        ];
+        let f = forecast_of(&items).unwrap();
+        assert_eq!(f.blocks.len(), 1, "{f:?}");
+        assert_eq!(f.blocks[0].pdb, "shop/by-app, shop/by-tier");
+        assert_eq!(f.blocks[0].pods, ["shop/web-1", "shop/web-2"]);
+        assert!(f.blocks[0].reason.contains("the eviction API refuses"));
+        assert!(f.waits.is_empty());
+        assert_eq!(Forecast::word(Some(&f)), "blocks");
+
+        let json = format!(r#"{{"kind": "List", "items": [{}]}}"#, items.join(","));
+        let snapshot = Snapshot::from_json(json.as_bytes()).unwrap();
+        let index = Index::new(&snapshot);
+        let warning =
+            &crate::plan::health::drain_blockers(&index, &["n1"], &DrainOptions::default())[0];
+        assert_eq!(
+            warning,
+            "PodDisruptionBudgets shop/by-app, shop/by-tier all select 2 pod(s), and the eviction API refuses to evict a pod that more than one budget selects: shop/web-1 on n1, shop/web-2 on n1; the drain would stop there"
+        );
+        // Deleting pods asks no budget.
         let deleting = DrainOptions {
             disable_eviction: true,
             ..Default::default()

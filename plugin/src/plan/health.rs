@@ -159,7 +159,8 @@ pub fn watched(snapshot: &Snapshot, groups: &[NodeGroup]) -> Snapshot {
 }
 
 /// The pods that draining `batch` would evict, under each budget that covers them (by namespace
-/// and name): what the gates are told and what the drain forecast judges.
+/// and name) and that the eviction would take a disruption of (see [`Pdb::guards`]): what the
+/// gates are told and what the drain forecast judges.
 pub fn evictions_by_budget<'a>(
     index: &Index<'a>,
     batch: &[&str],
@@ -168,7 +169,7 @@ pub fn evictions_by_budget<'a>(
     let mut covered: BTreeMap<(&str, &str), (&Pdb, Vec<&Pod>)> = BTreeMap::new();
     for node in batch {
         for pod in evicted(index, node, drain) {
-            for pdb in index.budgets_of(pod) {
+            for pdb in index.budgets_of(pod).filter(|b| b.guards(pod)) {
                 covered
                     .entry((pdb.namespace.as_str(), pdb.name.as_str()))
                     .or_insert_with(|| (pdb, Vec::new()))
@@ -178,6 +179,30 @@ pub fn evictions_by_budget<'a>(
         }
     }
     covered
+}
+
+/// The pods on `node` that a drain evicts and that more than one budget selects, under the
+/// budgets' names (`ns/a, ns/b`): the eviction API refuses each of them (500) whatever the
+/// budgets allow. A Pending pod is evicted without a budget being asked.
+pub fn under_several_budgets<'a>(
+    index: &Index<'a>,
+    node: &str,
+    drain: &DrainOptions,
+) -> BTreeMap<String, Vec<&'a Pod>> {
+    let mut several: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    if drain.disable_eviction {
+        return several;
+    }
+    for pod in evicted(index, node, drain).filter(|p| !p.pending) {
+        let mut names: Vec<String> = (index.budgets_of(pod))
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect();
+        if names.len() > 1 {
+            names.sort_unstable();
+            several.entry(names.join(", ")).or_default().push(pod);
+        }
+    }
+    several
 }
 
 /// The budgets covering pods that draining `batch` would evict, with how many pods each covers.
@@ -215,7 +240,8 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
                     .or_default()
                     .push(format!("{}/{} on {node}", pod.namespace, pod.name)),
                 PodFate::Evict { .. } if !drain.disable_eviction && counts(pod) => {
-                    for pdb in index.budgets_of(pod).filter(|p| p.disruptions_allowed <= 0) {
+                    let refusing = |p: &&Pdb| p.guards(pod) && p.disruptions_allowed <= 0;
+                    for pdb in index.budgets_of(pod).filter(refusing) {
                         blocked
                             .entry((&pdb.namespace, &pdb.name, pdb.disruptions_allowed))
                             .or_default()
@@ -224,6 +250,13 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
                 }
                 _ => {}
             }
+        }
+    }
+    let mut several: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in nodes {
+        for (budgets, pods) in under_several_budgets(index, node, drain) {
+            let pods = pods.iter().map(|p| format!("{} on {node}", p.id()));
+            several.entry(budgets).or_default().extend(pods);
         }
     }
     let mut lines: Vec<String> = refused
@@ -239,6 +272,13 @@ pub fn drain_blockers(index: &Index, nodes: &[&str], drain: &DrainOptions) -> Ve
     lines.extend(blocked.into_iter().map(|((ns, name, allowed), pods)| {
         format!(
             "PodDisruptionBudget {ns}/{name} allows {allowed} disruptions now: eviction of {} pod(s) would be refused: {}",
+            pods.len(),
+            listed(&pods)
+        )
+    }));
+    lines.extend(several.into_iter().map(|(budgets, pods)| {
+        format!(
+            "PodDisruptionBudgets {budgets} all select {} pod(s), and the eviction API refuses to evict a pod that more than one budget selects: {}; the drain would stop there",
             pods.len(),
             listed(&pods)
         )

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{FromParts, Meta, Pdb};
+use super::{FromParts, Meta, Pdb, UnhealthyPodEvictionPolicy};
 use crate::labels::LabelSelector;
 
 /// A PodDisruptionBudget before its version says how to read an empty selector.
@@ -12,19 +12,26 @@ pub struct PdbBody {
     namespace: String,
     name: String,
     selector: Option<LabelSelector>,
-    disruptions_allowed: i32,
-}
-
-#[derive(Deserialize, Default)]
-pub struct PdbSpec {
-    selector: Option<LabelSelector>,
+    status: PdbStatus,
+    unhealthy_pod_eviction_policy: Option<UnhealthyPodEvictionPolicy>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
+pub struct PdbSpec {
+    selector: Option<LabelSelector>,
+    unhealthy_pod_eviction_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 pub struct PdbStatus {
     #[serde(default)]
     disruptions_allowed: i32,
+    #[serde(default)]
+    current_healthy: i32,
+    #[serde(default)]
+    desired_healthy: i32,
 }
 
 impl FromParts for PdbBody {
@@ -35,7 +42,14 @@ impl FromParts for PdbBody {
             namespace: meta.namespace,
             name: meta.name,
             selector: spec.selector,
-            disruptions_allowed: status.disruptions_allowed,
+            status,
+            // A value this build does not know is judged as the default, the stricter one.
+            unhealthy_pod_eviction_policy: spec.unhealthy_pod_eviction_policy.map(|p| {
+                match p.as_str() {
+                    "AlwaysAllow" => UnhealthyPodEvictionPolicy::AlwaysAllow,
+                    _ => UnhealthyPodEvictionPolicy::IfHealthyBudget,
+                }
+            }),
         }
     }
 }
@@ -54,7 +68,10 @@ impl PdbBody {
             namespace: self.namespace,
             name: self.name,
             selector,
-            disruptions_allowed: self.disruptions_allowed,
+            disruptions_allowed: self.status.disruptions_allowed,
+            current_healthy: self.status.current_healthy,
+            desired_healthy: self.status.desired_healthy,
+            unhealthy_pod_eviction_policy: self.unhealthy_pod_eviction_policy,
         }
     }
 }

@@ -73,6 +73,34 @@ impl Cluster {
                     return Ok(true);
                 }
                 Eviction::Blocked { message } => message,
+                Eviction::MultipleBudgets { message } => {
+                    return Err(DrainError::MultipleBudgets {
+                        node: node.into(),
+                        pod: id,
+                        budgets: self.budgets_named(pod, version, &message).await,
+                    });
+                }
+                // As kubectl does: a pod the namespace's deletion already reached is waited
+                // for; one it has not is a stop that says why.
+                Eviction::NamespaceTerminating { message } => {
+                    if self.pod_now(pod).await?.is_some_and(|p| {
+                        p.metadata.deletion_timestamp.is_some()
+                            && p.metadata.uid.as_deref() == Some(pod.uid.as_str())
+                    }) {
+                        reporter.report(Event::Warning {
+                            message: format!(
+                                "draining node {node}: namespace {namespace} is being deleted and pod {id} with it; waiting for it to go"
+                            ),
+                        });
+                        break;
+                    }
+                    return Err(DrainError::NamespaceTerminating {
+                        node: node.into(),
+                        pod: id,
+                        namespace: namespace.clone(),
+                        message,
+                    });
+                }
             };
             let since = *refused_since.get_or_insert_with(Instant::now);
             let left = match ladder_length(rules) {
@@ -272,14 +300,17 @@ impl Cluster {
         }
     }
 
+    /// `pod` as the server has it now; none when it is gone.
+    async fn pod_now(&self, pod: &Pod) -> Result<Option<K8sPod>, ClusterError> {
+        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        api.get_opt(&pod.name)
+            .await
+            .map_err(|e| server_error(self, "get", "pods", Some(&pod.namespace), e))
+    }
+
     /// Whether `pod` (as the server has it now) is Ready; a pod already gone is not.
     async fn pod_ready(&self, pod: &Pod) -> Result<bool, DrainError> {
-        let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let now = api
-            .get_opt(&pod.name)
-            .await
-            .map_err(|e| server_error(self, "get", "pods", Some(&pod.namespace), e))?;
-        Ok(now.is_some_and(|p| {
+        Ok(self.pod_now(pod).await?.is_some_and(|p| {
             p.status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
