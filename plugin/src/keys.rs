@@ -25,8 +25,13 @@ pub const DETACHED: &str = "rollout-ext.io/detached";
 /// Namespaces whose pods must be Ready for the cluster to validate.
 pub const SYSTEM_NAMESPACES: &[&str] = &["kube-system"];
 
+/// On a node a rotation set aside because its drain could not finish: a label (`true`, to list
+/// them) and an annotation (JSON `{"reason", "at"}`). The node stays cordoned with its pods; the
+/// next run tries it again first, and `nodes --release-quarantined` uncordons it.
+pub const QUARANTINED: &str = "rollout-ext.io/quarantined";
+
 /// Set on a node this tool cordoned for replacement (so validation, and a resumed run, know the
-/// cordon is ours). Value: the phase reached, `cordoned` then `drained`.
+/// cordon is ours). Value: the phase reached, `cordoned` then `drained` (or `quarantined`).
 pub const PHASE: &str = "rollout-ext.io/phase";
 
 /// On a StatefulSet under an update of this tool: its `updateStrategy` before the update (JSON),

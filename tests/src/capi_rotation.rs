@@ -69,6 +69,7 @@ pub async fn observed(
         max_unavailable,
         max_surge,
         cloud_only: false,
+        set_aside: Default::default(),
     };
     let pdb = Pdb {
         name: format!("{ns}/web"),

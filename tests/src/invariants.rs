@@ -19,6 +19,9 @@ pub struct Budget {
     pub max_surge: usize,
     /// `--cloudonly`: terminating without draining is what was asked for.
     pub cloud_only: bool,
+    /// Outdated nodes whose drain cannot finish, which the rotation must set aside
+    /// (`drain.undrainable: Quarantine`): never terminated, still cordoned at the end.
+    pub set_aside: BTreeSet<String>,
 }
 
 /// A PodDisruptionBudget the workload runs under: pods with all of `match_labels` must keep at
@@ -131,6 +134,12 @@ pub enum Violation {
     LockNotReleased {
         holder: String,
     },
+    SetAsideTerminated {
+        node: String,
+    },
+    SetAsideNotCordoned {
+        node: String,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -204,6 +213,14 @@ impl fmt::Display for Violation {
                 f,
                 "the rotation lock was not released at the end (holder: {holder:?})"
             ),
+            Violation::SetAsideTerminated { node } => write!(
+                f,
+                "node {node}, whose drain cannot finish, was terminated instead of set aside"
+            ),
+            Violation::SetAsideNotCordoned { node } => write!(
+                f,
+                "node {node}, whose drain cannot finish, is not set aside (cordoned) at the end"
+            ),
         }
     }
 }
@@ -216,7 +233,9 @@ impl Violation {
             | Violation::TerminatedTwice { node }
             | Violation::TerminatedNotOutdated { node }
             | Violation::NotReplaced { node }
-            | Violation::NotAvailableAtEnd { node } => Some(node.as_str()),
+            | Violation::NotAvailableAtEnd { node }
+            | Violation::SetAsideTerminated { node }
+            | Violation::SetAsideNotCordoned { node } => Some(node.as_str()),
             Violation::PdbBreached { pdb, .. } => Some(pdb.as_str()),
             _ => None,
         };
@@ -362,6 +381,9 @@ impl Checker {
         if !self.budget.outdated.contains(&node) {
             self.record(Violation::TerminatedNotOutdated { node: node.clone() });
         }
+        if self.budget.set_aside.contains(&node) {
+            self.record(Violation::SetAsideTerminated { node: node.clone() });
+        }
         let count = self.terminated.entry(node.clone()).or_default();
         *count += 1;
         if *count > 1 {
@@ -443,11 +465,12 @@ impl Checker {
         }
     }
 
-    /// Checks the end state: each outdated node terminated, the group back to its size with
-    /// available new nodes only, no instance left behind, the lock gone.
+    /// Checks the end state: each outdated node terminated but those set aside, the group back
+    /// to its size with available new nodes only (and the nodes set aside, cordoned), no
+    /// instance left behind, the lock gone.
     pub fn finish(&mut self, end: &End) {
         for node in self.budget.outdated.clone() {
-            if !self.terminated.contains_key(&node) {
+            if !self.terminated.contains_key(&node) && !self.budget.set_aside.contains(&node) {
                 self.record(Violation::NotReplaced { node });
             }
         }
@@ -465,8 +488,17 @@ impl Checker {
             });
         }
         for (name, ready, unschedulable) in &end.nodes {
-            if !ready || *unschedulable || self.budget.outdated.contains(name) {
+            if self.budget.set_aside.contains(name) {
+                if !unschedulable {
+                    self.record(Violation::SetAsideNotCordoned { node: name.clone() });
+                }
+            } else if !ready || *unschedulable || self.budget.outdated.contains(name) {
                 self.record(Violation::NotAvailableAtEnd { node: name.clone() });
+            }
+        }
+        for node in self.budget.set_aside.clone() {
+            if !end.nodes.iter().any(|(name, _, _)| *name == node) {
+                self.record(Violation::SetAsideNotCordoned { node });
             }
         }
         if let Some(holder) = &end.lock {

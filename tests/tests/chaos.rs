@@ -217,6 +217,17 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
     }
 }
 
+/// How a chaos loop kills: at moments tied to `events` or up to `longest` into a run, at least
+/// `kills.0` times and in `kills.1` phases, once right after `finale` when the last step is
+/// left; the run that finishes the work exits with `finished_with`.
+struct Chaos {
+    events: &'static [&'static str],
+    longest: Duration,
+    kills: (usize, usize),
+    finale: Option<&'static str>,
+    finished_with: i32,
+}
+
 /// Once this few steps are left, runs are killed early in their start until the kills are
 /// done: a run killed at a random moment may well finish a few steps, and it must not finish
 /// the work while kills are still due.
@@ -229,17 +240,22 @@ const LAST_STEPS: usize = 3;
 /// ahead of the kills, or only its last `LAST_STEPS` steps are left, runs are killed early in their start
 /// (connecting, taking the lock over, planning), so that the work cannot finish before the kills
 /// are done; with a `finale`, one run is killed right after it prints that event, once only
-/// the last step is left. Returns the number of kills, the phases they landed in (the last event each killed
+/// the last step is left. The run that finishes the work exits with `finished_with` (0, or 6
+/// when the work sets a node aside). Returns the number of kills, the phases they landed in (the last event each killed
 /// run printed) and the finishing run; or, when a run fails instead, what it printed.
 async fn chaos_loop(
     args: Vec<String>,
     rng: &mut SplitMix64,
-    events: &'static [&'static str],
-    longest: Duration,
-    (min_kills, min_phases): (usize, usize),
-    finale: Option<&'static str>,
+    chaos: Chaos,
     progress: impl Fn() -> (usize, usize),
 ) -> Result<(usize, BTreeMap<String, usize>, Run), String> {
+    let Chaos {
+        events,
+        longest,
+        kills: (min_kills, min_phases),
+        finale,
+        finished_with,
+    } = chaos;
     let mut kills = 0;
     let mut phases: BTreeMap<String, usize> = BTreeMap::new();
     let mut finale = finale;
@@ -282,7 +298,7 @@ async fn chaos_loop(
                 println!("round {round}: {moment:?} -> killed after {phase}");
                 *phases.entry(phase).or_default() += 1;
             }
-            None if run.code == Some(0) => {
+            None if run.code == Some(finished_with) => {
                 println!("round {round}: {moment:?} -> finished");
                 return Ok((kills, phases, run));
             }
@@ -438,6 +454,7 @@ async fn observed_rotation(
         max_unavailable: 1,
         max_surge: 1,
         cloud_only: false,
+        set_aside: Default::default(),
     };
     let pdb = Pdb {
         name: format!("{group}/web"),
@@ -470,10 +487,13 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
     let outcome = chaos_loop(
         args,
         &mut rng,
-        ROTATION_EVENTS,
-        Duration::from_millis(1200),
-        (MIN_KILLS, 3),
-        None,
+        Chaos {
+            events: ROTATION_EVENTS,
+            longest: Duration::from_millis(1200),
+            kills: (MIN_KILLS, 3),
+            finale: None,
+            finished_with: 0,
+        },
         // A step per termination.
         || (terminated(cluster, group).len(), outdated.len()),
     )
@@ -498,6 +518,148 @@ async fn a_rotation_killed_anywhere_resumes_and_stays_safe() {
     );
 }
 
+/// The rotation's events, and the setting aside of a node.
+const QUARANTINE_EVENTS: &[&str] = &[
+    "group-started",
+    "batch-started",
+    "cordoned",
+    "drain-started",
+    "evicted",
+    "quarantined",
+    "terminated",
+    "replaced",
+    "validated",
+];
+
+/// The rotation under chaos with a node whose drain cannot finish (its pod's budget never
+/// allows a disruption) and `drain.undrainable: Quarantine`: killed anywhere and resumed, each
+/// run tries that node again first and sets it aside again; it is never terminated, no other
+/// node is terminated undrained, the budget holds with it cordoned, and at the end it carries
+/// the quarantine label (and not our load-balancer label) while no other node carries either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_that_sets_a_node_aside_killed_anywhere_stays_safe() {
+    use k8s_openapi::api::core::v1::Node;
+    let _serial = SERIAL.lock().await;
+    let mut rng = seed_banner("quarantine chaos");
+    let cluster = TestCluster::shared();
+    let group = "chaosq";
+    let client = cluster.client().await;
+    let outdated = outdated_group(cluster, group, 6).await;
+    workload(&client, group, group, 4, 2).await;
+    let stuck = outdated.iter().nth(1).unwrap().clone();
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), group);
+    let db: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"nodeSelector": {"kubernetes.io/hostname": stuck},
+                                       "containers": [{"name": "main", "image": "registry.invalid/db:1"}]}}}
+    }))
+    .unwrap();
+    rss.create(&PostParams::default(), &db).await.unwrap();
+    let ready = |rs: Option<&ReplicaSet>| {
+        rs.and_then(|r| r.status.as_ref())
+            .and_then(|s| s.ready_replicas)
+            == Some(1)
+    };
+    tokio::time::timeout(WAIT, await_condition(rss, "db", ready))
+        .await
+        .unwrap()
+        .unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), group, &resource);
+    let closed: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &closed).await.unwrap();
+    let computed =
+        |p: Option<&DynamicObject>| p.is_some_and(|p| p.data["status"]["expectedPods"] == 1);
+    tokio::time::timeout(WAIT, await_condition(pdbs, "db", computed))
+        .await
+        .unwrap()
+        .unwrap();
+    let budget = Budget {
+        outdated: outdated.clone(),
+        max_unavailable: 2,
+        max_surge: 0,
+        cloud_only: false,
+        set_aside: [stuck.clone()].into(),
+    };
+    let pdb = Pdb {
+        name: format!("{group}/web"),
+        match_labels: [("app".to_string(), "web".to_string())].into(),
+        min_available: 2,
+    };
+    let observer = Observer::start(
+        cluster,
+        &group_nodes(group),
+        group,
+        budget,
+        vec![pdb],
+        cloud_calls(cluster, group),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(
+        dir.path(),
+        "  drain:\n    undrainable: {action: Quarantine}\n",
+    );
+    let mut args = cluster.rotate_args(&policy, group);
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "2s".into();
+    args.extend(["--max-surge", "0", "--max-unavailable", "2"].map(String::from));
+    let started = Instant::now();
+    let outcome = chaos_loop(
+        args,
+        &mut rng,
+        Chaos {
+            events: QUARANTINE_EVENTS,
+            longest: Duration::from_millis(4000),
+            kills: (MIN_UPDATE_KILLS, 3),
+            finale: None,
+            finished_with: 6,
+        },
+        // A step per termination; the node set aside is never one.
+        || (terminated(cluster, group).len(), outdated.len() - 1),
+    )
+    .await;
+    judge(
+        "quarantine chaos",
+        started,
+        outcome,
+        observer
+            .finish(
+                cluster,
+                cloud_calls_made(cluster, group),
+                cluster.nodes.nodes_of(group),
+            )
+            .await,
+        (MIN_UPDATE_KILLS, 3),
+    );
+    let nodes: Api<Node> = Api::all(client);
+    let listed = nodes
+        .list(&ListParams::default().labels(&group_nodes(group)))
+        .await
+        .unwrap();
+    for node in listed.items {
+        let name = node.name_any();
+        let labels = node.metadata.labels.unwrap_or_default();
+        let quarantined = labels.get("rollout-ext.io/quarantined").map(String::as_str);
+        let excluded = labels.get("node.kubernetes.io/exclude-from-external-load-balancers");
+        assert_eq!(excluded, None, "{name}: {labels:?}");
+        match name == stuck {
+            true => assert_eq!(quarantined, Some("true"), "{name}: {labels:?}"),
+            false => assert_eq!(quarantined, None, "{name}: {labels:?}"),
+        }
+    }
+}
+
 /// Kills of the Cluster API rotation under chaos, at least: as many as of the other updates,
 /// its steps (a Machine each) being fewer and slower than the kops rotation's.
 const MIN_CAPI_KILLS: usize = MIN_UPDATE_KILLS;
@@ -520,10 +682,13 @@ async fn a_cluster_api_rotation_killed_anywhere_resumes_and_stays_safe() {
     let outcome = chaos_loop(
         args,
         &mut rng,
-        ROTATION_EVENTS,
-        Duration::from_millis(1200),
-        (MIN_CAPI_KILLS, 3),
-        None,
+        Chaos {
+            events: ROTATION_EVENTS,
+            longest: Duration::from_millis(1200),
+            kills: (MIN_CAPI_KILLS, 3),
+            finale: None,
+            finished_with: 0,
+        },
         // A step per Machine removed.
         || (capi::removed(cluster, ns).len(), outdated.len()),
     )
@@ -760,6 +925,7 @@ async fn observed_group(cluster: &'static TestCluster, group: &str, n: usize) ->
         max_unavailable: 1,
         max_surge: 1,
         cloud_only: false,
+        set_aside: Default::default(),
     };
     let pdb = Pdb {
         name: format!("{group}/web"),
@@ -940,6 +1106,7 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
         max_unavailable: 0,
         max_surge: 0,
         cloud_only: false,
+        set_aside: Default::default(),
     };
     let pdb = Pdb {
         name: "rolling-update budget (replicas - maxUnavailable)".into(),
@@ -981,10 +1148,13 @@ async fn a_rolling_update_killed_anywhere_resumes_within_its_budget() {
     let outcome = chaos_loop(
         args,
         &mut rng,
-        UPDATE_LINES,
-        Duration::from_millis(1000),
-        (MIN_UPDATE_KILLS, 0),
-        Some("renaming"),
+        Chaos {
+            events: UPDATE_LINES,
+            longest: Duration::from_millis(1000),
+            kills: (MIN_UPDATE_KILLS, 0),
+            finale: Some("renaming"),
+            finished_with: 0,
+        },
         // A step per new pod, one for deleting the old controller, one for the rename.
         || {
             let (pods, rcs) = (pods.clone(), rcs.clone());
@@ -1163,10 +1333,13 @@ async fn stateful_set_chaos(ns: &'static str, original: serde_json::Value) {
     let outcome = chaos_loop(
         args,
         &mut rng,
-        PARTITION_LINES,
-        Duration::from_millis(1500),
-        (MIN_UPDATE_KILLS, 0),
-        None,
+        Chaos {
+            events: PARTITION_LINES,
+            longest: Duration::from_millis(1500),
+            kills: (MIN_UPDATE_KILLS, 0),
+            finale: None,
+            finished_with: 0,
+        },
         // A step per updated pod; with a partition, per ordinal it has let go (the controller
         // goes on updating those while no run is alive, so updated pods run ahead of the runs).
         || {
@@ -1253,10 +1426,13 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
     let outcome = chaos_loop(
         args,
         &mut rng,
-        NODE_LINES,
-        Duration::from_millis(1500),
-        (MIN_UPDATE_KILLS, 0),
-        None,
+        Chaos {
+            events: NODE_LINES,
+            longest: Duration::from_millis(1500),
+            kills: (MIN_UPDATE_KILLS, 0),
+            finale: None,
+            finished_with: 0,
+        },
         // A step per new pod (OnDelete: only the runs replace pods).
         || {
             let pods = pods.clone();
@@ -1408,6 +1584,7 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         max_unavailable: 1,
         max_surge: 0,
         cloud_only: false,
+        set_aside: Default::default(),
     };
     // No PodDisruptionBudget in the cluster: one would hold the next batch's evictions back
     // until the last batch's pods were Ready again, which is what the wait for the evicted pods
@@ -1438,10 +1615,13 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
     let outcome = chaos_loop(
         args,
         &mut rng,
-        KARPENTER_EVENTS,
-        Duration::from_millis(2500),
-        (MIN_KARPENTER_KILLS, 3),
-        None,
+        Chaos {
+            events: KARPENTER_EVENTS,
+            longest: Duration::from_millis(2500),
+            kills: (MIN_KARPENTER_KILLS, 3),
+            finale: None,
+            finished_with: 0,
+        },
         // A step per old node's NodeClaim deleted.
         || {
             let deleted = pool_deletions(cluster, pool);

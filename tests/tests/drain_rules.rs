@@ -1,7 +1,8 @@
 //! The policy's drain rules on the real test bed: a pod that asks not to be disrupted keeps its
 //! node last and undrained until it goes, Job pods are left to complete, pods leave in the turns
-//! of `drain.order` (critical ones last), and the escalation ladder deletes an unready pod that
-//! holds its own budget at 0. Each test asserts the cluster's state.
+//! of `drain.order` (critical ones last), the escalation ladder deletes an unready pod that
+//! holds its own budget at 0, and a node whose drain cannot finish is set aside while the group
+//! goes on. Each test asserts the cluster's state.
 
 use std::sync::{Arc, Mutex};
 
@@ -513,4 +514,198 @@ async fn the_escalation_ladder_deletes_an_unready_pod_that_holds_its_budget_at_z
         "{escalated}"
     );
     assert_eq!(cluster.cloud.terminated("ladder"), ["ladder-1"]);
+}
+
+/// A ReplicaSet of one pod `db` on node `node` under a budget `db` that allows no disruption
+/// (maxUnavailable 0), once the budget's status is computed.
+async fn pinned_under_a_closed_budget(
+    cluster: &TestCluster,
+    namespace: &str,
+    node: &str,
+) -> Api<kube::api::DynamicObject> {
+    let client = cluster.client().await;
+    create_namespace(&client, namespace).await;
+    let spec = json!({"nodeSelector": {"kubernetes.io/hostname": node}});
+    replica_set_with(&client, namespace, "db", 1, json!({}), spec).await;
+    let version = cluster.live().await.policy_version().await.unwrap();
+    let pdbs = budgets(&client, namespace, version);
+    let pdb: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    let computed = |p: Option<&kube::api::DynamicObject>| {
+        p.is_some_and(|p| p.data["status"]["expectedPods"] == 1)
+    };
+    tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "db", computed))
+        .await
+        .expect("the budget's status is computed")
+        .unwrap();
+    pdbs
+}
+
+/// `nodes --yes` of `group`, two at a time, with a short drain timeout and `spec` in the policy.
+fn quarantine_args(
+    cluster: &TestCluster,
+    dir: &std::path::Path,
+    group: &str,
+    spec: &str,
+) -> Vec<String> {
+    let policy = cluster.exec_policy(dir, spec);
+    let mut args = cluster.rotate_args(&policy, group);
+    let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+    args[at + 1] = "3s".into();
+    args.extend(["--max-unavailable".to_string(), "2".into()]);
+    args
+}
+
+#[tokio::test]
+async fn a_node_whose_drain_cannot_finish_is_set_aside_and_the_group_goes_on() {
+    use k8s_openapi::api::core::v1::Node;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let names = cluster.outdated_group("quar", 3).await.unwrap();
+    let stuck = &names[1];
+    let pdbs = pinned_under_a_closed_budget(cluster, "quar", stuck).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "  drain:\n    undrainable: {action: Quarantine, maxQuarantined: 1}\n";
+    let args = quarantine_args(cluster, dir.path(), "quar", spec);
+
+    // The plan says which node the run would likely set aside.
+    let planned = run_plugin(rollout_ext_e2e::plan_of(&args)).await;
+    assert!(planned.status.success(), "{planned:?}");
+    let plan: Value = serde_json::from_slice(&planned.stdout).unwrap();
+    assert_eq!(plan["undrainable"]["action"], "Quarantine", "{plan}");
+    let likely: Vec<&Value> = (plan["groups"][0]["batches"].as_array().unwrap().iter())
+        .flat_map(|b| b["likelySetAside"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(likely, [stuck.as_str()], "{plan}");
+
+    // The run sets it aside, replaces the others, and ends with exit code 6 naming it.
+    let out = run_plugin(args.clone()).await;
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("set aside 1 node(s)")
+            && stderr.contains(&format!("{stuck} (draining node {stuck} did not finish")),
+        "{stderr}"
+    );
+    let seen = events(&out);
+    assert!(
+        seen.iter()
+            .any(|e| e["event"] == "quarantined" && e["node"] == stuck.as_str()),
+        "{seen:?}"
+    );
+    let mut others: Vec<String> = names.iter().filter(|n| *n != stuck).cloned().collect();
+    others.sort();
+    let mut terminated = cluster.cloud.terminated("quar");
+    terminated.sort();
+    assert_eq!(
+        terminated, others,
+        "the others are replaced, the one set aside is not"
+    );
+    let node = Api::<Node>::all(client.clone()).get(stuck).await.unwrap();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    assert_eq!(
+        labels.get("rollout-ext.io/quarantined").map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        !labels.contains_key("node.kubernetes.io/exclude-from-external-load-balancers"),
+        "its pods still serve: our load-balancer label is removed"
+    );
+    assert_eq!(
+        annotations.get("rollout-ext.io/phase").map(String::as_str),
+        Some("quarantined")
+    );
+    let record: Value = serde_json::from_str(&annotations["rollout-ext.io/quarantined"]).unwrap();
+    assert!(
+        record["reason"].as_str().unwrap().contains("quar/db-"),
+        "{record}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "quar");
+    let db = pods_of(&pods, "db").await;
+    let on = pods.get(&db[0]).await.unwrap().spec.unwrap().node_name;
+    assert_eq!(
+        on.as_deref(),
+        Some(stuck.as_str()),
+        "its pod is left running"
+    );
+
+    // `status` lists it with why.
+    let status = run_plugin(vec![
+        "status".into(),
+        "--kubeconfig".into(),
+        cluster.kubeconfig.to_str().unwrap().into(),
+        "-o".into(),
+        "json".into(),
+    ])
+    .await;
+    assert!(status.status.success(), "{status:?}");
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(
+        status["quarantined"][stuck.as_str()]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("did not finish")),
+        "{status}"
+    );
+
+    // With the budget fixed, the same command drains it first and replaces it.
+    pdbs.patch(
+        "db",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"maxUnavailable": 1}})),
+    )
+    .await
+    .unwrap();
+    let again = run_plugin(args).await;
+    assert!(again.status.success(), "{again:?}");
+    let cordoned: Vec<Value> = (events(&again).into_iter())
+        .filter(|e| e["event"] == "cordoned")
+        .map(|e| e["node"].clone())
+        .collect();
+    assert_eq!(
+        cordoned,
+        [json!(stuck)],
+        "only the node set aside is left to replace"
+    );
+    assert!(cluster.cloud.terminated("quar").contains(stuck));
+}
+
+/// An undrainable node stops the run with `maxQuarantined: 0`, as without the setting; set
+/// aside by a later run, `--release-quarantined --yes` uncordons it and removes what we put on
+/// it (without `--yes` it only lists it).
+#[tokio::test]
+async fn with_max_quarantined_zero_an_undrainable_node_stops_the_run_as_by_default() {
+    use k8s_openapi::api::core::v1::Node;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let names = cluster.outdated_group("quar0", 1).await.unwrap();
+    pinned_under_a_closed_budget(cluster, "quar0", &names[0]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = "  drain:\n    undrainable: {action: Quarantine, maxQuarantined: 0}\n";
+    let out = run_plugin(quarantine_args(cluster, dir.path(), "quar0", spec)).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("draining node {} did not finish", names[0])),
+        "{stderr}"
+    );
+    assert!(cluster.cloud.terminated("quar0").is_empty());
+    let node = Api::<Node>::all(cluster.client().await)
+        .get(&names[0])
+        .await
+        .unwrap();
+    assert!(
+        !node
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("rollout-ext.io/quarantined")
+    );
 }

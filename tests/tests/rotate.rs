@@ -947,3 +947,55 @@ async fn run_with_labels_off(cluster: &TestCluster) -> Vec<(String, Option<Strin
         .map(|(n, l)| (n.clone(), l.clone()))
         .collect()
 }
+
+/// With `drain.loadBalancerDrainDelay`, each batch's nodes are cordoned (and labelled out of
+/// load balancers) first, the delay is held once, and only then does any drain start.
+#[tokio::test]
+async fn a_load_balancer_drain_delay_comes_between_the_cordons_and_the_drains() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let nodes = outdated_group(cluster, "lbd", 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "  drain:\n    loadBalancerDrainDelay: 1s\n");
+    let mut args = rotate_args(cluster, &policy, "lbd");
+    args.extend(["--max-unavailable".to_string(), "2".into()]);
+    let out = run_to_success(args).await;
+    let events = events_of(&out);
+    let kinds: Vec<String> = events
+        .iter()
+        .filter_map(|e| {
+            let kind = e["event"].as_str()?;
+            match kind {
+                "batch-started" | "cordoned" | "drain-started" => Some(kind.to_string()),
+                "waiting"
+                    if e["reason"]
+                        .as_str()?
+                        .starts_with("load-balancer drain delay") =>
+                {
+                    Some("delay".into())
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    // A canary of one, then the other two at once.
+    assert_eq!(
+        kinds,
+        [
+            "batch-started",
+            "cordoned",
+            "delay",
+            "drain-started",
+            "batch-started",
+            "cordoned",
+            "cordoned",
+            "delay",
+            "drain-started",
+            "drain-started",
+        ],
+        "{events:?}"
+    );
+    let mut replaced = terminated(cluster, "lbd");
+    replaced.sort();
+    assert_eq!(replaced, nodes);
+}

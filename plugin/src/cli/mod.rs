@@ -9,6 +9,7 @@ mod hooks_cmd;
 mod hooks_test;
 mod nodes;
 mod output;
+mod release;
 mod rolling_update;
 mod rotate_cmd;
 mod server_dry_run;

@@ -13,6 +13,7 @@ use crate::labels::LabelSelector;
 use crate::plan::drain::DrainOptions;
 use crate::plan::groups::Staleness;
 use crate::plan::{PlanOptions, Role};
+use crate::policy::drain::UndrainableAction;
 use crate::policy::{IntOrPercent, Policy};
 use crate::snapshot::Snapshot;
 
@@ -156,6 +157,19 @@ pub struct NodesArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub fail_on_drain_error: bool,
 
+    /// Rotation: what to do with a node whose drain cannot finish (a budget that never allows,
+    /// the drain timeout, a held pod's wait, the escalation ladder's end), over the policy's
+    /// drain.undrainable.action: `stop` the run, or `quarantine` the node (it stays cordoned
+    /// with its pods, labelled rollout-ext.io/quarantined, not terminated) and go on, up to
+    /// drain.undrainable.maxQuarantined nodes (default 1); a run that set nodes aside exits 6.
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub undrainable: Option<UndrainableArg>,
+
+    /// Uncordon the nodes of the chosen groups that a run set aside (quarantined), remove the
+    /// labels and annotations this tool put on them, and exit; without --yes, list them.
+    #[arg(long, conflicts_with_all = ["from_snapshot", "dry_run"])]
+    pub release_quarantined: bool,
+
     /// Rotation: stop when validation fails (false: go on with a warning).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub fail_on_validate_error: bool,
@@ -184,6 +198,12 @@ pub struct NodesArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UndrainableArg {
+    Stop,
+    Quarantine,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -280,6 +300,15 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             ..Default::default()
         },
     };
+    if args.release_quarantined {
+        return super::release::run(kube, args, &policy);
+    }
+    let undrainable = drain_rules(args, &policy).undrainable.action;
+    if undrainable == UndrainableAction::Quarantine && !args.fail_on_drain_error {
+        return Err(Failure::usage(
+            "--fail-on-drain-error=false terminates a node whose drain failed, and drain.undrainable: Quarantine (or --undrainable quarantine) sets it aside: choose one",
+        ));
+    }
     if args.yes {
         return super::rotate_cmd::run(kube, args, &policy, plan_options(args, &policy));
     }
@@ -409,6 +438,13 @@ fn drain_rules(args: &NodesArgs, policy: &Policy) -> crate::policy::drain::Drain
     let mut rules = policy.drain.clone();
     if let Some(timeout) = args.do_not_disrupt_timeout {
         rules.do_not_disrupt_timeout = timeout;
+    }
+    match args.undrainable {
+        Some(UndrainableArg::Stop) => rules.undrainable.action = UndrainableAction::Stop,
+        Some(UndrainableArg::Quarantine) => {
+            rules.undrainable.action = UndrainableAction::Quarantine
+        }
+        None => {}
     }
     rules
 }

@@ -119,6 +119,13 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         out.push_str(&align(&rows));
     }
 
+    if let Some(u) = &plan.undrainable {
+        let _ = writeln!(
+            out,
+            "\nA node whose drain cannot finish is set aside (drain.undrainable: {}, at most {} node(s); then the run stops): it stays cordoned with its pods, is not terminated, and the run ends with exit code 6.",
+            u.action, u.max_quarantined
+        );
+    }
     if let Some(stopped) = &plan.stopped {
         let _ = writeln!(out, "\nThe run would stop: {stopped}");
     }
@@ -173,6 +180,13 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
         let _ = writeln!(out, "{line}");
         if let (true, Some(f)) = (wide, &b.forecast) {
             forecast_lines(out, f);
+        }
+        if !b.likely_set_aside.is_empty() {
+            let _ = writeln!(
+                out,
+                "     likely set aside (drain blocked; cordoned, not terminated): {}",
+                b.likely_set_aside.join(", ")
+            );
         }
         for gate in b.gate.iter().chain(&b.after_gate) {
             let _ = writeln!(

@@ -249,6 +249,7 @@ async fn rotate(
         providers,
         lock,
         steps: &steps,
+        set_aside: Vec::new(),
     };
     let run = rotation.run();
     tokio::pin!(run);
@@ -282,6 +283,10 @@ async fn rotate(
         Err(e) if e.is_abort() => Err(Failure {
             code: 3,
             message: format!("{e}; {RESUME}"),
+        }),
+        Err(e @ crate::rotate::RotateError::SetAside { .. }) => Err(Failure {
+            code: 6,
+            message: e.to_string(),
         }),
         Err(crate::rotate::RotateError::Plan(
             e @ (crate::plan::PlanError::Policy(_) | crate::plan::PlanError::UnknownGroup { .. }),

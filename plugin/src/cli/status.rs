@@ -3,6 +3,7 @@
 
 use super::{Failure, KubeFlags, OutputFormat, output, print_structured, tokio_runtime};
 use crate::cluster::controls::Controls;
+use crate::cluster::drain::QuarantineRecord;
 
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -15,6 +16,8 @@ struct Status {
     controls: Controls,
     /// Nodes carrying the rotation's annotations: name → phase (or "detached").
     nodes: std::collections::BTreeMap<String, String>,
+    /// Nodes a run set aside (their drain could not finish): name → why and since when.
+    quarantined: std::collections::BTreeMap<String, QuarantineRecord>,
 }
 
 /// What holds a rotation, as the executor recorded it on the lock.
@@ -44,6 +47,9 @@ pub fn run(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                 }
             })
             .collect();
+        let quarantined = (snapshot.nodes.iter())
+            .filter_map(|n| Some((n.name.clone(), QuarantineRecord::of(n)?)))
+            .collect();
         let holding = lock
             .as_ref()
             .and_then(|l| l.state.get(crate::keys::HOLDING))
@@ -57,6 +63,7 @@ pub fn run(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
             holding,
             controls,
             nodes,
+            quarantined,
         })
     })?;
     match format {
@@ -126,6 +133,14 @@ pub fn run(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                 let mut rows = vec![vec!["NODE".to_string(), "PHASE".to_string()]];
                 rows.extend(status.nodes.iter().map(|(n, p)| vec![n.clone(), p.clone()]));
                 print!("{}", output::align(&rows));
+            }
+            if !status.quarantined.is_empty() {
+                println!(
+                    "Set aside, cordoned with their pods (the same command tries them again first; `kubectl rollout-ext nodes --release-quarantined --yes` uncordons them):"
+                );
+                for (node, r) in &status.quarantined {
+                    println!("  {node} since {}: {}", r.at, r.reason);
+                }
             }
             Ok(())
         }

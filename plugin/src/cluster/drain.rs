@@ -139,6 +139,40 @@ impl Cordon {
     }
 }
 
+/// Why and when a node was set aside: its [`crate::keys::QUARANTINED`] annotation (JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuarantineRecord {
+    #[serde(default)]
+    pub reason: String,
+    /// RFC 3339.
+    #[serde(default)]
+    pub at: String,
+}
+
+impl QuarantineRecord {
+    /// The record of `node` when it is set aside (labelled or annotated; an unreadable record
+    /// reads empty).
+    pub fn of(node: &crate::snapshot::Node) -> Option<QuarantineRecord> {
+        let annotation = node.annotations.get(crate::keys::QUARANTINED);
+        if annotation.is_none() && !node.labels.contains_key(crate::keys::QUARANTINED) {
+            return None;
+        }
+        Some(
+            annotation
+                .and_then(|r| serde_json::from_str(r).ok())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// Whether `node` carries the load-balancer exclusion label with this tool's value: only that one
+/// is ever removed.
+fn ours_excluded(node: &crate::snapshot::Node) -> bool {
+    node.labels
+        .get(crate::keys::EXCLUDE_FROM_LOAD_BALANCERS)
+        .is_some_and(|v| v == crate::keys::EXCLUDED_BY_US)
+}
+
 /// A patch that records `phase` on a node.
 fn phase_patch(phase: &str) -> serde_json::Value {
     serde_json::json!({"metadata": {"annotations": {crate::keys::PHASE: phase}}})
@@ -176,6 +210,60 @@ impl Cluster {
             excluded_from_load_balancers: excluded,
         });
         Ok(())
+    }
+
+    /// Sets a cordoned node aside: labelled and annotated [`keys::QUARANTINED`] (why, and
+    /// when), its phase `quarantined`, and back in external load balancers when it was ours that
+    /// took it out (its pods still serve). It stays cordoned.
+    ///
+    /// [`keys::QUARANTINED`]: crate::keys::QUARANTINED
+    pub async fn set_aside(
+        &self,
+        node: &crate::snapshot::Node,
+        reason: &str,
+        reporter: &dyn Reporter,
+    ) -> Result<(), ClusterError> {
+        use crate::keys;
+        let record = QuarantineRecord {
+            reason: reason.into(),
+            at: jiff::Timestamp::now().to_string(),
+        };
+        let record = serde_json::to_string(&record).expect("two strings serialize");
+        let mut patch = serde_json::json!({
+            "metadata": {
+                "labels": {keys::QUARANTINED: "true"},
+                "annotations": {keys::QUARANTINED: record, keys::PHASE: "quarantined"},
+            },
+            "spec": {"unschedulable": true},
+        });
+        if ours_excluded(node) {
+            patch["metadata"]["labels"][keys::EXCLUDE_FROM_LOAD_BALANCERS] =
+                serde_json::Value::Null;
+        }
+        self.patch_node(&node.name, patch, false).await?;
+        reporter.report(Event::Quarantined {
+            node: node.name.clone(),
+            reason: reason.into(),
+        });
+        Ok(())
+    }
+
+    /// Releases a node set aside: uncordoned, and without this tool's labels and annotations
+    /// (its phase, the quarantine record, and the load-balancer label when ours).
+    pub async fn release(&self, node: &crate::snapshot::Node) -> Result<(), ClusterError> {
+        use crate::keys;
+        let mut patch = serde_json::json!({
+            "metadata": {
+                "labels": {keys::QUARANTINED: null},
+                "annotations": {keys::QUARANTINED: null, keys::PHASE: null},
+            },
+            "spec": {"unschedulable": false},
+        });
+        if ours_excluded(node) {
+            patch["metadata"]["labels"][keys::EXCLUDE_FROM_LOAD_BALANCERS] =
+                serde_json::Value::Null;
+        }
+        self.patch_node(&node.name, patch, false).await
     }
 
     /// Records how far the rotation got with a node.

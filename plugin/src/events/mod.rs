@@ -55,6 +55,12 @@ pub enum Event {
         node: String,
         output: String,
     },
+    /// A node whose drain could not finish is set aside (`drain.undrainable: Quarantine`):
+    /// cordoned with the pods it still has, not terminated, back in load balancers.
+    Quarantined {
+        node: String,
+        reason: String,
+    },
     /// The replacements of a batch are Ready.
     Replaced {
         group: String,

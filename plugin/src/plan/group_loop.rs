@@ -125,6 +125,12 @@ pub enum Outcome {
         decided_by: DecidedBy,
         reason: String,
     },
+    /// The nodes set aside take the whole of the group's budget: each stays cordoned, so no
+    /// further batch fits in it. Nothing after them was touched.
+    NoRoomLeft {
+        set_aside: Vec<String>,
+        concurrency: u32,
+    },
 }
 
 /// What the driver reports back after a step.
@@ -137,6 +143,12 @@ pub enum Input {
     Judged(GateDecision),
     /// The last action was carried out.
     Done,
+    /// The batch was replaced but for these of its nodes, set aside because their drain could
+    /// not finish (`drain.undrainable: Quarantine`): cordoned, they count against the budget of
+    /// every batch after.
+    Replaced {
+        set_aside: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +189,8 @@ pub struct GroupLoop {
     /// `current` is sized and not replaced yet.
     sized: bool,
     begun: bool,
+    /// The nodes set aside so far.
+    set_aside: Vec<String>,
 }
 
 impl GroupLoop {
@@ -194,6 +208,7 @@ impl GroupLoop {
             current: None,
             sized: false,
             begun: false,
+            set_aside: Vec::new(),
         }
     }
 
@@ -250,6 +265,10 @@ impl GroupLoop {
             }
             (State::Waiting(Asked::BatchSize, attempt), Input::Done) => self.size(attempt + 1),
             (State::Beginning | State::Surging, Input::Done) => self.next_surge_or_batch(),
+            (State::Replacing, Input::Replaced { set_aside }) => {
+                self.set_aside.extend(set_aside);
+                self.step(Input::Done)
+            }
             (State::Replacing, Input::Done) => {
                 let batch = self.current.as_ref().expect("a batch is being replaced");
                 self.done += batch.instances.len();
@@ -279,11 +298,16 @@ impl GroupLoop {
     }
 
     fn chose(&mut self, mut selected: Selected) -> Step {
-        // Instances detached by an earlier run always go last.
+        // Instances an earlier run set aside are tried again first; those it detached always
+        // go last.
         let candidates = &self.start.candidates;
-        selected
-            .chosen
-            .sort_by_key(|c| candidates[c.index].annotations.contains_key(keys::DETACHED));
+        selected.chosen.sort_by_key(|c| {
+            let annotations = &candidates[c.index].annotations;
+            (
+                annotations.contains_key(keys::DETACHED),
+                !annotations.contains_key(keys::QUARANTINED),
+            )
+        });
         let count = selected.chosen.len() as u32;
         self.start.info.selected = count;
         let budget = self
@@ -409,17 +433,31 @@ impl GroupLoop {
     fn size(&mut self, attempt: u32) -> Step {
         let remaining = self.order.len() - self.done;
         let concurrency = self.budget.map_or(1, |b| b.concurrency);
+        // Nodes set aside stay cordoned: each takes a place of the budget.
+        let set_aside = self.set_aside.len() as u32;
+        let room = concurrency.saturating_sub(set_aside);
+        if room == 0 {
+            return Step::Done(Outcome::NoRoomLeft {
+                set_aside: self.set_aside.clone(),
+                concurrency,
+            });
+        }
         let limit = if self.canary_wave && self.done == 0 {
             1
         } else {
-            concurrency
+            room
         };
         let max_batch = limit.min(remaining as u32);
         let info = &self.start.info;
         let max_batch_reason = if self.canary_wave && self.done == 0 {
             "canary: one instance first".to_string()
-        } else if max_batch < concurrency {
+        } else if max_batch < room {
             format!("the last {max_batch} to update")
+        } else if set_aside > 0 {
+            format!(
+                "the budget allows {concurrency} at once (maxSurge {}, maxUnavailable {}), less {set_aside} node(s) set aside",
+                info.max_surge, info.max_unavailable
+            )
         } else {
             format!(
                 "the budget allows {concurrency} at once (maxSurge {}, maxUnavailable {})",

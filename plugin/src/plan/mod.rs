@@ -124,6 +124,18 @@ pub struct Plan {
     /// Set when a gate would stop the run: what stopped it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// What the run does with a node whose drain cannot finish, when it sets such nodes aside
+    /// (`drain.undrainable: Quarantine`); absent when it stops (the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undrainable: Option<UndrainablePlan>,
+}
+
+/// `drain.undrainable` as the plan shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UndrainablePlan {
+    pub action: &'static str,
+    pub max_quarantined: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -192,6 +204,10 @@ pub struct BatchPlan {
     /// What shadow hooks would decide about this batch's size and its gates.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadow: Vec<ShadowDecision>,
+    /// Its nodes the run would likely set aside (`drain.undrainable: Quarantine`): those whose
+    /// drain the forecast sees blocked, up to `maxQuarantined` over the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub likely_set_aside: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

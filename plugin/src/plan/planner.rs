@@ -16,9 +16,10 @@ use super::prepare::{self, Prepared};
 use super::shadow::{self, ShadowDecision};
 use super::{
     BatchPlan, GateStep, GroupPlan, InstancePlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep,
-    Plan, PlanError, PlanOptions,
+    Plan, PlanError, PlanOptions, UndrainablePlan,
 };
 use crate::policy::Policy;
+use crate::policy::drain::UndrainableAction;
 use crate::snapshot::Snapshot;
 
 /// Plans a node rotation.
@@ -48,6 +49,7 @@ pub fn plan_nodes(
         warnings,
         health,
         now: options.now,
+        set_aside: 0,
         capacity: Capacity::new(
             snapshot,
             &index,
@@ -61,6 +63,14 @@ pub fn plan_nodes(
         groups: Vec::new(),
         warnings: Vec::new(),
         stopped: None,
+        undrainable: {
+            let u = options.drain.rules.undrainable;
+            let sets_aside = u.action == UndrainableAction::Quarantine && !options.cloud_only;
+            sets_aside.then_some(UndrainablePlan {
+                action: u.action.as_str(),
+                max_quarantined: u.max_quarantined,
+            })
+        },
     };
     for group in &survey.groups {
         let group_plan = match prepare::prepare_group(&index, policy, options, group)? {
@@ -100,6 +110,8 @@ struct Planner<'a> {
     now: i64,
     /// The cluster's room for evicted pods, as the rotation goes.
     capacity: Capacity<'a>,
+    /// How many nodes the run would likely have set aside so far.
+    set_aside: usize,
 }
 
 /// What the planner keeps of a group while its loop runs.
@@ -185,12 +197,31 @@ impl Planner<'_> {
                     Input::Judged(self.gate(&mut rec, phase, &batch)?)
                 }
                 Step::Do(action) => {
+                    let replace = matches!(action, Action::Replace(_));
                     if !self.record(&mut rec, action) {
                         return Ok(rec.plan);
                     }
-                    Input::Done
+                    match rec.plan.batches.last_mut() {
+                        Some(batch) if replace => {
+                            batch.likely_set_aside = self.likely_set_aside(batch);
+                            Input::Replaced {
+                                set_aside: batch.likely_set_aside.clone(),
+                            }
+                        }
+                        _ => Input::Done,
+                    }
                 }
                 Step::Done(Outcome::Finished) => return Ok(rec.plan),
+                Step::Done(Outcome::NoRoomLeft {
+                    set_aside,
+                    concurrency,
+                }) => {
+                    rec.plan.aborted = Some(format!(
+                        "the run would stop before the next batch: the node(s) likely set aside ({}) take the whole budget ({concurrency} at once)",
+                        set_aside.join(", ")
+                    ));
+                    return Ok(rec.plan);
+                }
                 Step::Done(outcome @ Outcome::Aborted { .. }) => {
                     return Ok(self.aborted(rec, &outcome));
                 }
@@ -297,6 +328,28 @@ impl Planner<'_> {
         (forecast != Forecast::default()).then_some(forecast)
     }
 
+    /// The nodes of `batch` the run would likely set aside: with `drain.undrainable:
+    /// Quarantine`, those holding a pod the forecast sees blocked, while the run may set more
+    /// aside (beyond that it stops, as the forecast's `blocks` says).
+    fn likely_set_aside(&mut self, batch: &BatchPlan) -> Vec<String> {
+        let undrainable = self.options.drain.rules.undrainable;
+        let Some(forecast) = batch.forecast.as_ref() else {
+            return Vec::new();
+        };
+        let blocked: std::collections::HashSet<&str> = (forecast.blocks.iter())
+            .flat_map(|b| b.pods.iter().map(String::as_str))
+            .collect();
+        let mut likely = Vec::new();
+        for node in &batch.instances {
+            let held = (self.index.pods_on(node).iter()).any(|p| blocked.contains(p.id().as_str()));
+            if held && undrainable.sets_aside(self.set_aside) {
+                self.set_aside += 1;
+                likely.push(node.clone());
+            }
+        }
+        likely
+    }
+
     /// Records an action; false when the simulation gives up on the group (endless pauses).
     fn record(&mut self, rec: &mut Recording, action: Action) -> bool {
         match action {
@@ -322,6 +375,7 @@ impl Planner<'_> {
                     soak_seconds: None,
                     after_gate: None,
                     shadow: Vec::new(),
+                    likely_set_aside: Vec::new(),
                 })
             }
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
@@ -340,6 +394,7 @@ impl Planner<'_> {
                 gate: rec.gate.take(),
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
+                likely_set_aside: Vec::new(),
             }),
             Action::Wait(wait) if wait.then == Asked::BatchSize => {
                 rec.paused += i64::from(wait.seconds);
@@ -407,6 +462,7 @@ impl Planner<'_> {
                 gate: rec.gate.take(),
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
+                likely_set_aside: Vec::new(),
             });
         }
         rec.plan.aborted = Some(format!("{decided_by} aborted {at}: {reason}"));

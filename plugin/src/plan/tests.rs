@@ -508,3 +508,75 @@ fn the_demo_snapshot_has_no_requests_and_forecasts_no_pending_pod() {
         );
     }
 }
+
+/// Six nodes, four outdated; n2 runs a pod whose budget allows no disruption.
+fn with_a_blocked_pod_on_n2() -> Snapshot {
+    let mut snapshot = group_of_six(4);
+    let extra = Snapshot::from_json(
+        br#"{"kind": "List", "items": [
+          {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "db-0", "namespace": "shop", "labels": {"app": "db"}, "ownerReferences": [{"kind": "StatefulSet", "name": "db", "controller": true}]}, "spec": {"nodeName": "n2"}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+          {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": "db", "namespace": "shop"}, "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}}
+        ]}"#,
+    )
+    .unwrap();
+    snapshot.pods = extra.pods;
+    snapshot.pdbs = extra.pdbs;
+    snapshot
+}
+
+fn quarantining(unavailable: u32, max: u32) -> PlanOptions {
+    let mut opts = options(None, Some(unavailable));
+    opts.drain.rules.undrainable = crate::policy::drain::Undrainable {
+        action: crate::policy::drain::UndrainableAction::Quarantine,
+        max_quarantined: max,
+    };
+    opts
+}
+
+#[test]
+fn with_quarantine_a_node_whose_drain_the_forecast_sees_blocked_is_likely_set_aside() {
+    let snapshot = with_a_blocked_pod_on_n2();
+    let p = plan(&snapshot, &quarantining(2, 1));
+    let g = &p.groups[0];
+    // n2 takes a place of the budget once set aside: the batches after it go one at a time.
+    assert_eq!(shape(g), ["n1 n2", "n3", "n4"]);
+    assert_eq!(g.batches[0].likely_set_aside, ["n2"]);
+    assert!(g.batches[1].likely_set_aside.is_empty());
+    assert_eq!(p.stopped, None);
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["undrainable"]["action"], "Quarantine");
+    assert_eq!(json["undrainable"]["maxQuarantined"], 1);
+    assert_eq!(json["groups"][0]["batches"][0]["likelySetAside"][0], "n2");
+
+    // No more than maxQuarantined: beyond it the run stops, as the forecast's block says.
+    let none = plan(&snapshot, &quarantining(2, 0));
+    assert!(none.groups[0].batches[0].likely_set_aside.is_empty());
+    assert_eq!(shape(&none.groups[0]), ["n1 n2", "n3 n4"]);
+
+    // A node set aside that takes the whole budget stops the run before the next batch.
+    let full = plan(&snapshot, &quarantining(1, 1));
+    assert_eq!(shape(&full.groups[0]), ["n1", "n2"]);
+    assert!(
+        full.stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("the node(s) likely set aside (n2) take the whole budget")),
+        "{:?}",
+        full.stopped
+    );
+
+    // The default stops at the block: no setting shown, nothing set aside.
+    let stop = plan(&snapshot, &options(None, Some(2)));
+    assert!(stop.undrainable.is_none());
+    assert!(
+        serde_json::to_value(&stop)
+            .unwrap()
+            .get("undrainable")
+            .is_none()
+    );
+    assert!(
+        stop.groups[0]
+            .batches
+            .iter()
+            .all(|b| b.likely_set_aside.is_empty())
+    );
+}

@@ -30,6 +30,58 @@ pub struct DrainPolicy {
     /// Rungs taken in turn while an eviction stays refused; empty: retry until the drain
     /// timeout (kubectl's behaviour). After the last rung the drain stops.
     pub escalation: Vec<Rung>,
+    /// How long a batch waits between labelling its nodes out of load balancers and the first
+    /// eviction, for load balancers' deregistration delay; zero: no wait.
+    pub load_balancer_drain_delay: Duration,
+    /// What a rotation does with a node whose drain cannot finish.
+    pub undrainable: Undrainable,
+}
+
+/// What a rotation does with a node whose drain cannot finish (a budget that never allows, a
+/// drain timeout, a held pod's wait or an escalation ladder that ends, a pod the drain refuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Undrainable {
+    pub action: UndrainableAction,
+    /// With `Quarantine`: how many nodes a run may set aside; one more stops it.
+    pub max_quarantined: u32,
+}
+
+/// How many nodes a run sets aside at most unless the policy says.
+pub const DEFAULT_MAX_QUARANTINED: u32 = 1;
+
+impl Default for Undrainable {
+    fn default() -> Self {
+        Undrainable {
+            action: UndrainableAction::Stop,
+            max_quarantined: DEFAULT_MAX_QUARANTINED,
+        }
+    }
+}
+
+impl Undrainable {
+    /// Whether a node whose drain failed is set aside, `already` being set aside in this run.
+    pub fn sets_aside(&self, already: usize) -> bool {
+        self.action == UndrainableAction::Quarantine && already < self.max_quarantined as usize
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum UndrainableAction {
+    /// Stop the run, resumably, naming what holds the drain.
+    #[default]
+    Stop,
+    /// Set the node aside (cordoned, its pods left running, labelled quarantined, not
+    /// terminated) and go on with the group's other nodes; the run then ends with exit code 6.
+    Quarantine,
+}
+
+impl UndrainableAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UndrainableAction::Stop => "Stop",
+            UndrainableAction::Quarantine => "Quarantine",
+        }
+    }
 }
 
 impl Default for DrainPolicy {
@@ -41,6 +93,8 @@ impl Default for DrainPolicy {
             job_timeout: DEFAULT_JOB_TIMEOUT,
             order: Vec::new(),
             escalation: Vec::new(),
+            load_balancer_drain_delay: Duration::ZERO,
+            undrainable: Undrainable::default(),
         }
     }
 }
@@ -108,6 +162,16 @@ pub(super) struct RawDrain {
     order: Vec<Spanned<RawOrderRule>>,
     #[serde(default)]
     escalation: Vec<Spanned<RawRung>>,
+    load_balancer_drain_delay: Option<Spanned<String>>,
+    undrainable: Option<RawUndrainable>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawUndrainable {
+    #[serde(default)]
+    action: UndrainableAction,
+    max_quarantined: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -151,6 +215,16 @@ impl Located<'_> {
         }
         if let Some(t) = &raw.job_timeout {
             policy.job_timeout = positive(t, "jobTimeout")?;
+        }
+        if let Some(d) = &raw.load_balancer_drain_delay {
+            policy.load_balancer_drain_delay =
+                parse_duration(&d.value).map_err(|m| self.of(d, m))?;
+        }
+        if let Some(u) = raw.undrainable {
+            policy.undrainable = Undrainable {
+                action: u.action,
+                max_quarantined: u.max_quarantined.unwrap_or(DEFAULT_MAX_QUARANTINED),
+            };
         }
         for rule in raw.order {
             let (line, column) = (rule.referenced.line(), rule.referenced.column());

@@ -274,6 +274,33 @@ fn reads_the_drain_section() {
     )
     .unwrap();
     assert!(!off.drain.exclude_from_load_balancers);
+    // Nothing waits between the label and the first eviction, and an undrainable node stops
+    // the run, unless the policy says otherwise.
+    assert_eq!(plain.drain.load_balancer_drain_delay, Duration::ZERO);
+    assert_eq!(plain.drain.undrainable, drain::Undrainable::default());
+    assert_eq!(
+        plain.drain.undrainable.action,
+        drain::UndrainableAction::Stop
+    );
+    assert!(!plain.drain.undrainable.sets_aside(0));
+    let set_aside = parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  drain:\n    loadBalancerDrainDelay: 30s\n    undrainable: {action: Quarantine, maxQuarantined: 2}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        set_aside.drain.load_balancer_drain_delay,
+        Duration::from_secs(30)
+    );
+    let undrainable = set_aside.drain.undrainable;
+    assert_eq!(undrainable.action, drain::UndrainableAction::Quarantine);
+    assert_eq!(undrainable.max_quarantined, 2);
+    assert!(undrainable.sets_aside(0) && undrainable.sets_aside(1));
+    assert!(!undrainable.sets_aside(2));
+    let one = parse(
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  drain:\n    undrainable: {action: Quarantine}\n",
+    )
+    .unwrap();
+    assert_eq!(one.drain.undrainable.max_quarantined, 1);
 }
 
 #[test]
@@ -309,6 +336,10 @@ fn drain_mistakes_name_their_line() {
             5,
             "invalid boolean",
         ),
+        ("    loadBalancerDrainDelay: soon\n", 5, "duration"),
+        ("    undrainable: {action: Cordon}\n", 5, "Cordon"),
+        ("    undrainable: {maxQuarantined: -1}\n", 5, "invalid u32"),
+        ("    undrainable: {action: Stop, max: 2}\n", 5, "max"),
     ];
     for (lines, line, says) in cases {
         let text = format!(

@@ -120,6 +120,26 @@ pub enum RotateError {
         lacking: usize,
         controllers: String,
     },
+    /// The run set nodes aside (`drain.undrainable: Quarantine`); exit code 6.
+    #[error(
+        "{}set aside {} node(s) whose drain could not finish, each left cordoned with its pods and labelled {}: {}; the same command tries them again first, `nodes --release-quarantined --yes` uncordons them",
+        .stopped.as_ref().map(|s| format!("{s}; ")).unwrap_or_default(),
+        .nodes.len(),
+        crate::keys::QUARANTINED,
+        .nodes.iter().map(|n| format!("{} ({})", n.node, n.reason)).collect::<Vec<_>>().join("; ")
+    )]
+    SetAside {
+        nodes: Vec<SetAside>,
+        /// Why the run stopped before the end, when it did.
+        stopped: Option<String>,
+    },
+}
+
+/// A node the run set aside, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SetAside {
+    pub node: String,
+    pub reason: String,
 }
 
 impl From<KernelError> for RotateError {
@@ -158,6 +178,8 @@ pub struct Rotation<'a> {
     /// The run's lock, which also keeps its records (see [`records`]).
     pub lock: &'a LockGuard,
     pub steps: &'a Steps,
+    /// The nodes this run set aside so far.
+    pub set_aside: Vec<SetAside>,
 }
 
 /// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
@@ -303,7 +325,14 @@ impl Rotation<'_> {
         for (group, role, _) in groups {
             self.rotate_group(group, role).await?;
         }
-        self.finish_left_groups().await
+        self.finish_left_groups().await?;
+        match self.set_aside.is_empty() {
+            true => Ok(()),
+            false => Err(RotateError::SetAside {
+                nodes: self.set_aside.clone(),
+                stopped: None,
+            }),
+        }
     }
 
     /// Brings into view the pods of the nodes of the groups `options` choose, as they are now
@@ -370,11 +399,27 @@ impl Rotation<'_> {
                 Step::Ask(Question::Gate { phase, batch }) => {
                     Input::Judged(self.judge(phase, &batch, &mut run).await?)
                 }
+                Step::Do(Action::Replace(batch)) => Input::Replaced {
+                    set_aside: self.replace(&batch, &mut run).await?,
+                },
                 Step::Do(action) => {
                     self.carry_out(action, &mut run).await?;
                     Input::Done
                 }
                 Step::Done(Outcome::Finished) => break,
+                Step::Done(Outcome::NoRoomLeft {
+                    set_aside,
+                    concurrency,
+                }) => {
+                    return Err(RotateError::SetAside {
+                        nodes: self.set_aside.clone(),
+                        stopped: Some(format!(
+                            "stopped before the next batch of group {}: its {} node(s) set aside take the whole budget ({concurrency} at once)",
+                            run.name,
+                            set_aside.len()
+                        )),
+                    });
+                }
                 Step::Done(Outcome::Aborted {
                     phase,
                     batch,
@@ -422,7 +467,7 @@ impl Rotation<'_> {
             }
             Action::Begin { instances } => self.begin(&instances, run).await,
             Action::Surge { instances, canary } => self.surge(&instances, canary, run).await,
-            Action::Replace(batch) => self.replace(&batch, run).await,
+            Action::Replace(batch) => self.replace(&batch, run).await.map(|_| ()),
             Action::Wait(wait) => {
                 let reason = format!("{} [{}]", wait.reason, wait.decided_by);
                 let held = Duration::from_secs(u64::from(wait.seconds));

@@ -1,12 +1,14 @@
 //! Replacing one batch: cordon and drain its nodes, wait the post-drain delay, delete each Node
 //! and terminate its instance (recorded first, so a stopped run finishes it), wait the role's
-//! interval, then for the replacements to be Ready, and validate.
+//! interval, then for the replacements to be Ready, and validate. A node whose drain cannot
+//! finish stops the run, or with `drain.undrainable: Quarantine` is set aside: left cordoned with
+//! its pods, not terminated, while the batch's other nodes are replaced.
 
 use std::io::{BufRead, Write};
 
 use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
-use super::{GroupRun, RotateError, Rotation};
+use super::{GroupRun, RotateError, Rotation, SetAside};
 use crate::cluster::drain::{Cordon, DrainError};
 use crate::events::{Event, Reporter};
 use crate::keys;
@@ -15,11 +17,12 @@ use crate::plan::drain::asking_not_to_be_disrupted;
 use crate::plan::group_loop::BatchStep;
 
 impl Rotation<'_> {
+    /// Replaces `batch`; returns the nodes it set aside.
     pub(super) async fn replace(
         &mut self,
         batch: &BatchStep,
         run: &mut GroupRun,
-    ) -> Result<(), RotateError> {
+    ) -> Result<Vec<String>, RotateError> {
         let group = run.name.clone();
         // The batch's nodes as they are now (surges may have detached some since its sizing).
         self.refresh(run).await?;
@@ -51,21 +54,49 @@ impl Rotation<'_> {
         if move_pods && self.judges_by_pods(&group) {
             self.record_owed(&group, &batch.instances).await?;
         }
+        let mut set_aside = Vec::new();
         if move_pods {
             let orders = self.drain_orders(batch).await?;
-            let blocked = BlockedEvictions::new(self.kernel.reporter);
+            let rules = &self.settings.drain.options.rules;
             // An instance that never registered as a node has nothing to cordon or drain.
-            let drains = batch
-                .instances
-                .iter()
+            let cordons: Vec<(&String, Cordon)> = (batch.instances.iter())
                 .filter(|node| run.registered(node))
-                .map(|node| {
-                    let cordon = run.cordon(node, &self.settings.drain.options.rules);
-                    self.drain_one(node, cordon, orders.get(node).map(Vec::as_slice), &blocked)
-                });
+                .map(|node| (node, run.cordon(node, rules)))
+                .collect();
+            // With a load-balancer drain delay, the batch's nodes are cordoned (and labelled out
+            // of load balancers) first, and the delay is held once before any eviction.
+            let delay = rules.load_balancer_drain_delay;
+            let delayed = !delay.is_zero() && rules.exclude_from_load_balancers;
+            if delayed {
+                let reporter = self.kernel.reporter;
+                futures::future::try_join_all(
+                    (cordons.iter())
+                        .map(|(node, c)| self.cluster.cordon(node, *c, false, reporter)),
+                )
+                .await?;
+                let reason = "load-balancer drain delay: load balancers deregister the cordoned nodes before their pods are evicted";
+                self.kernel.hold(delay, reason.into()).await?;
+            }
+            let blocked = BlockedEvictions::new(self.kernel.reporter);
+            let drains = cordons.iter().map(|(node, cordon)| {
+                let cordon = (!delayed).then_some(*cordon);
+                let turns = orders.get(*node).map(Vec::as_slice);
+                self.drain_one(node, cordon, turns, &blocked)
+            });
             let drained = futures::future::join_all(drains);
-            for result in self.recording_blocks(&blocked, drained).await? {
-                result?;
+            let results = self.recording_blocks(&blocked, drained).await?;
+            for ((node, _), result) in cordons.iter().zip(results) {
+                match result {
+                    Ok(()) => {}
+                    Err(RotateError::Drain(e))
+                        if !matches!(e, DrainError::Cluster(_))
+                            && rules.undrainable.sets_aside(self.set_aside.len()) =>
+                    {
+                        self.quarantine(node, &e).await?;
+                        set_aside.push(node.to_string());
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             if !self.settings.post_drain_delay.is_zero() {
                 self.kernel
@@ -77,20 +108,45 @@ impl Rotation<'_> {
             }
         }
         self.kernel.check_lock()?;
-        self.terminate_batch(batch, run).await?;
+        let replaced = BatchStep {
+            instances: (batch.instances.iter())
+                .filter(|n| !set_aside.contains(n))
+                .cloned()
+                .collect(),
+            ..batch.clone()
+        };
+        self.terminate_batch(&replaced, run).await?;
         let interval = self.interval(run.role);
         if !interval.is_zero() {
             let reason = format!("{} interval after terminating", run.role.as_str());
             self.kernel.hold(interval, reason).await?;
         }
         if self.settings.plan.cloud_only {
-            return Ok(());
+            return Ok(set_aside);
         }
         if self.judges_by_pods(&group) {
             self.wait_pods_back(&group).await?;
         }
         let fresh = self.wait_ready(&group, run.expected).await?;
-        self.validate(&fresh).await
+        self.validate(&fresh).await?;
+        Ok(set_aside)
+    }
+
+    /// Sets aside `node`, whose drain failed with `error`: it stays cordoned with the pods it
+    /// still has and is not terminated (see [`crate::cluster::Cluster::set_aside`]).
+    async fn quarantine(&mut self, node: &str, error: &DrainError) -> Result<(), RotateError> {
+        let now = self.view.caught_up().await?;
+        let reason = error.to_string();
+        if let Some(found) = now.nodes.iter().find(|n| n.name == node) {
+            self.cluster
+                .set_aside(found, &reason, self.kernel.reporter)
+                .await?;
+        }
+        self.set_aside.push(SetAside {
+            node: node.into(),
+            reason,
+        });
+        Ok(())
     }
 
     /// Deletes each node of the batch and terminates its instance. Detached instances are not
@@ -135,15 +191,18 @@ impl Rotation<'_> {
         Ok(())
     }
 
-    /// Cordons and drains one node, recording the phase; `turns`: a `drain-order` hook's.
+    /// Cordons (unless `cordon` is none: done already) and drains one node, recording the
+    /// phase; `turns`: a `drain-order` hook's.
     async fn drain_one(
         &self,
         node: &str,
-        cordon: Cordon,
+        cordon: Option<Cordon>,
         turns: Option<&[Vec<String>]>,
         reporter: &dyn Reporter,
     ) -> Result<(), RotateError> {
-        self.cluster.cordon(node, cordon, false, reporter).await?;
+        if let Some(cordon) = cordon {
+            self.cluster.cordon(node, cordon, false, reporter).await?;
+        }
         match self
             .cluster
             .drain_ordered(node, &self.settings.drain, turns, reporter)

@@ -28,6 +28,7 @@ fn three_node_checker() -> Checker {
             max_unavailable: 1,
             max_surge: 1,
             cloud_only: false,
+            set_aside: Default::default(),
         },
         vec![Pdb {
             name: "ns/web".into(),
@@ -170,6 +171,7 @@ fn the_checker_allows_terminating_undrained_nodes_with_cloudonly() {
             max_unavailable: 1,
             max_surge: 0,
             cloud_only: true,
+            set_aside: Default::default(),
         },
         vec![],
     );
@@ -255,6 +257,7 @@ fn the_checker_counts_nothing_before_the_listings_are_complete() {
             max_unavailable: 1,
             max_surge: 0,
             cloud_only: false,
+            set_aside: Default::default(),
         },
         vec![],
     );
@@ -325,5 +328,81 @@ fn the_checker_reports_an_unfinished_end() {
                 holder: "me@here/pid-1".into()
             },
         ]
+    );
+}
+
+/// A group whose n2 cannot be drained: with quarantine it must be set aside, never terminated.
+fn checker_setting_aside_n2() -> Checker {
+    let mut checker = Checker::new(
+        Budget {
+            outdated: ["n1", "n2", "n3"].map(String::from).into(),
+            max_unavailable: 2,
+            max_surge: 0,
+            cloud_only: false,
+            set_aside: ["n2".to_string()].into(),
+        },
+        vec![],
+    );
+    for n in ["n1", "n2", "n3"] {
+        checker.observe(node(n, true, false));
+    }
+    checker.observe(Seen::NodesSynced);
+    checker
+}
+
+#[test]
+fn a_node_to_set_aside_is_never_terminated_and_ends_cordoned() {
+    // Set aside as it must be: cordoned, kept, the others replaced.
+    let mut checker = checker_setting_aside_n2();
+    for n in ["n2", "n1"] {
+        checker.observe(node(n, true, true));
+    }
+    checker.observe(Seen::Terminate {
+        node: "n1".into(),
+        pods_left: vec![],
+    });
+    checker.observe(Seen::NodeGone { name: "n1".into() });
+    checker.observe(node("n1-new", true, false));
+    checker.observe(node("n3", true, true));
+    checker.observe(Seen::Terminate {
+        node: "n3".into(),
+        pods_left: vec![],
+    });
+    checker.observe(Seen::NodeGone { name: "n3".into() });
+    checker.observe(node("n3-new", true, false));
+    let nodes: Vec<(String, bool, bool)> = vec![
+        ("n1-new".into(), true, false),
+        ("n2".into(), true, true),
+        ("n3-new".into(), true, false),
+    ];
+    let end = End {
+        instances: nodes.iter().map(|n| n.0.clone()).collect(),
+        nodes,
+        lock: None,
+    };
+    checker.finish(&end);
+    assert_eq!(checker.violations(), []);
+
+    // Terminated after all, or left uncordoned at the end: both are reported.
+    let mut terminated = checker_setting_aside_n2();
+    terminated.observe(node("n2", true, true));
+    terminated.observe(Seen::Terminate {
+        node: "n2".into(),
+        pods_left: vec![],
+    });
+    assert_eq!(
+        terminated.violations(),
+        [Violation::SetAsideTerminated { node: "n2".into() }]
+    );
+    let mut uncordoned = checker_setting_aside_n2();
+    let mut end = end;
+    end.nodes[1].2 = false;
+    uncordoned.finish(&end);
+    assert!(
+        uncordoned
+            .violations()
+            .contains(&Violation::SetAsideNotCordoned { node: "n2".into() }),
+        "{:?}",
+        uncordoned.violations()
     );
 }

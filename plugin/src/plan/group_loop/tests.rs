@@ -335,3 +335,95 @@ fn an_answer_to_a_question_not_asked_is_a_driver_bug() {
     let mut group = GroupLoop::new(start(Role::Node, 1, 0, 0, 1));
     group.step(Input::Done);
 }
+
+/// Drives a group whose replacements set aside the nodes `undrainable` names; returns the
+/// trace (sizes with their reasons) and the outcome.
+fn drive_setting_aside(start: GroupStart, undrainable: &[&str]) -> (Vec<String>, Outcome) {
+    let mut group = GroupLoop::new(start);
+    let mut trace = Vec::new();
+    let mut input = Input::Start;
+    loop {
+        input = match group.step(input) {
+            Step::Ask(Question::Select) => Input::Selected(Selected {
+                chosen: built_in_choice(group.candidates()),
+                by: DecidedBy::BuiltIn,
+            }),
+            Step::Ask(Question::BatchSize(sizing)) => {
+                trace.push(format!(
+                    "size<={} ({})",
+                    sizing.max_batch, sizing.max_batch_reason
+                ));
+                Input::Sized(built_in(&sizing))
+            }
+            Step::Ask(Question::Gate { .. }) => Input::Judged(proceed()),
+            Step::Do(Action::Replace(b)) => {
+                trace.push(format!("replace {}", b.instances.join(" ")));
+                Input::Replaced {
+                    set_aside: (b.instances.iter())
+                        .filter(|n| undrainable.contains(&n.as_str()))
+                        .cloned()
+                        .collect(),
+                }
+            }
+            Step::Do(_) => Input::Done,
+            Step::Done(outcome) => return (trace, outcome),
+        };
+    }
+}
+
+#[test]
+fn a_node_set_aside_takes_a_place_of_the_budget_for_the_batches_after_it() {
+    // Two at a time, five to replace, one up to date (no canary): n2 is set aside in the first
+    // batch, so the others go one at a time.
+    let (trace, outcome) = drive_setting_aside(start(Role::Node, 5, 1, 0, 2), &["n2"]);
+    assert_eq!(
+        trace,
+        [
+            "size<=2 (the budget allows 2 at once (maxSurge 0, maxUnavailable 2))",
+            "replace n1 n2",
+            "size<=1 (the budget allows 2 at once (maxSurge 0, maxUnavailable 2), less 1 node(s) set aside)",
+            "replace n3",
+            "size<=1 (the budget allows 2 at once (maxSurge 0, maxUnavailable 2), less 1 node(s) set aside)",
+            "replace n4",
+            "size<=1 (the budget allows 2 at once (maxSurge 0, maxUnavailable 2), less 1 node(s) set aside)",
+            "replace n5",
+        ]
+    );
+    assert_eq!(outcome, Outcome::Finished);
+
+    // A second node set aside fills the budget: no batch fits, and nothing after is touched.
+    let (trace, outcome) = drive_setting_aside(start(Role::Node, 5, 1, 0, 2), &["n2", "n3"]);
+    assert_eq!(trace.last().unwrap(), "replace n3");
+    assert_eq!(
+        outcome,
+        Outcome::NoRoomLeft {
+            set_aside: vec!["n2".into(), "n3".into()],
+            concurrency: 2,
+        }
+    );
+    // The last node set aside ends the group as any last batch does.
+    let (_, outcome) = drive_setting_aside(start(Role::Node, 2, 1, 0, 1), &["n2"]);
+    assert_eq!(outcome, Outcome::Finished);
+}
+
+#[test]
+fn nodes_an_earlier_run_set_aside_are_tried_again_first_and_detached_ones_last() {
+    let mut s = start(Role::Node, 4, 0, 0, 1);
+    s.candidates[0]
+        .annotations
+        .insert(keys::DETACHED.into(), "true".into());
+    s.candidates[2]
+        .annotations
+        .insert(keys::QUARANTINED.into(), "{}".into());
+    let mut group = GroupLoop::new(s);
+    group.step(Input::Start);
+    let chosen = built_in_choice(group.candidates());
+    group.step(Input::Selected(Selected {
+        chosen,
+        by: DecidedBy::BuiltIn,
+    }));
+    let order: Vec<&str> = (group.selected().unwrap().chosen.iter())
+        .map(|c| group.candidates()[c.index].name.as_str())
+        .collect();
+    assert_eq!(order, ["n3", "n2", "n4", "n1"]);
+}
