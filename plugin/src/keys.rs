@@ -86,6 +86,12 @@ pub const DO_NOT_DISRUPT: &[(&str, &str)] = &[
     ("karpenter.sh/do-not-disrupt", "true"),
     ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
 ];
+/// Node annotations that ask a rotation not to disrupt the node, each with the value that asks
+/// it: an out-of-date node that carries one is not selected unless `--force`.
+pub const NODE_DO_NOT_DISRUPT: &[(&str, &str)] = &[
+    ("rollout-ext.io/do-not-disrupt", "true"),
+    ("karpenter.sh/do-not-disrupt", "true"),
+];
 /// On a pod (`"true"`): like a Job's pods, it is left to complete before its node is drained
 /// (policy `drain.jobTimeout`).
 pub const WAIT_FOR_COMPLETION: &str = "rollout-ext.io/wait-for-completion";

@@ -342,7 +342,6 @@ async fn abort_stops_the_run_after_its_step_and_the_same_command_finishes() {
 
 #[tokio::test]
 async fn an_abort_stops_a_drain_a_budget_blocks_and_the_same_command_finishes() {
-    use kube::api::{Patch, PatchParams};
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pdbs = blocked_group(cluster, "abortdrain").await;
@@ -366,18 +365,7 @@ async fn an_abort_stops_a_drain_a_budget_blocks_and_the_same_command_finishes() 
     assert!(cluster.cloud.terminated("abortdrain").is_empty());
 
     // The budget relaxed, the same command finishes the drain and the rotation.
-    let relax = Patch::Merge(serde_json::json!({"spec": {"maxUnavailable": 2}}));
-    pdbs.patch("web", &PatchParams::default(), &relax)
-        .await
-        .unwrap();
-    let out = run_plugin(args).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(cluster.cloud.terminated("abortdrain"), ["abortdrain-1"]);
-    let_go(cluster, "abortdrain");
+    relax_and_finish(cluster, &pdbs, args, "abortdrain").await;
 }
 
 #[tokio::test]
@@ -499,4 +487,106 @@ async fn status_names_the_pod_and_budget_a_blocked_drain_waits_on() {
         "{during}"
     );
     let_go(cluster, "guarded");
+}
+
+/// Lets the budget of a blocked group allow its pods to go, runs `args` again and asserts that
+/// it finished: the group's node replaced, the lock let go.
+async fn relax_and_finish(
+    cluster: &TestCluster,
+    pdbs: &Api<kube::api::DynamicObject>,
+    args: Vec<String>,
+    group: &str,
+) {
+    use kube::api::{Patch, PatchParams};
+    let relax = Patch::Merge(serde_json::json!({"spec": {"maxUnavailable": 2}}));
+    pdbs.patch("web", &PatchParams::default(), &relax)
+        .await
+        .unwrap();
+    let out = run_plugin(args).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cluster.cloud.terminated(group), [format!("{group}-1")]);
+    let_go(cluster, group);
+}
+
+/// Runs `args` and asks `abort --uncordon` once a budget blocks the drain; returns the exit
+/// code, stderr and the events printed.
+async fn aborted_with_uncordon(
+    cluster: &'static TestCluster,
+    args: Vec<String>,
+) -> (Option<i32>, String, Vec<Value>) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let mut asked = false;
+    let (code, stderr) = run_watching(args, move |event| {
+        record.lock().unwrap().push(event.clone());
+        if event["event"] == "eviction-blocked" && !asked {
+            asked = true;
+            let out = control(
+                cluster,
+                &["abort", "--uncordon", "--reason", "give it back"],
+            );
+            assert!(out.status.success(), "{out:?}");
+        }
+    })
+    .await;
+    let events = seen.lock().unwrap().clone();
+    (code, stderr, events)
+}
+
+/// `abort --uncordon` stops the run and gives the cordoned node back: schedulable, without our
+/// phase and our load-balancer label; a load-balancer label someone else set stays.
+#[tokio::test]
+async fn abort_with_uncordon_gives_the_cordoned_node_back_without_our_labels() {
+    use kube::api::{Patch, PatchParams};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pdbs = blocked_group(cluster, "abortunc").await;
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let dir = tempfile::tempdir().unwrap();
+    let args = cluster.rotate_one_at_a_time(dir.path(), "abortunc", "", &[]);
+    const LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+    let (code, stderr, events) = aborted_with_uncordon(cluster, args.clone()).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    // Cordoned with our label, then given back.
+    let cordoned = events
+        .iter()
+        .position(|e| e["event"] == "cordoned" && e["excluded_from_load_balancers"] == true);
+    let uncordoned = events
+        .iter()
+        .position(|e| e["event"] == "uncordoned" && e["node"] == "abortunc-1");
+    assert!(cordoned.is_some() && uncordoned > cordoned, "{events:?}");
+    let node = nodes.get("abortunc-1").await.unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    assert!(!node.metadata.labels.unwrap_or_default().contains_key(LB));
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("rollout-ext.io/phase"),
+        "{annotations:?}"
+    );
+    assert!(cluster.cloud.terminated("abortunc").is_empty());
+
+    // Someone else's load-balancer label stays through the cordon and the uncordon.
+    let theirs = serde_json::json!({"metadata": {"labels": {LB: "ops"}}});
+    nodes
+        .patch(
+            "abortunc-1",
+            &PatchParams::default(),
+            &Patch::Merge(&theirs),
+        )
+        .await
+        .unwrap();
+    let (code, stderr, _) = aborted_with_uncordon(cluster, args.clone()).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    let node = nodes.get("abortunc-1").await.unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    let labels = node.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get(LB).map(String::as_str), Some("ops"));
+
+    // The budget relaxed, the same command finishes.
+    relax_and_finish(cluster, &pdbs, args, "abortunc").await;
 }

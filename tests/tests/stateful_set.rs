@@ -617,3 +617,46 @@ async fn an_abort_while_new_pods_are_awaited_stops_the_update_at_once() {
         "the update stops where it was: {held}"
     );
 }
+
+/// A StatefulSet with its own `rollingUpdate.maxUnavailable` (a field of servers from 1.24,
+/// which this test control plane does not serve: planned from a snapshot, as the API documents
+/// it): its steps take that many pods, unless `--max-unavailable` says otherwise.
+#[test]
+fn a_plan_takes_the_sets_own_max_unavailable_unless_told_otherwise() {
+    let pod = |i: i32| {
+        json!({"kind": "Pod", "metadata": {"name": format!("web-{i}"), "namespace": "default",
+                "labels": {"app": "web", "controller-revision-hash": "web-a"}},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    };
+    let set = json!({
+        "kind": "StatefulSet", "apiVersion": "apps/v1",
+        "metadata": {"name": "web", "namespace": "default", "generation": 1},
+        "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "web"}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "main", "image": V1}]}}},
+        "status": {"observedGeneration": 1, "currentRevision": "web-a", "updateRevision": "web-a"}
+    });
+    let mut items = vec![set];
+    items.extend((0..5).map(pod));
+    let list = json!({"kind": "List", "apiVersion": "v1", "items": items});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("snapshot.json");
+    std::fs::write(&file, list.to_string()).unwrap();
+    let steps = |extra: &[&str]| {
+        let out = Command::new(plugin_binary())
+            .args(["rolling-update", "sts/web", "--from-snapshot"])
+            .arg(&file)
+            .args(["-o", "json", &format!("--image={V2}"), "--canary=0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (plan["steps"].as_array().unwrap().iter())
+            .map(|s| s["pods"].as_array().unwrap().len())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(steps(&[]), [2, 2, 1]);
+    assert_eq!(steps(&["--max-unavailable=1"]), [1, 1, 1, 1, 1]);
+}

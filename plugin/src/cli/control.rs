@@ -89,8 +89,18 @@ pub fn resume(kube: &KubeFlags, target: Option<&str>) -> Result<(), Failure> {
     })
 }
 
-pub fn abort(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(), Failure> {
+pub fn abort(
+    kube: &KubeFlags,
+    target: Option<&str>,
+    reason: &str,
+    uncordon: bool,
+) -> Result<(), Failure> {
     if let Some(target) = target {
+        if uncordon {
+            return Err(Failure::usage(
+                "--uncordon is for the node rotation: a rolling update cordons no node",
+            ));
+        }
         return on_controller(kube, target, Request::Abort(reason));
     }
     with_lease(kube, async |cluster, lease| {
@@ -105,11 +115,18 @@ pub fn abort(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(),
                 abort.describe()
             )));
         }
-        let request = ControlRequest::now(&operator(), reason);
+        let request = ControlRequest {
+            uncordon,
+            ..ControlRequest::now(&operator(), reason)
+        };
         cluster.set_control(Control::Abort, Some(&request)).await?;
+        let then = match uncordon {
+            true => ", then uncordons the nodes it cordoned and did not terminate",
+            false => "",
+        };
         Ok(format!(
             "abort requested: the rotation of {} stops after its current step (a drain or \
-             termination in progress finishes first); running the same command again resumes it",
+             termination in progress finishes first){then}; running the same command again resumes it",
             lease.holder
         ))
     })

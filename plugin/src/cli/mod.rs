@@ -180,6 +180,11 @@ pub enum Command {
         /// Why, for whoever reads `status` or the run's output.
         #[arg(long, default_value = "")]
         reason: String,
+        /// Node rotation: once stopped, the run also uncordons the nodes it cordoned and did not
+        /// terminate (and removes its load-balancer label and phase from them): their capacity
+        /// comes back until the same command resumes the rotation.
+        #[arg(long)]
+        uncordon: bool,
     },
     /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans.
     Snapshot {
@@ -298,7 +303,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Status { output } => status::run(&cli.kube, output),
         Command::Pause { target, reason } => control::pause(&cli.kube, target.as_deref(), &reason),
         Command::Resume { target } => control::resume(&cli.kube, target.as_deref()),
-        Command::Abort { target, reason } => control::abort(&cli.kube, target.as_deref(), &reason),
+        Command::Abort {
+            target,
+            reason,
+            uncordon,
+        } => control::abort(&cli.kube, target.as_deref(), &reason, uncordon),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(

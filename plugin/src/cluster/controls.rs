@@ -26,6 +26,10 @@ pub struct ControlRequest {
     pub reason: String,
     #[serde(default)]
     pub at: String,
+    /// An abort of the node rotation that also uncordons the nodes the run cordoned and did
+    /// not terminate (`abort --uncordon`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub uncordon: bool,
 }
 
 impl ControlRequest {
@@ -38,6 +42,7 @@ impl ControlRequest {
             by: by.to_string(),
             reason: reason.to_string(),
             at: at.to_string(),
+            uncordon: false,
         }
     }
 
@@ -48,6 +53,7 @@ impl ControlRequest {
             by: "an annotation written by hand".into(),
             reason: text.to_string(),
             at: String::new(),
+            uncordon: false,
         })
     }
 
@@ -488,6 +494,7 @@ mod tests {
             by: "alice@laptop".into(),
             reason: "zone b maintenance".into(),
             at: "2026-11-24T10:00:00Z".into(),
+            uncordon: false,
         };
         let annotations: BTreeMap<String, String> =
             [(keys::PAUSE.to_string(), request.to_json())].into();

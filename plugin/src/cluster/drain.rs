@@ -248,8 +248,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Releases a node set aside: uncordoned, and without this tool's labels and annotations
-    /// (its phase, the quarantine record, and the load-balancer label when ours).
+    /// Releases a node set aside, or one a stopped run left cordoned: uncordoned, and without
+    /// this tool's labels and annotations (its phase, the quarantine record, and the
+    /// load-balancer label when ours).
     pub async fn release(&self, node: &crate::snapshot::Node) -> Result<(), ClusterError> {
         use crate::keys;
         let mut patch = serde_json::json!({

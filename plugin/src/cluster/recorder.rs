@@ -109,6 +109,7 @@ pub fn record_of(event: &Event) -> Option<Record> {
         Event::Drained { node: n } => node(n, "Drained", false),
         Event::Terminated { node: n, .. } => node(n, "Terminated", false),
         Event::Quarantined { node: n, .. } => node(n, "Quarantined", true),
+        Event::Uncordoned { node: n } => node(n, "Uncordoned", false),
         Event::EvictionBlocked { node: n, pod, .. } => Some(Record {
             related_pod: Some(pod.clone()),
             ..node(n, "EvictionBlocked", true)?

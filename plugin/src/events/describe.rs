@@ -48,6 +48,9 @@ impl Event {
                 format!("terminated {node}")
             }
             Event::Terminated { node, output } => format!("terminated {node}: {output}"),
+            Event::Uncordoned { node } => {
+                format!("uncordoned node {node} (abort --uncordon)")
+            }
             Event::Quarantined { node, reason } => format!(
                 "set node {node} aside: it stays cordoned with its pods and is not terminated ({reason})"
             ),

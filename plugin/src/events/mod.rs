@@ -55,6 +55,10 @@ pub enum Event {
         node: String,
         output: String,
     },
+    /// `abort --uncordon`: a node the stopped run had cordoned is schedulable again.
+    Uncordoned {
+        node: String,
+    },
     /// A node whose drain could not finish is set aside (`drain.undrainable: Quarantine`):
     /// cordoned with the pods it still has, not terminated, back in load balancers.
     Quarantined {

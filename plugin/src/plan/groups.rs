@@ -106,6 +106,17 @@ pub fn booting(node: &Node, rules: &Staleness) -> Option<i64> {
 }
 
 /// Why `node` is out of date, or none. Several reasons are joined.
+/// Why a node that asks not to be disrupted (see [`keys::NODE_DO_NOT_DISRUPT`]) is left alone,
+/// from its annotations; none when it does not ask.
+pub fn left_alone(annotations: &crate::labels::Labels) -> Option<String> {
+    let (key, value) = keys::NODE_DO_NOT_DISRUPT
+        .iter()
+        .find(|(key, value)| annotations.get(*key).map(String::as_str) == Some(*value))?;
+    Some(format!(
+        "out of date, but the node asks not to be disrupted ({key}: \"{value}\"): left alone (--force replaces it)"
+    ))
+}
+
 pub fn outdated_reason(node: &Node, rules: &Staleness) -> Option<String> {
     let mut reasons = Vec::new();
     if !node.registered {

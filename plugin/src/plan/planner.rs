@@ -10,6 +10,7 @@ use super::capacity::Capacity;
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
 use super::forecast::{self, Forecast};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
+use super::groups;
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
 use super::prepare::{self, Prepared};
@@ -501,6 +502,10 @@ fn instance_list(group: &GroupLoop) -> Vec<InstancePlan> {
             (Some(r), DecidedBy::Hook(_)) => (
                 format!("left out by {selected_by} (built-in: {r})"),
                 selected_by.clone(),
+            ),
+            (None, _) if !cand.up_to_date => (
+                groups::left_alone(&cand.annotations).unwrap_or_else(|| "left alone".into()),
+                DecidedBy::BuiltIn,
             ),
             (None, DecidedBy::Hook(_)) => ("up to date".to_string(), selected_by.clone()),
             _ => ("up to date".to_string(), DecidedBy::BuiltIn),

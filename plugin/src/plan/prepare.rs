@@ -65,6 +65,17 @@ pub fn survey<'a>(
             .filter_map(|g| snapshot.node_pool(&g.name)?.warning()),
     );
     warnings.extend(booting_warnings(&groups, &options.staleness));
+    if !options.force {
+        warnings.extend(groups.iter().flat_map(|g| {
+            (g.nodes.iter())
+                .filter(|n| groups::outdated_reason(n, &options.staleness).is_some())
+                .filter(|n| !n.annotations.contains_key(keys::DETACHED))
+                .filter_map(move |n| {
+                    let why = groups::left_alone(&n.annotations)?;
+                    Some(format!("group {}: node {} is {why}", g.name, n.name))
+                })
+        }));
+    }
     Ok(Survey { groups, warnings })
 }
 
@@ -105,7 +116,9 @@ pub enum Prepared {
 ///
 /// Built-in selection: outdated instances first, then (with `--force`) up-to-date ones,
 /// instances detached by an earlier run last, each in name order but with the nodes that hold a
-/// pod asking not to be disrupted after the others (their drains wait for those pods).
+/// pod asking not to be disrupted after the others (their drains wait for those pods). An
+/// outdated node that itself asks not to be disrupted is left out (listed, not chosen) unless
+/// `--force`.
 pub fn prepare_group(
     index: &Index,
     policy: &Policy,
@@ -115,10 +128,15 @@ pub fn prepare_group(
     let mut outdated = Vec::new();
     let mut current = Vec::new();
     let mut detached = Vec::new();
+    // Out of date, but asking not to be disrupted: not chosen unless --force.
+    let mut left_alone = Vec::new();
     for node in &group.nodes {
         match groups::outdated_reason(node, &options.staleness) {
             Some(r) if node.annotations.contains_key(keys::DETACHED) => {
                 detached.push((*node, Some(r)))
+            }
+            Some(_) if !options.force && groups::left_alone(&node.annotations).is_some() => {
+                left_alone.push(*node)
             }
             Some(r) => outdated.push((*node, Some(r))),
             None => current.push(*node),
@@ -139,6 +157,10 @@ pub fn prepare_group(
         )
         .chain(detached)
         .map(|(n, r)| candidate(index, &options.drain, n, group, r))
+        .chain(left_alone.into_iter().map(|n| Candidate {
+            up_to_date: false,
+            ..candidate(index, &options.drain, n, group, None)
+        }))
         .collect();
     let selected = candidates.iter().filter(|c| c.reason.is_some()).count() as u32;
     let overrides = policy.group(&group.name);

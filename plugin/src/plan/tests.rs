@@ -580,3 +580,47 @@ fn with_quarantine_a_node_whose_drain_the_forecast_sees_blocked_is_likely_set_as
             .all(|b| b.likely_set_aside.is_empty())
     );
 }
+
+#[test]
+fn a_node_that_asks_not_to_be_disrupted_is_left_alone_unless_forced() {
+    let mut snapshot = group_of_six(3);
+    snapshot.nodes[1]
+        .annotations
+        .insert("karpenter.sh/do-not-disrupt".into(), "true".into());
+    // Asking with another value does not count.
+    snapshot.nodes[2]
+        .annotations
+        .insert("rollout-ext.io/do-not-disrupt".into(), "false".into());
+    let p = plan(&snapshot, &options(None, Some(1)));
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n1", "n3"]);
+    assert_eq!(g.group.selected, 2);
+    let n2 = g.instances.iter().find(|i| i.name == "n2").unwrap();
+    assert!(!n2.update);
+    assert_eq!(
+        n2.reason,
+        "out of date, but the node asks not to be disrupted (karpenter.sh/do-not-disrupt: \"true\"): left alone (--force replaces it)"
+    );
+    assert!(
+        p.warnings.iter().any(|w| w.starts_with(
+            "group nodes: node n2 is out of date, but the node asks not to be disrupted"
+        )),
+        "{:?}",
+        p.warnings
+    );
+    // With --force it is replaced, with every other node.
+    let forced = plan(
+        &snapshot,
+        &PlanOptions {
+            force: true,
+            ..options(None, Some(1))
+        },
+    );
+    assert_eq!(forced.groups[0].group.selected, 6);
+    assert!(
+        forced
+            .warnings
+            .iter()
+            .all(|w| !w.contains("n2 is out of date"))
+    );
+}

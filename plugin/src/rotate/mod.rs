@@ -257,8 +257,44 @@ impl Rotation<'_> {
         self.kernel.warn(message);
     }
 
-    /// Rotates every group the options choose, in order.
+    /// Rotates every group the options choose, in order. Stopped by `abort --uncordon`, it
+    /// uncordons what it leaves cordoned first.
     pub async fn run(&mut self) -> Result<(), RotateError> {
+        match self.rotate_all().await {
+            Err(RotateError::Stopped { request, at }) if request.uncordon => {
+                self.uncordon_left().await?;
+                Err(RotateError::Stopped { request, at })
+            }
+            other => other,
+        }
+    }
+
+    /// After `abort --uncordon`: the nodes of the chosen groups that this run (or an earlier
+    /// one) cordoned for replacement and did not terminate are uncordoned, without our phase
+    /// and load-balancer label (someone else's stays). Nodes set aside, and nodes detached for
+    /// a surge (their replacement is up already), stay as they are.
+    async fn uncordon_left(&self) -> Result<(), RotateError> {
+        let options = self.options();
+        let label = prepare::group_label(self.policy, &options);
+        let now = self.view.caught_up().await?;
+        let left = (now.nodes.iter()).filter(|n| {
+            let phase = n.annotations.get(crate::keys::PHASE).map(String::as_str);
+            n.registered
+                && matches!(phase, Some("cordoned" | "drained"))
+                && !n.annotations.contains_key(crate::keys::DETACHED)
+                && (options.instance_groups.is_empty()
+                    || (options.instance_groups).contains(&crate::plan::groups::group_of(n, label)))
+        });
+        for node in left {
+            self.cluster.release(node).await?;
+            self.kernel.reporter.report(Event::Uncordoned {
+                node: node.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn rotate_all(&mut self) -> Result<(), RotateError> {
         // The chosen groups' pods are listed while the Lease is read. A chosen group with no
         // nodes (one an earlier run emptied, or no group at all) is told apart below, after
         // which the groups are followed again.

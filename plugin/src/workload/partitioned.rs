@@ -29,6 +29,7 @@ use crate::plan::rolling_update::partition_loop::{Action, GateAbout, Input, Part
 use crate::plan::rolling_update::pods::PodInfo;
 pub use crate::plan::rolling_update::stateful_set::PartitionAction;
 use crate::plan::rolling_update::stateful_set::{self, Start, StatefulSet};
+use crate::policy::IntOrPercent;
 
 #[derive(Debug, Clone)]
 pub struct PartitionRequest {
@@ -37,6 +38,8 @@ pub struct PartitionRequest {
     pub action: PartitionAction,
     /// Pods in the first step of an update that has not moved yet (0: no canary).
     pub canary: u32,
+    /// `--max-unavailable`; else the set's own (see [`StatefulSet::budget`]).
+    pub max_unavailable: Option<IntOrPercent>,
 }
 
 /// A step of the partition: the ordinals from `to` up to (not including) `from` move.
@@ -53,13 +56,14 @@ impl Updater<'_> {
         let set = self.stateful_set(ns, &request.name).await?;
         let set = self.start(ns, set, &request.action).await?;
         let rollback = matches!(request.action, PartitionAction::Rollback);
-        let outcome = (self.partitions(ns, set, true, request.canary, rollback)).await;
+        let max = request.max_unavailable;
+        let outcome = (self.partitions(ns, set, true, request.canary, rollback, max)).await;
         let Some(reason) = self.rolls_back(&outcome) else {
             return outcome;
         };
         let set = self.stateful_set(ns, &request.name).await?;
         let set = self.start(ns, set, &PartitionAction::Rollback).await?;
-        self.partitions(ns, set, false, 0, true).await?;
+        self.partitions(ns, set, false, 0, true, max).await?;
         Err(rolled_back(reason))
     }
 
@@ -156,7 +160,8 @@ impl Updater<'_> {
     }
 
     /// Steps the partition down to 0 and restores the strategy; `with_hooks` false for a
-    /// rollback after an abort, whose every answer is the built-in one.
+    /// rollback after an abort, whose every answer is the built-in one; `max`: the
+    /// `--max-unavailable` given, else the set's own.
     async fn partitions(
         &mut self,
         ns: &str,
@@ -164,6 +169,7 @@ impl Updater<'_> {
         with_hooks: bool,
         canary: u32,
         rollback: bool,
+        max: Option<IntOrPercent>,
     ) -> Result<(), UpdateError> {
         let set = self.observed(ns, set).await?;
         let revision = set.update_revision().unwrap_or_default().to_string();
@@ -171,7 +177,7 @@ impl Updater<'_> {
         let floor = stateful_set::floor(&set, &pods, &revision);
         let at = stateful_set::partition_of(&set, &pods, &revision);
         let replicas = set.replicas();
-        let max_unavailable = pods_at_a_time(self.settings.max_unavailable, replicas);
+        let max_unavailable = pods_at_a_time(set.budget(max), replicas);
         self.kernel.reporter.report(Event::PartitionUpdateStarted {
             workload: set.display(),
             replicas,

@@ -81,11 +81,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             action,
             max_unavailable: args.max_unavailable,
         });
-        // The budget is resolved against the DaemonSet by the executor.
-        let max = args
-            .max_unavailable
-            .unwrap_or(crate::policy::IntOrPercent::Int(1));
-        run_live(&cluster, args, max, hooks, request).await
+        run_live(&cluster, args, hooks, request).await
     })
 }
 

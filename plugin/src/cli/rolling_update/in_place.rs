@@ -171,7 +171,6 @@ pub enum LiveRequest {
 pub async fn run_live(
     cluster: &Cluster,
     args: &RollingUpdateArgs,
-    max_unavailable: IntOrPercent,
     mut hooks: Vec<Box<dyn Hook>>,
     request: LiveRequest,
 ) -> Result<(), Failure> {
@@ -184,7 +183,8 @@ pub async fn run_live(
         poll_interval: args.poll_interval,
         timeout: args.timeout,
         max_surge: IntOrPercent::Int(0),
-        max_unavailable,
+        // The request's budget is resolved against the workload by the executor.
+        max_unavailable: args.max_unavailable.unwrap_or(IntOrPercent::Int(1)),
         deployment_key: String::new(),
         rollback_on_abort: args.on_abort == OnAbort::Rollback,
     };

@@ -19,12 +19,7 @@ use crate::plan::rolling_update::in_place::InPlaceWorkload;
 use crate::plan::rolling_update::partition_planner::{self, PartitionInput, PartitionPlan};
 use crate::plan::rolling_update::pods::PodInfo;
 use crate::plan::rolling_update::stateful_set::{self, PartitionAction, Start, StatefulSet};
-use crate::policy::IntOrPercent;
 use crate::workload::partitioned::PartitionRequest;
-
-fn max_unavailable(args: &RollingUpdateArgs) -> IntOrPercent {
-    args.max_unavailable.unwrap_or(IntOrPercent::Int(1))
-}
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(), Failure> {
     check_flags(args, InPlace::StatefulSet, &name)?;
@@ -72,8 +67,9 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             name: name.clone(),
             action,
             canary: args.canary.unwrap_or(1),
+            max_unavailable: args.max_unavailable,
         });
-        run_live(&cluster, args, max_unavailable(args), hooks, request).await
+        run_live(&cluster, args, hooks, request).await
     })
 }
 
@@ -122,7 +118,7 @@ fn plan(
         replicas,
         partition,
         floor,
-        max_unavailable: pods_at_a_time(max_unavailable(args), replicas),
+        max_unavailable: pods_at_a_time(set.budget(args.max_unavailable), replicas),
         canary: args.canary.unwrap_or(1),
         pods,
         ctx: CallContext {

@@ -61,17 +61,6 @@ impl DaemonSet {
         }
     }
 
-    /// The DaemonSet's own `maxUnavailable` (of the strategy it had before this tool's update),
-    /// 1 when it says none.
-    pub fn own_max_unavailable(&self) -> IntOrPercent {
-        let strategy = self.recorded_strategy().unwrap_or_else(|| self.strategy());
-        match &strategy["rollingUpdate"]["maxUnavailable"] {
-            Value::Number(n) => IntOrPercent::Int(n.as_u64().unwrap_or(1) as u32),
-            Value::String(s) => s.parse().unwrap_or(IntOrPercent::Int(1)),
-            _ => IntOrPercent::Int(1),
-        }
-    }
-
     /// The nodes a step may take: `given` (`--max-unavailable`), else the DaemonSet's own
     /// maxUnavailable, which must then let at least one pod go.
     pub fn budget(&self, given: Option<IntOrPercent>) -> Result<IntOrPercent, String> {

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::template::{self, TemplateChange};
 use crate::keys;
+use crate::policy::IntOrPercent;
 
 /// How an update starts, from the workload and its pods as they are; `R` names the revision a
 /// rollback writes back.
@@ -62,6 +63,17 @@ pub trait InPlaceWorkload {
     fn recorded_strategy(&self) -> Option<Value> {
         self.annotation(keys::ORIGINAL_UPDATE_STRATEGY)
             .and_then(|s| serde_json::from_str(s).ok())
+    }
+
+    /// The workload's own `rollingUpdate.maxUnavailable` (of the strategy it had before this
+    /// tool's update), 1 when it says none.
+    fn own_max_unavailable(&self) -> IntOrPercent {
+        let strategy = self.recorded_strategy().unwrap_or_else(|| self.strategy());
+        match &strategy["rollingUpdate"]["maxUnavailable"] {
+            Value::Number(n) => IntOrPercent::Int(n.as_u64().unwrap_or(1) as u32),
+            Value::String(s) => s.parse().unwrap_or(IntOrPercent::Int(1)),
+            _ => IntOrPercent::Int(1),
+        }
     }
 
     fn rolling_back(&self) -> bool {

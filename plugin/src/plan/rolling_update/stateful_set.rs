@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::in_place::InPlaceWorkload;
 use super::pods::PodInfo;
 use super::template::TemplateChange;
+use crate::policy::IntOrPercent;
 
 /// The label a StatefulSet's pods carry with the name of their revision.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
@@ -137,14 +138,27 @@ impl StatefulSet {
         self.object["status"]["currentRevision"].as_str()
     }
 
+    /// The pods a step may take: `given` (`--max-unavailable`), else the set's own
+    /// `rollingUpdate.maxUnavailable` (alpha in 1.24, beta later; 1 where it has none).
+    pub fn budget(&self, given: Option<IntOrPercent>) -> IntOrPercent {
+        given.unwrap_or_else(|| self.own_max_unavailable())
+    }
+
     /// The StatefulSet as an update starts it, in one write: `template` (when given), the
     /// partition at the replica count so that nothing moves yet (an `OnDelete` StatefulSet
-    /// stays so: nothing moves until this tool deletes a pod), and the original strategy
-    /// recorded (kept when an earlier run recorded it).
+    /// stays so: nothing moves until this tool deletes a pod) with the set's own
+    /// `maxUnavailable` kept, and the original strategy recorded (kept when an earlier run
+    /// recorded it).
     pub fn begun(&self, template: Option<Value>, rollback: bool) -> StatefulSet {
-        let held = (!self.on_delete()).then(
-            || json!({"type": "RollingUpdate", "rollingUpdate": {"partition": self.replicas()}}),
-        );
+        let original = self.recorded_strategy().unwrap_or_else(|| self.strategy());
+        let held = (!self.on_delete()).then(|| {
+            let mut rolling = json!({"partition": self.replicas()});
+            let own = &original["rollingUpdate"]["maxUnavailable"];
+            if !own.is_null() {
+                rolling["maxUnavailable"] = own.clone();
+            }
+            json!({"type": "RollingUpdate", "rollingUpdate": rolling})
+        });
         StatefulSet {
             object: self.begun_object(template, held, rollback),
         }
@@ -384,6 +398,38 @@ mod tests {
             json!({"type": "OnDelete", "rollingUpdate": null})
         );
         assert!(s.restoring().is_none());
+    }
+
+    #[test]
+    fn the_sets_own_max_unavailable_sizes_the_steps_and_stays_while_the_update_runs() {
+        let mut s = set(6);
+        s.object["spec"]["updateStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 2}});
+        assert_eq!(s.budget(None), IntOrPercent::Int(2));
+        // The flag says otherwise.
+        assert_eq!(s.budget(Some(IntOrPercent::Int(1))), IntOrPercent::Int(1));
+        let begun = s.begun(None, false);
+        assert_eq!(
+            begun.object["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 6, "maxUnavailable": 2}})
+        );
+        // Read from the record while the update runs, and put back exactly as it was.
+        assert_eq!(begun.budget(None), IntOrPercent::Int(2));
+        let restored = begun.restoring().unwrap();
+        assert_eq!(
+            restored["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 2}})
+        );
+        // A percentage, as the API allows it.
+        let mut p = set(8);
+        p.object["spec"]["updateStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}});
+        assert_eq!(p.budget(None), IntOrPercent::Percent(25));
+        // A set without it (or a server that does not serve it): one pod at a time.
+        assert_eq!(set(3).budget(None), IntOrPercent::Int(1));
+        assert_eq!(
+            set(3).begun(None, false).object["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 3}})
+        );
     }
 
     #[test]
