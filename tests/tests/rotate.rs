@@ -999,3 +999,72 @@ async fn a_load_balancer_drain_delay_comes_between_the_cordons_and_the_drains() 
     replaced.sort();
     assert_eq!(replaced, nodes);
 }
+
+/// An out-of-date node that asks not to be disrupted is left alone (the plan says why); one an
+/// earlier run had cordoned is given back: uncordoned, without our phase and our label.
+#[tokio::test]
+async fn a_node_that_asks_not_to_be_disrupted_is_left_alone_and_given_back() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let names = outdated_group(cluster, "keep", 2).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    const LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+    // As a stopped run left it, and then asked to be left alone.
+    let left = json!({
+        "metadata": {
+            "labels": {LB: "rollout-ext"},
+            "annotations": {"rollout-ext.io/phase": "cordoned", "karpenter.sh/do-not-disrupt": "true"},
+        },
+        "spec": {"unschedulable": true},
+    });
+    nodes
+        .patch(
+            &names[0],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&left),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, "keep");
+
+    let planned = run_to_success(rollout_ext_e2e::plan_of(&args)).await;
+    let plan: serde_json::Value = serde_json::from_slice(&planned.stdout).unwrap();
+    let instance = (plan["groups"][0]["instances"].as_array().unwrap().iter())
+        .find(|i| i["name"] == names[0].as_str())
+        .unwrap();
+    assert_eq!(instance["update"], false, "{plan}");
+    assert!(
+        instance["reason"]
+            .as_str()
+            .unwrap()
+            .contains("asks not to be disrupted (karpenter.sh/do-not-disrupt: \"true\")"),
+        "{plan}"
+    );
+
+    let out = run_to_success(args).await;
+    assert_eq!(terminated(cluster, "keep"), [names[1].clone()]);
+    assert!(
+        events_of(&out)
+            .iter()
+            .any(|e| e["event"] == "uncordoned" && e["node"] == names[0].as_str()),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let node = nodes.get(&names[0]).await.unwrap();
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    assert!(!node.metadata.labels.unwrap_or_default().contains_key(LB));
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("rollout-ext.io/phase"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations
+            .get("karpenter.sh/do-not-disrupt")
+            .map(String::as_str),
+        Some("true")
+    );
+}

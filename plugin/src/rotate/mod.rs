@@ -220,6 +220,15 @@ struct GroupRun {
     begun: bool,
 }
 
+/// Whether `node` is one a rotation cordoned for replacement and still holds (not set aside,
+/// not detached for a surge): one to give back when it is not replaced after all.
+fn cordoned_by_a_run(node: &crate::snapshot::Node) -> bool {
+    let phase = node.annotations.get(crate::keys::PHASE).map(String::as_str);
+    node.registered
+        && matches!(phase, Some("cordoned" | "drained"))
+        && !node.annotations.contains_key(crate::keys::DETACHED)
+}
+
 impl GroupRun {
     /// How `node` is cordoned under `rules`, as last read.
     fn cordon(&self, node: &str, rules: &crate::policy::drain::DrainPolicy) -> Cordon {
@@ -269,6 +278,33 @@ impl Rotation<'_> {
         }
     }
 
+    /// Gives back the nodes of the group an earlier run cordoned and this one does not choose
+    /// (a hook left them out, or they ask not to be disrupted now): uncordoned, without our
+    /// phase and load-balancer label, each said. Nodes set aside or detached stay as they are.
+    async fn give_back_unchosen(
+        &self,
+        machine: &GroupLoop,
+        selected: &crate::plan::decide::Selected,
+        run: &GroupRun,
+    ) -> Result<(), RotateError> {
+        let candidates = machine.candidates();
+        let unchosen = (candidates.iter().enumerate())
+            .filter(|(i, _)| !selected.chosen.iter().any(|c| c.index == *i))
+            .filter_map(|(_, c)| run.latest.nodes.iter().find(|n| n.name == c.name))
+            .filter(|n| cordoned_by_a_run(n));
+        for node in unchosen {
+            self.warn(format!(
+                "node {} of group {} was cordoned by an earlier run and is not chosen by this one: uncordoning it",
+                node.name, run.name
+            ));
+            self.cluster.release(node).await?;
+            self.kernel.reporter.report(Event::Uncordoned {
+                node: node.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// After `abort --uncordon`: the nodes of the chosen groups that this run (or an earlier
     /// one) cordoned for replacement and did not terminate are uncordoned, without our phase
     /// and load-balancer label (someone else's stays). Nodes set aside, and nodes detached for
@@ -278,10 +314,7 @@ impl Rotation<'_> {
         let label = prepare::group_label(self.policy, &options);
         let now = self.view.caught_up().await?;
         let left = (now.nodes.iter()).filter(|n| {
-            let phase = n.annotations.get(crate::keys::PHASE).map(String::as_str);
-            n.registered
-                && matches!(phase, Some("cordoned" | "drained"))
-                && !n.annotations.contains_key(crate::keys::DETACHED)
+            cordoned_by_a_run(n)
                 && (options.instance_groups.is_empty()
                     || (options.instance_groups).contains(&crate::plan::groups::group_of(n, label)))
         });
@@ -428,7 +461,11 @@ impl Rotation<'_> {
                 self.kernel.checkpoint(&at).await?;
             }
             input = match step {
-                Step::Ask(Question::Select) => Input::Selected(self.select(&machine)?),
+                Step::Ask(Question::Select) => {
+                    let selected = self.select(&machine)?;
+                    self.give_back_unchosen(&machine, &selected, &run).await?;
+                    Input::Selected(selected)
+                }
                 Step::Ask(Question::BatchSize(sizing)) => {
                     Input::Sized(self.size(&machine, &sizing, &mut run).await?)
                 }
