@@ -639,3 +639,82 @@ fn a_killed_test_leaves_no_control_plane_process_behind() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `snapshot --policy` saves the kinds the policy grants its hooks (and `--include` any other),
+/// and an offline plan warns for a granted kind its snapshot holds none of.
+#[tokio::test]
+async fn a_snapshot_holds_the_kinds_a_policy_grants_and_a_plan_warns_of_those_it_lacks() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    create_namespace(&client, "snapkinds").await;
+    let map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "limits"}, "data": {"maxPods": "3"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client, "snapkinds")
+        .create(&PostParams::default(), &map)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  contextResources:\n    - {apiVersion: v1, kind: ConfigMap, namespace: snapkinds}\n    - {apiVersion: apps/v1, kind: Deployment}\n",
+    )
+    .unwrap();
+    let file = dir.path().join("snapshot.json");
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap();
+    let saved = Command::new(plugin_binary())
+        .args(["snapshot", "--kubeconfig", kubeconfig, "-o"])
+        .arg(&file)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--include", "v1/Namespace"])
+        .output()
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let list: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let has = |kind: &str, api_version: &str, name: &str| {
+        items.iter().any(|i| {
+            i["kind"] == kind && i["apiVersion"] == api_version && i["metadata"]["name"] == name
+        })
+    };
+    assert!(
+        has("ConfigMap", "v1", "limits"),
+        "the granted ConfigMap is saved"
+    );
+    assert!(
+        has("Namespace", "v1", "snapkinds"),
+        "the included kind is saved"
+    );
+
+    // The cluster has no Deployment: the offline plan says its hooks would read none.
+    let plan = Command::new(plugin_binary())
+        .args(["nodes", "-o", "json", "--from-snapshot"])
+        .arg(&file)
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(
+        plan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let warnings: Vec<&str> = (plan["warnings"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .filter(|w| w.starts_with("the snapshot holds no"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{plan}");
+    assert!(
+        warnings[0].starts_with("the snapshot holds no apps/v1 Deployment"),
+        "{plan}"
+    );
+}

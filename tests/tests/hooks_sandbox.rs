@@ -298,32 +298,51 @@ fn each_escape_attempt_is_denied_on_its_own() {
 }
 
 #[test]
-fn list_objects_reads_only_what_the_policy_allows() {
-    let spec = hostile(HookPoint::Select, "select", "list-objects");
-    let allowed = vec![rollout_ext::policy::ContextResource {
+fn list_objects_reads_only_what_the_policy_allows_and_a_refused_read_is_never_silent() {
+    let allowed = Arc::new(vec![rollout_ext::policy::ContextResource {
         api_version: "v1".into(),
         kind: "Node".into(),
         namespace: None,
-    }];
-    let hook = runtime().load(&spec, objects(), Arc::new(allowed)).unwrap();
-    let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
-    let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(hook)];
-    let plan = plan_nodes(
-        &snapshot,
-        &Policy::default(),
-        &PlanOptions::default(),
-        &mut hooks,
-    )
-    .unwrap();
-    let reason = &plan.groups[0].instances[0].reason;
+    }]);
+    let plan_of = |failure_policy| {
+        let mut spec = hostile(HookPoint::Select, "select", "list-objects");
+        spec.failure_policy = failure_policy;
+        let hook = runtime().load(&spec, objects(), allowed.clone()).unwrap();
+        let snapshot = Snapshot::from_json(SNAPSHOT.as_bytes()).unwrap();
+        let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(hook)];
+        plan_nodes(
+            &snapshot,
+            &Policy::default(),
+            &PlanOptions::default(),
+            &mut hooks,
+        )
+    };
+    // The module reads the granted Nodes, then Secrets, and answers as if all went well: the
+    // refused read fails its call all the same, naming the hook, the point and the kind.
+    match plan_of(FailurePolicy::Fail) {
+        Err(PlanError::Hook(HookFailed { hook, point, fault })) => {
+            assert_eq!((hook.as_str(), point), ("hostile", HookPoint::Select));
+            match &fault {
+                HookFault::ObjectsNotGranted(read) => assert!(
+                    read.starts_with("v1 Secret")
+                        && read.contains("which the policy's contextResources does not grant"),
+                    "{read}"
+                ),
+                other => panic!("expected a refused read, got {other}"),
+            }
+        }
+        other => panic!("the plan must fail naming the hook: {other:?}"),
+    }
+    // Under failurePolicy: Ignore it is a warning, and the built-in choice stands.
+    let plan = plan_of(FailurePolicy::Ignore).expect("Ignore keeps planning");
     assert!(
-        reason.starts_with("nodes-in-a:2 secrets:denied("),
-        "{reason}"
+        plan.warnings
+            .iter()
+            .any(|w| w.starts_with("hook hostile failed at the select point: read v1 Secret")),
+        "{:?}",
+        plan.warnings
     );
-    assert!(
-        reason.contains("not in the policy's contextResources"),
-        "{reason}"
-    );
+    assert_eq!(plan.groups[0].instances[0].decided_by, DecidedBy::BuiltIn);
 }
 
 fn load_error(module: &Path, sha: Option<&str>) -> LoadError {

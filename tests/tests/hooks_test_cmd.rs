@@ -457,3 +457,71 @@ fn a_fixture_that_is_not_one_is_named_with_its_line_once() {
     );
     assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
 }
+
+/// `hooks test` is as strict as a plan: the policy entry's pin holds, a module no entry names
+/// is refused, and `--group` narrows the plan (a group it leaves out says why in a fixture).
+#[test]
+fn hooks_test_checks_the_pin_refuses_a_module_no_entry_names_and_takes_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = demo_file("snapshot.json");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let zero = "0".repeat(64);
+    let pinned = write(
+        "pinned.yaml",
+        &format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n    - name: spread\n      module: zone_spread.wasm\n      sha256: \"{zero}\"\n"
+        ),
+    );
+    let out = hooks_test(
+        "zone-spread",
+        &[
+            "--policy",
+            &pinned,
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("sha256"), "{stderr}");
+
+    let other = write(
+        "other.yaml",
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n    - name: budget\n      module: error_budget.wasm\n",
+    );
+    let out = hooks_test(
+        "zone-spread",
+        &["--policy", &other, "--snapshot", snapshot.to_str().unwrap()],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no hook entry for") && stderr.contains("--hook (hooks: budget)"),
+        "{stderr}"
+    );
+
+    // --group: only that group is planned.
+    let out = hooks_test(
+        "zone-spread",
+        &[
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--kubelet-version",
+            "v1.20.2",
+            "--group",
+            "spot",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<&str> = (plan["groups"].as_array().unwrap().iter())
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["spot"], "{plan}");
+}

@@ -51,6 +51,9 @@ pub struct TestRun {
     /// The policy's entry to use, when the module is not the one of exactly one entry.
     #[arg(long, value_name = "NAME", requires = "policy")]
     hook: Option<String>,
+    /// Only this group (repeatable), as `nodes --instance-group`.
+    #[arg(long = "group", value_name = "GROUP")]
+    groups: Vec<String>,
     /// Evaluate at this RFC 3339 instant instead of now.
     #[arg(long, value_name = "TIME")]
     now: Option<String>,
@@ -63,8 +66,8 @@ pub struct TestRun {
     /// Ask the gates as if they had already answered wait N times for each batch.
     #[arg(long, value_name = "N", default_value_t = 0)]
     attempt: u32,
-    /// The gate phases asked (default: before-group and before-batch, as a plan asks them).
-    /// after-batch judges the snapshot as the cluster after each batch.
+    /// The gate phases asked (default: every phase, as a plan asks them). after-batch judges
+    /// the cluster as the plan simulates it after each batch.
     #[arg(long = "phase", value_enum, value_delimiter = ',')]
     phases: Vec<PhaseArg>,
     /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, recorded metrics, and
@@ -137,7 +140,7 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         }
     }
     let phases: Vec<Phase> = if run.phases.is_empty() {
-        vec![Phase::BeforeGroup, Phase::BeforeBatch]
+        vec![Phase::BeforeGroup, Phase::BeforeBatch, Phase::AfterBatch]
     } else {
         run.phases.iter().map(|p| Phase::from(*p)).collect()
     };
@@ -210,6 +213,7 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             ..Default::default()
         },
         ask_after_batch: phases.contains(&Phase::AfterBatch),
+        instance_groups: run.groups.clone(),
         ..Default::default()
     };
     let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(AsTested {
@@ -307,29 +311,28 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
     }
     let policy = Policy::load(file)?;
     let module = std::fs::canonicalize(&run.module).unwrap_or_else(|_| run.module.clone());
+    let same_file = |h: &&HookSpec| std::fs::canonicalize(&h.module).is_ok_and(|m| m == module);
+    let same_name = |h: &&HookSpec| h.module.file_name() == run.module.file_name();
     let entry = match &run.hook {
         Some(name) => policy.hooks.iter().find(|h| &h.name == name),
         // The entry of this very file, else of a file of the same name (a fresh build tested
-        // against the policy that deploys it), else the policy's only entry.
-        None => {
-            let same_file = only(
-                policy
-                    .hooks
-                    .iter()
-                    .filter(|h| std::fs::canonicalize(&h.module).is_ok_and(|m| m == module)),
-            );
-            let same_name = only(
-                policy
-                    .hooks
-                    .iter()
-                    .filter(|h| h.module.file_name() == run.module.file_name()),
-            );
-            same_file
-                .or(same_name)
-                .or_else(|| only(policy.hooks.iter()))
-        }
+        // against the policy that deploys it).
+        None => only(policy.hooks.iter().filter(same_file))
+            .or_else(|| only(policy.hooks.iter().filter(same_name))),
     };
     let names: Vec<&str> = policy.hooks.iter().map(|h| h.name.as_str()).collect();
+    // An entry named with --hook for another module is taken, and said: its pin still holds.
+    if let (Some(entry), Some(_)) = (entry, &run.hook)
+        && !same_file(&entry)
+        && !same_name(&entry)
+    {
+        eprintln!(
+            "note: testing {} under the policy's entry {} (--hook), whose module is {}",
+            run.module.display(),
+            entry.name,
+            entry.module.display()
+        );
+    }
     let Some(entry) = entry else {
         return Err(Failure::usage(format!(
             "{}: no hook entry for {}: name one with --hook (hooks: {})",
@@ -342,9 +345,9 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
             }
         )));
     };
+    // The entry's pin holds as in a plan: a module that is not the pinned one is refused.
     let spec = HookSpec {
         module: run.module.clone(),
-        sha256: None,
         points: points.or_else(|| entry.points.clone()),
         failure_policy: FailurePolicy::Ignore,
         // Tested as if it decided, whatever the policy's mode: its decisions are what is shown.

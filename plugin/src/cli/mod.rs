@@ -186,11 +186,20 @@ pub enum Command {
         #[arg(long)]
         uncordon: bool,
     },
-    /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans.
+    /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans
+    /// (and the kinds a policy grants its hooks, or any kind asked for: a snapshot may hold any).
     Snapshot {
         /// Where to write it ("-" for stdout).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: PathBuf,
+        /// Also save every kind this policy's contextResources grants its hooks, so that an
+        /// offline plan's hooks read what they would read live.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Also save the objects of this kind, as APIVERSION/KIND (apps/v1/Deployment,
+        /// v1/ConfigMap), in every namespace (repeatable).
+        #[arg(long, value_name = "APIVERSION/KIND", value_parser = parse_kind)]
+        include: Vec<crate::policy::ContextResource>,
     },
     /// Work with policy hook modules.
     #[command(subcommand)]
@@ -299,7 +308,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Nodes(args) => nodes::run(&cli.kube, &args),
         Command::RollingUpdate(args) => rolling_update::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
-        Command::Snapshot { output } => snapshot(&cli.kube, &output),
+        Command::Snapshot {
+            output,
+            policy,
+            include,
+        } => snapshot(&cli.kube, &output, policy.as_deref(), include),
         Command::Status { output } => status::run(&cli.kube, output),
         Command::Pause { target, reason } => control::pause(&cli.kube, target.as_deref(), &reason),
         Command::Resume { target } => control::resume(&cli.kube, target.as_deref()),
@@ -321,11 +334,51 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn snapshot(kube: &KubeFlags, output: &std::path::Path) -> Result<(), Failure> {
+/// `apps/v1/Deployment` → apps/v1 Deployment; `v1/ConfigMap` → v1 ConfigMap.
+fn parse_kind(text: &str) -> Result<crate::policy::ContextResource, String> {
+    match text.rsplit_once('/') {
+        Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => {
+            Ok(crate::policy::ContextResource {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                namespace: None,
+            })
+        }
+        _ => Err(format!(
+            "expected APIVERSION/KIND (apps/v1/Deployment, v1/ConfigMap), got {text:?}"
+        )),
+    }
+}
+
+fn snapshot(
+    kube: &KubeFlags,
+    output: &std::path::Path,
+    policy: Option<&std::path::Path>,
+    mut kinds: Vec<crate::policy::ContextResource>,
+) -> Result<(), Failure> {
+    if let Some(path) = policy {
+        kinds.extend(crate::policy::Policy::load(path)?.context_resources);
+    }
     let runtime = tokio_runtime()?;
     let list = runtime.block_on(async {
         let cluster = crate::cluster::Cluster::connect(&kube.connect_options()?).await?;
-        Ok::<_, Failure>(cluster.snapshot_list().await?)
+        let mut list = cluster.snapshot_list().await?;
+        let items = list["items"].as_array_mut().expect("a snapshot is a List");
+        let mut saved = std::collections::BTreeSet::new();
+        for r in &kinds {
+            // Nodes, pods and budgets are in already; a kind granted twice is saved once.
+            let held = |i: &serde_json::Value| i["kind"] == r.kind.as_str();
+            let key = (&r.api_version, &r.kind, r.namespace.as_deref());
+            if items.iter().any(held) || !saved.insert(key) {
+                continue;
+            }
+            let more = cluster
+                .list_kind(&r.api_version, &r.kind, r.namespace.as_deref(), None)
+                .await
+                .map_err(|e| Failure::failed(format!("snapshot: {e}")))?;
+            items.extend(more);
+        }
+        Ok::<_, Failure>(list)
     })?;
     let mut text = serde_json::to_string_pretty(&list)
         .map_err(|e| Failure::failed(format!("cannot render the snapshot: {e}")))?;

@@ -328,8 +328,11 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             })?;
             let snapshot = Snapshot::from_json(&bytes)
                 .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
-            let objects: Arc<dyn ObjectSource> = Arc::new(SnapshotObjects::new(bytes));
-            plan_with_hooks(&snapshot, &policy, &options, objects)?
+            let objects = SnapshotObjects::new(bytes);
+            let absent = objects.absent(&policy.context_resources);
+            let mut plan = plan_with_hooks(&snapshot, &policy, &options, Arc::new(objects))?;
+            plan.warnings.extend(absent);
+            plan
         }
         None => {
             let runtime = super::tokio_runtime()?;
@@ -429,7 +432,7 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
             rules: drain_rules(args, policy),
         },
         soak: args.soak,
-        ask_after_batch: false,
+        ask_after_batch: true,
     }
 }
 

@@ -348,6 +348,7 @@ impl WasmHook {
             log_lines: 0,
             objects: self.objects.clone(),
             allowed: self.allowed.clone(),
+            objects_denied: None,
             metrics: MetricsAccess {
                 sources: self.metrics.clone(),
                 granted: self.granted.clone(),
@@ -372,6 +373,9 @@ impl WasmHook {
         let state = store.data();
         if let Some(source) = &state.metrics.denied {
             return Err(HookFault::MetricsNotGranted(source.clone()));
+        }
+        if let Some(read) = &state.objects_denied {
+            return Err(HookFault::ObjectsNotGranted(read.clone()));
         }
         if let Some(source) = &state.metrics.cut_off {
             return Err(HookFault::MetricsTimeout {

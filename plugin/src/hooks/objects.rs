@@ -29,6 +29,42 @@ impl SnapshotObjects {
             items: OnceLock::new(),
         }
     }
+
+    /// The items, parsed once.
+    fn items(&self) -> Result<&[serde_json::Value], String> {
+        self.items
+            .get_or_init(|| {
+                let mut list: serde_json::Value =
+                    serde_json::from_slice(&self.bytes).map_err(|e| e.to_string())?;
+                match list.get_mut("items").map(serde_json::Value::take) {
+                    Some(serde_json::Value::Array(items)) => Ok(items),
+                    _ => Ok(Vec::new()),
+                }
+            })
+            .as_ref()
+            .map(Vec::as_slice)
+            .map_err(Clone::clone)
+    }
+
+    /// One warning per kind of `granted` the snapshot holds no object of: a hook reading it
+    /// offline sees none, where live it would see the cluster's.
+    pub fn absent(&self, granted: &[crate::policy::ContextResource]) -> Vec<String> {
+        let items = self.items().unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
+        (granted.iter())
+            .filter(|r| seen.insert((&r.api_version, &r.kind)))
+            .filter(|r| {
+                !(items.iter())
+                    .any(|i| i["kind"] == r.kind.as_str() && i["apiVersion"] == r.api_version.as_str())
+            })
+            .map(|r| {
+                format!(
+                    "the snapshot holds no {} {}, which contextResources grants the hooks: offline they read none (`kubectl rollout-ext snapshot --policy POLICY -o FILE` saves the kinds a policy grants)",
+                    r.api_version, r.kind
+                )
+            })
+            .collect()
+    }
 }
 
 impl ObjectSource for SnapshotObjects {
@@ -39,18 +75,7 @@ impl ObjectSource for SnapshotObjects {
         namespace: Option<&str>,
         selector: Option<&str>,
     ) -> Result<String, String> {
-        let items = self
-            .items
-            .get_or_init(|| {
-                let mut list: serde_json::Value =
-                    serde_json::from_slice(&self.bytes).map_err(|e| e.to_string())?;
-                match list.get_mut("items").map(serde_json::Value::take) {
-                    Some(serde_json::Value::Array(items)) => Ok(items),
-                    _ => Ok(Vec::new()),
-                }
-            })
-            .as_ref()
-            .map_err(Clone::clone)?;
+        let items = self.items()?;
         let selector = selector
             .map(LabelSelector::parse)
             .transpose()?

@@ -25,6 +25,9 @@ pub(super) struct CallState {
     pub(super) log_lines: usize,
     pub(super) objects: Arc<dyn ObjectSource>,
     pub(super) allowed: Arc<Vec<ContextResource>>,
+    /// The first read of objects the policy does not grant: the call fails, whatever it
+    /// answers.
+    pub(super) objects_denied: Option<String>,
     pub(super) metrics: MetricsAccess,
 }
 
@@ -235,13 +238,9 @@ impl wit_host::Host for CallState {
                 && (r.namespace.is_none() || r.namespace == namespace)
         });
         if !allowed {
-            return Err(format!(
-                "{api_version} {kind}{} is not in the policy's contextResources",
-                namespace
-                    .as_deref()
-                    .map(|n| format!(" in namespace {n}"))
-                    .unwrap_or_default()
-            ));
+            let message = not_granted(&self.allowed, &api_version, &kind, namespace.as_deref());
+            self.objects_denied.get_or_insert_with(|| message.clone());
+            return Err(message);
         }
         self.objects.list(
             &api_version,
@@ -364,4 +363,57 @@ pub(super) fn capture(
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
         .map(String::from)
+}
+
+/// Why a read of `kind` (in `namespace`, or cluster-wide) is refused: what it asked, and what
+/// the policy grants of that kind, if anything.
+fn not_granted(
+    allowed: &[ContextResource],
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> String {
+    let asked = match namespace {
+        Some(n) => format!("{api_version} {kind} in namespace {n}"),
+        None => format!("{api_version} {kind} in every namespace"),
+    };
+    let granted: Vec<String> = (allowed.iter())
+        .filter(|r| r.api_version == api_version && r.kind == kind)
+        .filter_map(|r| r.namespace.as_ref().map(|n| format!("namespace {n}")))
+        .collect();
+    match granted.is_empty() {
+        true => format!(
+            "{asked}, which the policy's contextResources does not grant (add {{apiVersion: {api_version}, kind: {kind}}} there)"
+        ),
+        false => format!(
+            "{asked}, which the policy's contextResources does not grant (it grants {kind} in {} only)",
+            granted.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_read_says_what_was_asked_and_what_is_granted() {
+        let grant = |namespace: Option<&str>| ContextResource {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: namespace.map(String::from),
+        };
+        assert_eq!(
+            not_granted(&[], "apps/v1", "Deployment", Some("shop")),
+            "apps/v1 Deployment in namespace shop, which the policy's contextResources does not grant (add {apiVersion: apps/v1, kind: Deployment} there)"
+        );
+        assert_eq!(
+            not_granted(&[grant(Some("ops"))], "apps/v1", "Deployment", Some("shop")),
+            "apps/v1 Deployment in namespace shop, which the policy's contextResources does not grant (it grants Deployment in namespace ops only)"
+        );
+        assert!(
+            not_granted(&[grant(Some("ops"))], "apps/v1", "Deployment", None)
+                .starts_with("apps/v1 Deployment in every namespace")
+        );
+    }
 }

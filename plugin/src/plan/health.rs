@@ -158,6 +158,34 @@ pub fn watched(snapshot: &Snapshot, groups: &[NodeGroup]) -> Snapshot {
     }
 }
 
+/// The cluster's health after a batch, as a plan simulates it: the batch's nodes replaced by
+/// up-to-date Ready ones, and the pods it evicted placed as the capacity forecast placed them:
+/// those it found no room for are not Ready (and fail validation when they are system pods).
+pub fn after_batch(
+    before: &HealthSummary,
+    forecast: Option<&crate::plan::forecast::Forecast>,
+) -> HealthSummary {
+    let mut after = before.clone();
+    let pending = forecast
+        .into_iter()
+        .flat_map(|f| &f.pending)
+        .flat_map(|p| &p.pods);
+    for pod in pending {
+        after.pods_not_ready += 1;
+        let system = (keys::SYSTEM_NAMESPACES.iter())
+            .any(|ns| pod.split_once('/').is_some_and(|(n, _)| n == *ns));
+        if system {
+            after.system_pods_not_ready += 1;
+            if after.failures.len() < LISTED_FAILURES {
+                after.failures.push(format!(
+                    "system pod {pod} is not Ready (no room for it after the batch)"
+                ));
+            }
+        }
+    }
+    after
+}
+
 /// The pods that draining `batch` would evict, under each budget that covers them (by namespace
 /// and name) and that the eviction would take a disruption of (see [`Pdb::guards`]): what the
 /// gates are told and what the drain forecast judges.

@@ -235,6 +235,10 @@ pub enum HookFault {
     MetricsNotGranted(String),
     #[error("timed out after {after:?} waiting on metrics source {name}")]
     MetricsTimeout { after: Duration, name: String },
+    /// It listed objects the policy does not grant it: a fault whatever it answered (a gate
+    /// that cannot read its data must not pass for one that read it and proceeded).
+    #[error("read {0}")]
+    ObjectsNotGranted(String),
 }
 
 /// One policy hook.

@@ -98,9 +98,9 @@ pub struct PlanOptions {
     pub drain: DrainOptions,
     /// `--soak`: how long to hold after each batch, over the policy's `soakTime`.
     pub soak: Option<std::time::Duration>,
-    /// Ask the after-batch gate too, judging the snapshot as the cluster after each batch. A
-    /// plan otherwise assumes it proceeds (the cluster after a batch cannot be known in
-    /// advance); `hooks test --phase after-batch` sets it.
+    /// Ask the after-batch gate too, judging the cluster as the plan simulates it after each
+    /// batch ([`health::after_batch`]); otherwise it is assumed to proceed. Plans of `nodes` and
+    /// `hooks test` (unless `--phase` leaves it out) set it.
     pub ask_after_batch: bool,
 }
 

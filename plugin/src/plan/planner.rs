@@ -274,11 +274,19 @@ impl Planner<'_> {
         }
         let summary = match phase {
             Phase::BeforeGroup => self.health.clone(),
-            _ => {
+            Phase::BeforeBatch => {
                 let refs: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
                 HealthSummary {
                     budgets: health::budgets_covering(self.index, &refs, &self.options.drain),
                     ..self.health.clone()
+                }
+            }
+            Phase::AfterBatch => {
+                let refs: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
+                let done = rec.plan.batches.last().and_then(|b| b.forecast.as_ref());
+                HealthSummary {
+                    budgets: health::budgets_covering(self.index, &refs, &self.options.drain),
+                    ..health::after_batch(&self.health, done)
                 }
             }
         };

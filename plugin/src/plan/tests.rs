@@ -624,3 +624,44 @@ fn a_node_that_asks_not_to_be_disrupted_is_left_alone_unless_forced() {
             .all(|w| !w.contains("n2 is out of date"))
     );
 }
+
+#[test]
+fn the_plan_asks_the_after_batch_gate_and_its_abort_stops_the_plan_there() {
+    let mut gate = FakeHook::new("slo", &[HookPoint::Gate]);
+    let mut asked: std::collections::HashMap<u32, u32> = Default::default();
+    gate.gate = Box::new(move |b| {
+        // Before the group every instance is at hand; then each batch is asked before and after.
+        if b.instances.len() == 6 {
+            return Ok(GateAnswer::Proceed);
+        }
+        let n = asked.entry(b.index).or_default();
+        *n += 1;
+        Ok(match (b.index, *n) {
+            (2, 2) => GateAnswer::Abort("error rate up after batch 3".into()),
+            _ => GateAnswer::Proceed,
+        })
+    });
+    let mut hooks = vec![gate.boxed()];
+    let options = PlanOptions {
+        ask_after_batch: true,
+        ..PlanOptions::default()
+    };
+    let p = plan_nodes(&group_of_six(6), &Policy::default(), &options, &mut hooks).unwrap();
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["c:n1", "n2", "n3"]);
+    let after: Vec<String> = (g.batches.iter())
+        .map(|b| b.after_gate.as_ref().unwrap().verdict.to_string())
+        .collect();
+    assert_eq!(after, ["proceed", "proceed", "abort"]);
+    let json = serde_json::to_value(&p).unwrap();
+    for batch in json["groups"][0]["batches"].as_array().unwrap() {
+        assert_eq!(batch["afterGate"]["phase"], "after-batch", "{batch}");
+    }
+    assert!(
+        p.stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("after batch 3") && s.contains("error rate up")),
+        "{:?}",
+        p.stopped
+    );
+}

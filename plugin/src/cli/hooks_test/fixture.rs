@@ -64,7 +64,11 @@ pub(super) fn compare(
     let mut out = Vec::new();
     for (name, expected) in groups {
         let Some(g) = plan.groups.iter().find(|g| &g.group.name == name) else {
-            out.push(format!("group {name}: not in the plan"));
+            let why = match &plan.stopped {
+                Some(stopped) => format!("the plan stopped at {stopped}"),
+                None => "the snapshot has no such group (or --group left it out)".into(),
+            };
+            out.push(format!("group {name}: not in the plan: {why}"));
             continue;
         };
         let replaced: Vec<&crate::plan::BatchPlan> =
