@@ -47,12 +47,12 @@ wasm: wasm-target
 
 ## python-hook: the Python example hook (componentize-py, installed once into a cached venv).
 python-hook: $(WASM_DIR)/oldest_first_py.wasm
-$(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/wit/policy.wit
+$(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/python/build.sh hooks-sdk/wit/policy.wit
 	bash examples-hooks/oldest-first-py/build.sh $@
 
 ## js-hook: the JavaScript example hook (componentize-js, installed once with npm into a cache).
 js-hook: $(WASM_DIR)/fewest_pods_js.wasm
-$(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js examples-hooks/fewest-pods-js/build.sh hooks-sdk/wit/policy.wit
+$(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js hooks-sdk/js/build.sh hooks-sdk/wit/policy.wit
 	bash examples-hooks/fewest-pods-js/build.sh $@
 
 ## prometheus: install (once) and cache the Prometheus server the metrics-gate tests scrape with.

@@ -411,7 +411,7 @@ pub(crate) fn ask_batch(
 ) -> Result<BatchAnswer, HookFault> {
     let answer = hook
         .next_batch(ctx, progress)
-        .and_then(|a| check_batch(a, progress.max_batch))?;
+        .and_then(|a| check_batch(a, progress))?;
     Ok(match answer {
         BatchAnswer::Size { count, reason } if reason.trim().is_empty() => BatchAnswer::Size {
             count,
@@ -421,14 +421,22 @@ pub(crate) fn ask_batch(
     })
 }
 
-fn check_batch(answer: BatchAnswer, max_batch: u32) -> Result<BatchAnswer, HookFault> {
+/// `answer` if the budget allows it; an error naming the group, the batch and why the budget is
+/// what it is (the canary, the budget, the last few) otherwise.
+fn check_batch(answer: BatchAnswer, progress: &Progress) -> Result<BatchAnswer, HookFault> {
+    let max_batch = progress.max_batch;
     match &answer {
         BatchAnswer::Size { count: 0, .. } => Err(HookFault::InvalidAnswer(
             "batch size 0 (answer pause to wait)".into(),
         )),
-        BatchAnswer::Size { count: n, .. } if *n > max_batch => Err(HookFault::InvalidAnswer(
-            format!("batch size {n} exceeds the budget of {max_batch}"),
-        )),
+        BatchAnswer::Size { count: n, .. } if *n > max_batch => {
+            Err(HookFault::InvalidAnswer(format!(
+                "batch size {n} for batch {} of group {} exceeds the budget of {max_batch} ({})",
+                progress.batches_done + 1,
+                progress.group.name,
+                progress.max_batch_reason
+            )))
+        }
         BatchAnswer::Pause { seconds, .. } => check_wait(*seconds).map(|_| answer),
         _ => Ok(answer),
     }

@@ -431,3 +431,21 @@ fn gates_take_the_most_careful_verdict() {
         }
     );
 }
+
+#[test]
+fn a_batch_too_large_is_refused_naming_the_group_the_batch_and_why_the_budget_is_what_it_is() {
+    let g = group();
+    let c = cands();
+    let canary = Progress {
+        max_batch: 1,
+        max_batch_reason: "canary: one instance first".into(),
+        ..progress_of(&g, &c, 1)
+    };
+    let mut two = FakeHook::new("two", &[HookPoint::Batch]);
+    two.batch = Box::new(|_| Ok(sized(2)));
+    let fault = ask_batch(&mut two, &ctx(), &canary).unwrap_err();
+    assert_eq!(
+        fault.to_string(),
+        "gave an invalid answer: batch size 2 for batch 1 of group g exceeds the budget of 1 (canary: one instance first)"
+    );
+}

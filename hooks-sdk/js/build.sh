@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds a JavaScript hook into a WebAssembly component, in one line:
+#   bash hooks-sdk/js/build.sh app.js app.wasm
+# APP.js is the ES module that exports the hook's points (see docs/hooks.md).
+# componentize-js (pinned) is installed once with npm into a directory cached under
+# ~/.cache/rollout-ext (ROLLOUT_EXT_CACHE overrides); node and npm must be on PATH.
+set -euo pipefail
+
+version=0.23.0
+sdk=$(cd "$(dirname "$0")/.." && pwd)
+usage="usage: build.sh APP.js OUTPUT.wasm"
+app=${1:?$usage}
+out=${2:?$usage}
+if [[ $app != *.js || ! -f $app ]]; then
+  echo "build.sh: $app is not a JavaScript file ($usage)" >&2
+  exit 2
+fi
+cache=${ROLLOUT_EXT_CACHE:-$HOME/.cache/rollout-ext}
+dir=$cache/componentize-js-$version
+cli=$dir/node_modules/@bytecodealliance/componentize-js/src/cli.js
+
+for tool in node npm; do
+  if ! command -v "$tool" > /dev/null; then
+    echo "build.sh: $tool is needed to build the JavaScript hook (install Node.js 20 or later with npm)" >&2
+    exit 1
+  fi
+done
+
+if [[ ! -f $cli ]]; then
+  echo "build.sh: installing componentize-js $version into $dir" >&2
+  # Installed beside and moved into place at the end, so an interrupted install is redone.
+  rm -rf "$dir.partial"
+  mkdir -p "$dir.partial"
+  npm install --prefix "$dir.partial" --no-audit --no-fund --save-exact \
+    "@bytecodealliance/componentize-js@$version" >&2
+  rm -rf "$dir"
+  mv "$dir.partial" "$dir"
+fi
+
+mkdir -p "$(dirname "$out")"
+# The host links WASI 0.2 without wasi:http, so the engine's fetch support is left out.
+node "$cli" "$app" --wit "$sdk/wit" --world-name policy \
+  --disable http fetch-event --out "$out"
