@@ -104,6 +104,13 @@ pub fn hold(
     }
 }
 
+/// Sorts `instances` oldest first. `created` is optional: an instance whose creation time is
+/// unknown sorts first, as the oldest (a node that never registered, a Machine without a
+/// Node); names break ties, so the order is the same on every run.
+pub fn oldest_first(instances: &mut [Instance]) {
+    instances.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+}
+
 /// The instance's zone, or `""` when it has none.
 pub fn zone(instance: &Instance) -> &str {
     instance.zone.as_deref().unwrap_or("")
@@ -201,6 +208,24 @@ pub fn parse_clock(text: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oldest_first_puts_an_unknown_creation_first_and_breaks_ties_by_name() {
+        let at = |name: &str, created: Option<i64>| {
+            let mut node = crate::testing::node(name, "a").instance;
+            node.created = created;
+            node
+        };
+        let mut nodes = vec![
+            at("c", Some(200)),
+            at("b", Some(100)),
+            at("a", Some(100)),
+            at("x", None),
+        ];
+        oldest_first(&mut nodes);
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["x", "a", "b", "c"]);
+    }
 
     #[test]
     fn percent_rounding_follows_the_seed() {

@@ -15,7 +15,9 @@ pub use crate::bindings::rollout_ext::policy::host::{
 
 use serde::de::DeserializeOwned;
 
-use crate::objects::{ConfigMap, Node, Pod, PodDisruptionBudget};
+use crate::objects::{
+    ConfigMap, DaemonSet, Deployment, Node, Pod, PodDisruptionBudget, ReplicaSet, StatefulSet,
+};
 
 /// Writes a line into the plugin's log, prefixed with the hook's name.
 pub fn log(level: Level, message: &str) {
@@ -99,6 +101,53 @@ pub fn config_maps(
     selector: Option<&str>,
 ) -> Result<Vec<ConfigMap>, String> {
     list(ConfigMap::API_VERSION, ConfigMap::KIND, namespace, selector)
+}
+
+/// Deployments (`apps/v1`) in `namespace` (none: all namespaces) matching the label `selector`.
+pub fn deployments(
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<Deployment>, String> {
+    list(
+        Deployment::API_VERSION,
+        Deployment::KIND,
+        namespace,
+        selector,
+    )
+}
+
+/// StatefulSets (`apps/v1`) in `namespace` (none: all namespaces) matching the label `selector`.
+pub fn stateful_sets(
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<StatefulSet>, String> {
+    list(
+        StatefulSet::API_VERSION,
+        StatefulSet::KIND,
+        namespace,
+        selector,
+    )
+}
+
+/// DaemonSets (`apps/v1`) in `namespace` (none: all namespaces) matching the label `selector`.
+pub fn daemon_sets(
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<DaemonSet>, String> {
+    list(DaemonSet::API_VERSION, DaemonSet::KIND, namespace, selector)
+}
+
+/// ReplicaSets (`apps/v1`) in `namespace` (none: all namespaces) matching the label `selector`.
+pub fn replica_sets(
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<Vec<ReplicaSet>, String> {
+    list(
+        ReplicaSet::API_VERSION,
+        ReplicaSet::KIND,
+        namespace,
+        selector,
+    )
 }
 
 /// Nodes (`v1`) matching the label `selector`. Nodes are cluster-scoped, so there is no

@@ -109,7 +109,10 @@ pub use bindings::rollout_ext::policy::types::{
 };
 pub use helpers::*;
 pub use instances::{Candidate, Instances, LocalInstance};
-pub use objects::{ConfigMap, Node, ObjectMeta, Pod, PodDisruptionBudget};
+pub use objects::{
+    ConfigMap, DaemonSet, Deployment, Node, ObjectMeta, Pod, PodDisruptionBudget, ReplicaSet,
+    StatefulSet, Workload,
+};
 pub use progress::Progress;
 
 use bindings::exports::rollout_ext::policy::{

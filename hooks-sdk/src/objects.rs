@@ -326,10 +326,189 @@ impl Node {
     }
 }
 
+/// What every controller of pods says of itself, as its readiness helpers read it.
+pub trait Workload {
+    /// The pods it wants.
+    fn desired(&self) -> u32;
+    /// Its pods Ready (for `minReadySeconds` where the kind has it: available).
+    fn available(&self) -> u32;
+    /// `namespace/name`.
+    fn key(&self) -> String;
+    /// It has fewer available pods than it wants: a gate after a batch may hold for it.
+    fn is_short(&self) -> bool {
+        self.available() < self.desired()
+    }
+    /// How many of its pods are missing from the available ones.
+    fn unavailable(&self) -> u32 {
+        self.desired().saturating_sub(self.available())
+    }
+}
+
+/// `spec.replicas` of a Deployment, ReplicaSet or StatefulSet: absent means 1, as the API
+/// server defaults it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReplicatedSpec {
+    pub replicas: Option<i32>,
+}
+
+impl Default for ReplicatedSpec {
+    fn default() -> Self {
+        ReplicatedSpec { replicas: Some(1) }
+    }
+}
+
+/// `status` of a Deployment, ReplicaSet or StatefulSet (counts the server omits read as 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReplicatedStatus {
+    #[serde(deserialize_with = "nullable")]
+    pub replicas: i32,
+    #[serde(deserialize_with = "nullable")]
+    pub ready_replicas: i32,
+    /// Absent on StatefulSets of servers before 1.22, where `ready_replicas` stands for it.
+    pub available_replicas: Option<i32>,
+    #[serde(deserialize_with = "nullable")]
+    pub updated_replicas: i32,
+}
+
+/// Types a controller that keeps `spec.replicas` pods: a Deployment, ReplicaSet or StatefulSet.
+macro_rules! replicated {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct $name {
+            #[serde(deserialize_with = "nullable")]
+            pub metadata: ObjectMeta,
+            #[serde(deserialize_with = "nullable")]
+            pub spec: ReplicatedSpec,
+            #[serde(deserialize_with = "nullable")]
+            pub status: ReplicatedStatus,
+        }
+
+        impl $name {
+            pub const API_VERSION: &'static str = "apps/v1";
+            pub const KIND: &'static str = $kind;
+        }
+
+        impl Workload for $name {
+            fn desired(&self) -> u32 {
+                u32::try_from(self.spec.replicas.unwrap_or(1)).unwrap_or(0)
+            }
+            fn available(&self) -> u32 {
+                let s = &self.status;
+                u32::try_from(s.available_replicas.unwrap_or(s.ready_replicas)).unwrap_or(0)
+            }
+            fn key(&self) -> String {
+                self.metadata.key()
+            }
+        }
+    };
+}
+
+replicated!(
+    /// A Deployment (`apps/v1`).
+    Deployment,
+    "Deployment"
+);
+replicated!(
+    /// A ReplicaSet (`apps/v1`).
+    ReplicaSet,
+    "ReplicaSet"
+);
+replicated!(
+    /// A StatefulSet (`apps/v1`).
+    StatefulSet,
+    "StatefulSet"
+);
+
+/// A DaemonSet (`apps/v1`): it wants a pod on each node it schedules to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DaemonSet {
+    #[serde(deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(deserialize_with = "nullable")]
+    pub status: DaemonSetStatus,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DaemonSetStatus {
+    #[serde(deserialize_with = "nullable")]
+    pub desired_number_scheduled: i32,
+    #[serde(deserialize_with = "nullable")]
+    pub number_ready: i32,
+    #[serde(deserialize_with = "nullable")]
+    pub number_available: i32,
+    #[serde(deserialize_with = "nullable")]
+    pub updated_number_scheduled: i32,
+}
+
+impl DaemonSet {
+    pub const API_VERSION: &'static str = "apps/v1";
+    pub const KIND: &'static str = "DaemonSet";
+}
+
+impl Workload for DaemonSet {
+    fn desired(&self) -> u32 {
+        u32::try_from(self.status.desired_number_scheduled).unwrap_or(0)
+    }
+    fn available(&self) -> u32 {
+        u32::try_from(self.status.number_available).unwrap_or(0)
+    }
+    fn key(&self) -> String {
+        self.metadata.key()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn workloads_read_with_the_apis_defaults_and_say_when_they_are_short() {
+        // replicas absent: 1, as the server defaults it; counts absent: 0.
+        let fresh: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {}, "status": {}
+        }))
+        .unwrap();
+        assert_eq!((fresh.desired(), fresh.available()), (1, 0));
+        assert!(fresh.is_short());
+        assert_eq!(fresh.unavailable(), 1);
+        assert_eq!(fresh.key(), "shop/web");
+        let whole: Deployment = serde_json::from_value(json!({
+            "spec": {"replicas": 3}, "status": {"readyReplicas": 3, "availableReplicas": 3}
+        }))
+        .unwrap();
+        assert!(!whole.is_short());
+        // Scaled to zero wants nothing, and is never short.
+        let zero: ReplicaSet =
+            serde_json::from_value(json!({"spec": {"replicas": 0}, "status": {}})).unwrap();
+        assert!(!zero.is_short());
+        // A StatefulSet of a server before 1.22 reports no availableReplicas: ready stands in.
+        let old: StatefulSet = serde_json::from_value(json!({
+            "spec": {"replicas": 2}, "status": {"readyReplicas": 1}
+        }))
+        .unwrap();
+        assert_eq!(old.available(), 1);
+        assert!(old.is_short());
+        let agents: DaemonSet = serde_json::from_value(json!({
+            "status": {"desiredNumberScheduled": 4, "numberReady": 4, "numberAvailable": 3}
+        }))
+        .unwrap();
+        assert_eq!(agents.unavailable(), 1);
+        // An object with nothing but nulls reads as its defaults.
+        let nulls: Deployment = serde_json::from_value(
+            json!({"metadata": null, "spec": {"replicas": null}, "status": null}),
+        )
+        .unwrap();
+        assert_eq!(nulls.desired(), 1);
+        let no_spec: Deployment = serde_json::from_value(json!({"spec": null})).unwrap();
+        assert_eq!(no_spec.desired(), 1);
+    }
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
