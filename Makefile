@@ -45,10 +45,12 @@ wasm: wasm-target
 	@mkdir -p $(DEMO_DIR)/hooks
 	@for h in $(EXAMPLE_HOOKS); do cp $(WASM_DIR)/$$h.wasm $(DEMO_DIR)/hooks/; done
 
-## python-hook: the Python example hook (componentize-py, installed once into a cached venv).
-python-hook: $(WASM_DIR)/oldest_first_py.wasm
-$(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/python/build.sh hooks-sdk/wit/policy.wit
+## python-hook: the Python example hooks (componentize-py, installed once into a cached venv).
+python-hook: $(WASM_DIR)/oldest_first_py.wasm $(WASM_DIR)/site_policy_py.wasm
+$(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sdk/python/rollout_ext_hooks.py hooks-sdk/python/build.sh hooks-sdk/wit/policy.wit
 	bash examples-hooks/oldest-first-py/build.sh $@
+$(WASM_DIR)/site_policy_py.wasm: examples-hooks/site-policy-py/app.py hooks-sdk/python/rollout_ext_hooks.py hooks-sdk/python/build.sh hooks-sdk/wit/policy.wit
+	bash hooks-sdk/python/build.sh examples-hooks/site-policy-py/app.py $@
 
 ## js-hook: the JavaScript example hook (componentize-js, installed once with npm into a cache).
 js-hook: $(WASM_DIR)/fewest_pods_js.wasm

@@ -38,4 +38,4 @@ if [[ ! -x $venv/bin/componentize-py ]]; then
 fi
 
 mkdir -p "$(dirname "$out")"
-"$venv/bin/componentize-py" -d "$sdk/wit" -w policy componentize -p "$app_dir" "$app_module" -o "$out" > /dev/null
+"$venv/bin/componentize-py" -d "$sdk/wit" -w policy componentize -p "$app_dir" -p "$sdk/python" "$app_module" -o "$out" > /dev/null

@@ -79,11 +79,20 @@ fn site_fixtures() -> std::path::PathBuf {
     rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures")
 }
 
-/// `hooks test` of the site policy against the fixture `expect`.
-fn site_policy_test(expect: &std::path::Path) -> Output {
-    let policy = site_fixtures().join("policy.yaml");
+/// The site policy's two builds, Rust and its Python twin on the SDK's helpers: the module and
+/// the directory of its own policy (the fixtures are the same rules).
+const SITE_POLICIES: [(&str, &str); 2] = [
+    ("site-policy", "examples-hooks/site-policy/fixtures"),
+    ("site-policy-py", "examples-hooks/site-policy-py/fixtures"),
+];
+
+/// `hooks test` of one build of the site policy against the fixture `expect`.
+fn site_policy_test_of((module, dir): (&str, &str), expect: &std::path::Path) -> Output {
+    let policy = rollout_ext_e2e::workspace_root()
+        .join(dir)
+        .join("policy.yaml");
     hooks_test(
-        "site-policy",
+        module,
         &[
             "--policy",
             policy.to_str().unwrap(),
@@ -94,11 +103,18 @@ fn site_policy_test(expect: &std::path::Path) -> Output {
 }
 
 #[test]
-fn the_site_policy_example_meets_its_fixtures() {
-    for fixture in ["rotation.yaml", "after-batch.yaml"] {
-        let out = site_policy_test(&site_fixtures().join(fixture));
-        assert!(out.status.success(), "{fixture}: {}", text(&out.stderr));
-        assert!(text(&out.stdout).contains("every expectation met"));
+fn the_site_policy_example_and_its_python_twin_meet_their_fixtures() {
+    for site in SITE_POLICIES {
+        let fixtures = rollout_ext_e2e::workspace_root().join(site.1);
+        for fixture in ["rotation.yaml", "after-batch.yaml"] {
+            let out = site_policy_test_of(site, &fixtures.join(fixture));
+            assert!(
+                out.status.success(),
+                "{site:?} {fixture}: {}",
+                text(&out.stderr)
+            );
+            assert!(text(&out.stdout).contains("every expectation met"));
+        }
     }
 }
 
@@ -117,8 +133,16 @@ fn the_after_batch_gate_is_asked_with_phase_and_holds_then_aborts() {
         .unwrap();
     pod["status"]["conditions"][0]["status"] = "False".into();
     std::fs::write(dir.path().join("snapshot.json"), snapshot.to_string()).unwrap();
+    for site in SITE_POLICIES {
+        holds_then_aborts(site, dir.path());
+    }
+}
+
+/// The site policy's after-batch gate (one build of it) on the snapshot in `dir`, which has a
+/// payments pod not Ready: it waits at each batch, and its third check aborts.
+fn holds_then_aborts(site: (&str, &str), dir: &std::path::Path) {
     let fixture = |attempt: u32, expected: &str| {
-        let file = dir.path().join(format!("attempt-{attempt}.yaml"));
+        let file = dir.join(format!("attempt-{attempt}.yaml"));
         std::fs::write(
             &file,
             format!(
@@ -126,7 +150,7 @@ fn the_after_batch_gate_is_asked_with_phase_and_holds_then_aborts() {
             ),
         )
         .unwrap();
-        site_policy_test(&file)
+        site_policy_test_of(site, &file)
     };
 
     // First check: wait after every batch (a plan assumes the wait clears).

@@ -1,0 +1,39 @@
+"""The site-policy example (examples-hooks/site-policy) again, in Python on the SDK's helpers:
+fewest pods first and never a node labelled example.com/pinned=true; at most 2 nodes per batch,
+never two of one example.com/rack; after each batch, wait (3 checks, 20 s apart) while a pod in
+namespace payments is not Ready, then abort.
+"""
+
+from rollout_ext_hooks import (AnyConfig, DeferBatching, DeferGates, DeferSelection, choose,
+                               describe, hold, pods, size)
+from wit_world.imports import types
+
+PINNED, RACK = "example.com/pinned", "example.com/rack"
+
+
+class Metadata(AnyConfig):
+    def describe(self):
+        return describe("site-policy-py", ["select", "batch", "gate"])
+
+
+class Selection(DeferSelection):
+    def select(self, ctx, group, candidates):
+        pinned = {i for i in range(candidates.len()) if candidates.label(i, PINNED) == "true"}
+        everyone = candidates.get(0, candidates.len())
+        chosen = [c for i, c in enumerate(everyone) if not c.up_to_date and i not in pinned]
+        chosen.sort(key=lambda c: c.pods)
+        return choose((c.name, f"{c.pods} pods to move") for c in chosen)
+
+
+class Batching(DeferBatching):
+    def next_batch(self, ctx, progress, pending):
+        two = pending.len() > 1 and pending.label(0, RACK) != pending.label(1, RACK)
+        return size(2 if two else 1, "at most 2, one per rack")
+
+
+class Gates(DeferGates):
+    def check(self, ctx, phase, batch, summary):
+        if phase != types.Phase.AFTER_BATCH:
+            return types.Verdict_Defer()
+        n = sum(1 for p in pods("payments") if not p.ready)
+        return types.Verdict_Proceed() if n == 0 else hold(batch, 3, 20, f"{n} payments pod(s) not Ready")

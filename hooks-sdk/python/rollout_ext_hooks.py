@@ -1,0 +1,197 @@
+"""Helpers for rollout-ext policy hooks written in Python (built with hooks-sdk/python/build.sh,
+which puts this module beside the hook's own).
+
+What the Rust SDK gives a hook, for Python: base classes whose every method defers (write only
+the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
+`percent_of`, and typed views of the objects hooks read most, with the API's defaults.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import host, types
+
+# The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
+WIT_VERSION = "0.3.4"
+
+POINTS = {
+    "select": types.HookPoint.SELECT,
+    "batch": types.HookPoint.BATCH,
+    "gate": types.HookPoint.GATE,
+}
+
+
+def describe(name, points):
+    """The module's `describe` answer: its name and the points (`"select"`, `"batch"`,
+    `"gate"`) it serves."""
+    return types.Info(
+        name=name,
+        sdk_version=WIT_VERSION,
+        wit_version=WIT_VERSION,
+        points=[POINTS[p] for p in points],
+    )
+
+
+def config_object(config):
+    """The hook's config as a dict; an error the plugin shows when it is not a JSON object."""
+    try:
+        value = json.loads(config)
+    except ValueError as e:
+        raise Err(f"config is not JSON: {e}")
+    if not isinstance(value, dict):
+        raise Err("config must be an object")
+    return value
+
+
+class AnyConfig(exports.Metadata):
+    """Metadata that accepts any JSON object as config: subclass it and write `describe`."""
+
+    def validate_config(self, config: str) -> None:
+        config_object(config)
+
+
+class DeferSelection(exports.Selection):
+    def select(self, ctx, group, candidates):
+        return types.Selection_Defer()
+
+
+class DeferBatching(exports.Batching):
+    def next_batch(self, ctx, progress, pending):
+        return types.BatchSize_Defer()
+
+
+class DeferGates(exports.Gates):
+    def check(self, ctx, phase, batch, summary):
+        return types.Verdict_Defer()
+
+
+def size(count, reason):
+    """A batch of `count` instances, with why."""
+    return types.BatchSize_Size(types.SizedBatch(count=count, reason=reason))
+
+
+def choose(pairs):
+    """A selection of `(name, reason)` pairs, in update order."""
+    return types.Selection_Choose(
+        [types.Choice(name=n, reason=r, force=False) for n, r in pairs]
+    )
+
+
+def hold(batch, max_checks, retry_seconds, reason):
+    """Wait `retry_seconds` and check again, up to `max_checks` checks of the batch in all, then
+    abort (as the Rust SDK's `hold`): `batch.attempt` counts the waits answered so far."""
+    check = batch.attempt + 1
+    if check < max_checks:
+        pause = types.Pause(seconds=retry_seconds, reason=f"{reason} (check {check} of {max_checks})")
+        return types.Verdict_Wait(pause)
+    checks = max(max_checks, 1)
+    return types.Verdict_Abort(f"{reason} after {checks} check{'' if checks == 1 else 's'}")
+
+
+def percent_of(percent, total, round_up):
+    """`percent` % of `total`, rounded up or down, as Kubernetes rounds budgets."""
+    if round_up:
+        return (percent * total + 99) // 100
+    return percent * total // 100
+
+
+WEEKDAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+def minute_of_week(unix_seconds, utc_offset_minutes=0):
+    """Minutes since Monday 00:00 (local to the offset): 0 to 10079."""
+    minutes = unix_seconds // 60 + utc_offset_minutes
+    # 1970-01-01 was a Thursday: three days after a Monday.
+    return (minutes + 3 * 1440) % (7 * 1440)
+
+
+def in_window(now, start, end, utc_offset_minutes=0):
+    """Whether `now` (Unix seconds) falls in the weekly window from `start` to `end`, each
+    `"mon 22:00"`; a window may wrap past Sunday midnight."""
+
+    def at(text):
+        day, clock = text.split()
+        hours, minutes = clock.split(":")
+        return WEEKDAYS.index(day.lower()[:3]) * 1440 + int(hours) * 60 + int(minutes)
+
+    m, a, b = minute_of_week(now, utc_offset_minutes), at(start), at(end)
+    return a <= m < b if a <= b else m >= a or m < b
+
+
+def list_objects(api_version, kind, namespace=None, selector=None):
+    """Objects the policy's contextResources grant, as dicts (a refused read fails the call)."""
+    return json.loads(host.list_objects(api_version, kind, namespace, selector))
+
+
+@dataclass
+class Pod:
+    """A Pod, with the fields policies need."""
+
+    namespace: str
+    name: str
+    phase: str = ""
+    ready: bool = False
+    node: str = ""
+    labels: dict = field(default_factory=dict)
+
+    @staticmethod
+    def of(obj):
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        conditions = status.get("conditions") or []
+        return Pod(
+            namespace=meta.get("namespace") or "",
+            name=meta.get("name") or "",
+            phase=status.get("phase") or "",
+            ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+            node=(obj.get("spec") or {}).get("nodeName") or "",
+            labels=meta.get("labels") or {},
+        )
+
+    @property
+    def finished(self):
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def key(self):
+        return f"{self.namespace}/{self.name}"
+
+
+def pods(namespace=None, selector=None):
+    return [Pod.of(o) for o in list_objects("v1", "Pod", namespace, selector)]
+
+
+@dataclass
+class Workload:
+    """A Deployment, StatefulSet, ReplicaSet or DaemonSet: how many pods it wants and has."""
+
+    kind: str
+    namespace: str
+    name: str
+    desired: int
+    available: int
+
+    @staticmethod
+    def of(kind, obj):
+        meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))
+        if kind == "DaemonSet":
+            desired = status.get("desiredNumberScheduled") or 0
+            available = status.get("numberAvailable") or 0
+        else:
+            replicas = spec.get("replicas")
+            desired = 1 if replicas is None else replicas
+            available = status.get("availableReplicas")
+            if available is None:
+                available = status.get("readyReplicas") or 0
+        return Workload(kind, meta.get("namespace") or "", meta.get("name") or "", desired, available)
+
+    @property
+    def short(self):
+        """Fewer available pods than it wants."""
+        return self.available < self.desired
+
+
+def workloads(kind, namespace=None, selector=None):
+    """Deployments, StatefulSets, ReplicaSets or DaemonSets (`apps/v1`), as `Workload`s."""
+    return [Workload.of(kind, o) for o in list_objects("apps/v1", kind, namespace, selector)]
