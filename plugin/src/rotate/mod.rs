@@ -19,6 +19,7 @@
 mod blocked;
 mod controls;
 mod decisions;
+mod give_back;
 mod pods_back;
 mod ready;
 mod records;
@@ -220,15 +221,6 @@ struct GroupRun {
     begun: bool,
 }
 
-/// Whether `node` is one a rotation cordoned for replacement and still holds (not set aside,
-/// not detached for a surge): one to give back when it is not replaced after all.
-fn cordoned_by_a_run(node: &crate::snapshot::Node) -> bool {
-    let phase = node.annotations.get(crate::keys::PHASE).map(String::as_str);
-    node.registered
-        && matches!(phase, Some("cordoned" | "drained"))
-        && !node.annotations.contains_key(crate::keys::DETACHED)
-}
-
 impl GroupRun {
     /// How `node` is cordoned under `rules`, as last read.
     fn cordon(&self, node: &str, rules: &crate::policy::drain::DrainPolicy) -> Cordon {
@@ -276,55 +268,6 @@ impl Rotation<'_> {
             }
             other => other,
         }
-    }
-
-    /// Gives back the nodes of the group an earlier run cordoned and this one does not choose
-    /// (a hook left them out, or they ask not to be disrupted now): uncordoned, without our
-    /// phase and load-balancer label, each said. Nodes set aside or detached stay as they are.
-    async fn give_back_unchosen(
-        &self,
-        machine: &GroupLoop,
-        selected: &crate::plan::decide::Selected,
-        run: &GroupRun,
-    ) -> Result<(), RotateError> {
-        let candidates = machine.candidates();
-        let unchosen = (candidates.iter().enumerate())
-            .filter(|(i, _)| !selected.chosen.iter().any(|c| c.index == *i))
-            .filter_map(|(_, c)| run.latest.nodes.iter().find(|n| n.name == c.name))
-            .filter(|n| cordoned_by_a_run(n));
-        for node in unchosen {
-            self.warn(format!(
-                "node {} of group {} was cordoned by an earlier run and is not chosen by this one: uncordoning it",
-                node.name, run.name
-            ));
-            self.cluster.release(node).await?;
-            self.kernel.reporter.report(Event::Uncordoned {
-                node: node.name.clone(),
-            });
-        }
-        Ok(())
-    }
-
-    /// After `abort --uncordon`: the nodes of the chosen groups that this run (or an earlier
-    /// one) cordoned for replacement and did not terminate are uncordoned, without our phase
-    /// and load-balancer label (someone else's stays). Nodes set aside, and nodes detached for
-    /// a surge (their replacement is up already), stay as they are.
-    async fn uncordon_left(&self) -> Result<(), RotateError> {
-        let options = self.options();
-        let label = prepare::group_label(self.policy, &options);
-        let now = self.view.caught_up().await?;
-        let left = (now.nodes.iter()).filter(|n| {
-            cordoned_by_a_run(n)
-                && (options.instance_groups.is_empty()
-                    || (options.instance_groups).contains(&crate::plan::groups::group_of(n, label)))
-        });
-        for node in left {
-            self.cluster.release(node).await?;
-            self.kernel.reporter.report(Event::Uncordoned {
-                node: node.name.clone(),
-            });
-        }
-        Ok(())
     }
 
     async fn rotate_all(&mut self) -> Result<(), RotateError> {

@@ -1,10 +1,48 @@
-//! PodDisruptionBudgets, read from policy/v1 or policy/v1beta1: the two versions read an empty
-//! selector differently.
+//! PodDisruptionBudgets, read from policy/v1 or policy/v1beta1 (the two versions read an empty
+//! selector differently), and how the API server judges an eviction against one.
 
 use serde::Deserialize;
 
-use super::{FromParts, Meta, Pdb, UnhealthyPodEvictionPolicy};
+use super::{FromParts, Meta, Pod};
 use crate::labels::LabelSelector;
+
+#[derive(Debug, Clone)]
+pub struct Pdb {
+    pub namespace: String,
+    pub name: String,
+    pub selector: LabelSelector,
+    pub disruptions_allowed: i32,
+    pub current_healthy: i32,
+    pub desired_healthy: i32,
+    /// `spec.unhealthyPodEvictionPolicy` (policy/v1 only; none on servers that do not serve
+    /// it, which judge as `IfHealthyBudget`).
+    pub unhealthy_pod_eviction_policy: Option<UnhealthyPodEvictionPolicy>,
+}
+
+/// When a budget lets a Running pod that is not Ready be evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnhealthyPodEvictionPolicy {
+    /// Only while the budget is met (`currentHealthy >= desiredHealthy`): the default.
+    IfHealthyBudget,
+    /// Whatever the budget says.
+    AlwaysAllow,
+}
+
+impl Pdb {
+    /// Whether evicting `pod`, which this budget selects, takes one of the disruptions it
+    /// allows, as the API server judges it: a Pending pod goes freely, a Ready one needs
+    /// `disruptionsAllowed`; a Running pod that is not Ready goes freely under `AlwaysAllow`,
+    /// and under `IfHealthyBudget` (also when the field is absent) while the budget is met.
+    pub fn guards(&self, pod: &Pod) -> bool {
+        if pod.pending || pod.ready {
+            return !pod.pending;
+        }
+        match self.unhealthy_pod_eviction_policy {
+            Some(UnhealthyPodEvictionPolicy::AlwaysAllow) => false,
+            _ => !(self.desired_healthy > 0 && self.current_healthy >= self.desired_healthy),
+        }
+    }
+}
 
 /// A PodDisruptionBudget before its version says how to read an empty selector.
 #[derive(Debug, Clone)]
