@@ -281,13 +281,11 @@ impl Planner<'_> {
                     ..self.health.clone()
                 }
             }
+            // The batch's nodes are replaced by empty ones: no budget covers them any more, as
+            // a live run's after-batch summary has none.
             Phase::AfterBatch => {
-                let refs: Vec<&str> = batch.instances.iter().map(String::as_str).collect();
                 let done = rec.plan.batches.last().and_then(|b| b.forecast.as_ref());
-                HealthSummary {
-                    budgets: health::budgets_covering(self.index, &refs, &self.options.drain),
-                    ..health::after_batch(&self.health, done)
-                }
+                health::after_batch(&self.health, done)
             }
         };
         let ctx = self.ctx();
