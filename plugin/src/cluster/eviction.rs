@@ -91,18 +91,21 @@ impl Cluster {
             .header("content-type", "application/json")
             .body(body.to_string().into_bytes())
             .expect("a POST request with a valid path");
-        match self.client.request_text(req).await {
-            Ok(_) => Ok(Eviction::Evicted),
-            Err(kube::Error::Api(status)) if Eviction::from_status(&status).is_some() => {
-                Ok(Eviction::from_status(&status).expect("an answer"))
-            }
-            Err(e) => Err(Request {
-                verb: "create",
-                resource: "pods/eviction",
-                namespace: Some(namespace),
-            }
-            .error(&self.server, e)),
+        let e = match self.client.request_text(req).await {
+            Ok(_) => return Ok(Eviction::Evicted),
+            Err(e) => e,
+        };
+        if let kube::Error::Api(status) = &e
+            && let Some(answer) = Eviction::from_status(status)
+        {
+            return Ok(answer);
         }
+        Err(Request {
+            verb: "create",
+            resource: "pods/eviction",
+            namespace: Some(namespace),
+        }
+        .error(&self.server, e))
     }
 
     /// [`Cluster::evict`] for a pod a PodDisruptionBudget covers: the request waits its turn

@@ -8,6 +8,15 @@ use crate::plan::group_loop::GroupLoop;
 use crate::plan::prepare;
 
 impl Rotation<'_> {
+    /// Uncordons `node` without our marks, and says so.
+    async fn give_back(&self, node: &crate::snapshot::Node) -> Result<(), RotateError> {
+        self.cluster.release(node).await?;
+        self.kernel.reporter.report(Event::Uncordoned {
+            node: node.name.clone(),
+        });
+        Ok(())
+    }
+
     /// Gives back the nodes of the group an earlier run cordoned and this one does not choose
     /// (a hook left them out, or they ask not to be disrupted now): uncordoned, without our
     /// phase and load-balancer label, each said. Nodes set aside or detached stay as they are.
@@ -27,10 +36,7 @@ impl Rotation<'_> {
                 "node {} of group {} was cordoned by an earlier run and is not chosen by this one: uncordoning it",
                 node.name, run.name
             ));
-            self.cluster.release(node).await?;
-            self.kernel.reporter.report(Event::Uncordoned {
-                node: node.name.clone(),
-            });
+            self.give_back(node).await?;
         }
         Ok(())
     }
@@ -49,10 +55,7 @@ impl Rotation<'_> {
                     || (options.instance_groups).contains(&crate::plan::groups::group_of(n, label)))
         });
         for node in left {
-            self.cluster.release(node).await?;
-            self.kernel.reporter.report(Event::Uncordoned {
-                node: node.name.clone(),
-            });
+            self.give_back(node).await?;
         }
         Ok(())
     }
