@@ -131,6 +131,26 @@ impl Moment {
         });
         Moment { deadline, on_event }
     }
+
+    /// A kill right after one of `events` that earlier runs printed (so this flow has it) and
+    /// no kill landed after yet, waiting for it as long as a run may take to reach it: a random
+    /// deadline often comes first where a phase follows a long wait, such as a resumed run's
+    /// wait for the evicted pods. None when every printed event has had its kill.
+    fn aim(
+        rng: &mut SplitMix64,
+        events: &[&'static str],
+        printed: &BTreeSet<String>,
+        landed: &BTreeMap<String, usize>,
+    ) -> Option<Moment> {
+        let due: Vec<&'static str> = (events.iter().copied())
+            .filter(|event| printed.contains(*event) && !landed.contains_key(*event))
+            .collect();
+        let event = *due.get(rng.range(0, due.len().max(1) as u64) as usize)?;
+        Some(Moment {
+            deadline: WAIT,
+            on_event: Some((event, Duration::from_millis(rng.range(0, 50)))),
+        })
+    }
 }
 
 /// How a run ended.
@@ -138,6 +158,8 @@ impl Moment {
 struct Run {
     /// Killed by the test, after the last event it printed (if any).
     killed: Option<Option<String>>,
+    /// The kinds of event it printed.
+    printed: BTreeSet<String>,
     code: Option<i32>,
     stdout: String,
     stderr: String,
@@ -170,6 +192,7 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
     });
     let mut out = Vec::new();
     let mut last_event = None;
+    let mut printed = BTreeSet::new();
     let mut kill_at = started + moment.deadline;
     let mut killed = false;
     loop {
@@ -190,6 +213,7 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
                 {
                     kill_at = kill_at.min(Instant::now() + extra);
                 }
+                printed.insert(kind.clone());
                 last_event = Some(kind);
                 out.push(line);
             }
@@ -211,6 +235,7 @@ fn run_until(args: &[String], moment: &Moment) -> Run {
     let stderr = stderr_reader.join().unwrap_or_default();
     Run {
         killed: (killed && status.code().is_none()).then_some(last_event),
+        printed,
         code: status.code(),
         stdout: out.join("\n"),
         stderr,
@@ -236,7 +261,8 @@ const LAST_STEPS: usize = 3;
 /// Kills runs of `args` at random moments and reruns until one finishes, after at least
 /// `min_kills` kills (and more while the kills have landed in fewer than `min_phases` phases
 /// and steps of the work are left: a run faster in some phases than others gives them fewer
-/// kills, and the loop must not end before it tried them). `progress` says how many of how many steps of the work are done: while the work runs
+/// kills, and the loop must not end before it tried them: from half the kills on, such a
+/// loop aims its kills at phases not landed in yet). `progress` says how many of how many steps of the work are done: while the work runs
 /// ahead of the kills, or only its last `LAST_STEPS` steps are left, runs are killed early in their start
 /// (connecting, taking the lock over, planning), so that the work cannot finish before the kills
 /// are done; with a `finale`, one run is killed right after it prints that event, once only
@@ -258,6 +284,7 @@ async fn chaos_loop(
     } = chaos;
     let mut kills = 0;
     let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+    let mut printed = BTreeSet::new();
     let mut finale = finale;
     for round in 1..=min_kills * 5 {
         // Until enough kills happened, kill every run; then let one finish.
@@ -277,6 +304,11 @@ async fn chaos_loop(
                     deadline: Duration::from_millis(rng.range(50, 150)),
                     on_event: None,
                 }
+            } else if phases.len() < min_phases
+                && kills * 2 >= min_kills
+                && let Some(aimed) = Moment::aim(rng, events, &printed, &phases)
+            {
+                aimed
             } else {
                 Moment::pick(rng, events, longest)
             }
@@ -291,6 +323,7 @@ async fn chaos_loop(
         let run = tokio::task::spawn_blocking(move || run_until(&args, &planned))
             .await
             .unwrap();
+        printed.extend(run.printed.iter().cloned());
         match &run.killed {
             Some(last) => {
                 kills += 1;
@@ -906,6 +939,7 @@ fn run_with_fault(args: &[String], on: &str, fault: impl FnOnce()) -> Run {
     let status = child.wait().unwrap();
     Run {
         killed: None,
+        printed: BTreeSet::new(),
         code: status.code(),
         stdout: out.join("\n"),
         stderr: stderr_reader.join().unwrap_or_default(),
