@@ -8,7 +8,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane prometheus lint release python-hook js-hook bench
+.PHONY: demo test wasm wasm-target control-plane prometheus registry lint release python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -20,7 +20,7 @@ demo: wasm
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
 ## test: every test, against real compiled hooks and a real control plane.
-test: wasm python-hook js-hook control-plane prometheus
+test: wasm python-hook js-hook control-plane prometheus registry
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
 
@@ -59,7 +59,11 @@ $(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js hooks-sdk/
 
 ## prometheus: install (once) and cache the Prometheus server the metrics-gate tests scrape with.
 prometheus:
-	bash tests/cluster/install-prometheus.sh
+	bash tests/cluster/install-server.sh prometheus 2.42.0 9090
+
+## registry: install (once) and cache the OCI registry the hook-module tests push to and pull from.
+registry:
+	bash tests/cluster/install-server.sh docker-registry 2.8.2 5000
 
 ## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
 control-plane:

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod duration;
+pub mod error_chain;
 pub mod events;
 pub mod hooks;
 pub mod kernel;

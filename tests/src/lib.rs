@@ -253,6 +253,7 @@ pub mod fingerprint;
 pub mod invariants;
 pub mod metrics;
 pub mod observer;
+pub mod registry;
 pub mod stateful;
 pub mod synthetic;
 pub mod workloads;

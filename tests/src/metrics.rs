@@ -1,5 +1,5 @@
 //! Metrics for the gate tests: a real Prometheus on loopback (2.42 from Debian's package,
-//! cached by `tests/cluster/install-prometheus.sh`), an application endpoint whose error counter
+//! cached by `tests/cluster/install-server.sh prometheus 2.42.0 9090`), an application endpoint whose error counter
 //! the test controls, and stand-in servers that misbehave as a hostile or broken source would.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,7 +33,7 @@ pub fn prometheus_binary() -> anyhow::Result<PathBuf> {
     let binary = dir.join("bin/prometheus");
     if !binary.exists() {
         bail!(
-            "{} is missing: run `bash tests/cluster/install-prometheus.sh` (the README's test command does)",
+            "{} is missing: run `bash tests/cluster/install-server.sh prometheus 2.42.0 9090` (the README's test command does)",
             binary.display()
         );
     }

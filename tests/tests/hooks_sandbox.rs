@@ -31,7 +31,7 @@ fn runtime() -> &'static HookRuntime {
 fn spec(module: PathBuf, points: &[HookPoint], config: serde_json::Value) -> HookSpec {
     HookSpec {
         name: "hostile".into(),
-        module,
+        module: rollout_ext::policy::ModuleSource::File(module),
         sha256: None,
         points: Some(points.to_vec()),
         config: config.to_string(),

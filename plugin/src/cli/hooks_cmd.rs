@@ -6,7 +6,8 @@ use clap::Subcommand;
 
 use super::{Failure, OutputFormat, output, print_structured};
 use crate::hooks::HookRuntime;
-use crate::policy::HookPoint;
+use crate::hooks::registry::Registry;
+use crate::policy::{HookPoint, OciReference};
 
 #[derive(Debug, Subcommand)]
 pub enum HooksCommand {
@@ -20,6 +21,23 @@ pub enum HooksCommand {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
+    },
+    /// Push a hook component to an OCI registry as a WebAssembly artifact, under a tag, and
+    /// print the reference pinned to the pushed digest (credentials: the docker config file).
+    Push {
+        /// The hook component (.wasm).
+        module: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG.
+        reference: String,
+    },
+    /// Pull a hook module from an OCI registry into the module cache, by tag or digest, and
+    /// print the reference pinned to its digest.
+    Pull {
+        /// oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:DIGEST.
+        reference: String,
+        /// Also write the module to this file.
+        #[arg(long, value_name = "FILE")]
+        to: Option<PathBuf>,
     },
 }
 
@@ -46,7 +64,57 @@ pub fn run(cmd: HooksCommand) -> Result<(), Failure> {
     match cmd {
         HooksCommand::Inspect { module, output } => inspect(&module, output),
         HooksCommand::Test(run) => super::hooks_test::run(*run),
+        HooksCommand::Push { module, reference } => push(&module, &reference),
+        HooksCommand::Pull { reference, to } => pull(&reference, to.as_deref()),
     }
+}
+
+/// A reference given on the command line; a bad one is a usage error.
+fn reference_arg(text: &str) -> Result<OciReference, Failure> {
+    OciReference::parse(text).map_err(Failure::usage)
+}
+
+fn registry() -> Result<Registry, Failure> {
+    Registry::new().map_err(|e| Failure::failed(e.to_string()))
+}
+
+fn push(module: &Path, reference: &str) -> Result<(), Failure> {
+    let reference = reference_arg(reference)?;
+    if reference.tag.is_none() || reference.digest.is_some() {
+        return Err(Failure::usage(format!(
+            "{reference}: a push names a tag and no digest (the registry gives the digest)"
+        )));
+    }
+    // Only a module this plugin can load is pushed.
+    let (info, sha256) =
+        (runtime()?.describe(module)).map_err(|e| Failure::usage(e.to_string()))?;
+    let bytes = std::fs::read(module)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", module.display())))?;
+    let digest =
+        (registry()?.push(&bytes, &reference)).map_err(|e| Failure::failed(e.to_string()))?;
+    println!("{}", reference.pinned(&digest));
+    eprintln!(
+        "pushed {} ({} bytes, module sha256 {sha256})",
+        if info.name.is_empty() {
+            "the module"
+        } else {
+            &info.name
+        },
+        bytes.len()
+    );
+    Ok(())
+}
+
+fn pull(reference: &str, to: Option<&Path>) -> Result<(), Failure> {
+    let reference = reference_arg(reference)?;
+    let pulled = (registry()?.pull(&reference)).map_err(|e| Failure::failed(e.to_string()))?;
+    if let Some(to) = to {
+        std::fs::copy(&pulled.file, to)
+            .map_err(|e| Failure::failed(format!("cannot write {}: {e}", to.display())))?;
+    }
+    println!("{}", reference.pinned(&pulled.digest));
+    eprintln!("cached in {}", pulled.file.display());
+    Ok(())
 }
 
 fn runtime() -> Result<&'static HookRuntime, Failure> {

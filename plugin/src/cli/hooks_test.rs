@@ -22,7 +22,7 @@ use crate::plan::hook::{
 use crate::plan::{Plan, PlanOptions, decide};
 use crate::policy::{
     DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookMode, HookPoint, HookSpec,
-    IntOrPercent, Policy, RollingUpdate,
+    IntOrPercent, ModuleSource, Policy, RollingUpdate,
 };
 use crate::snapshot::Snapshot;
 
@@ -289,7 +289,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
         };
         let spec = HookSpec {
             name: info.name,
-            module: run.module.clone(),
+            module: ModuleSource::File(run.module.clone()),
             sha256: None,
             points,
             config: config_value.to_string(),
@@ -311,8 +311,11 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
     }
     let policy = Policy::load(file)?;
     let module = std::fs::canonicalize(&run.module).unwrap_or_else(|_| run.module.clone());
-    let same_file = |h: &&HookSpec| std::fs::canonicalize(&h.module).is_ok_and(|m| m == module);
-    let same_name = |h: &&HookSpec| h.module.file_name() == run.module.file_name();
+    let same_file = |h: &&HookSpec| {
+        (h.module.file()).is_some_and(|f| std::fs::canonicalize(f).is_ok_and(|m| m == module))
+    };
+    let same_name =
+        |h: &&HookSpec| (h.module.file()).is_some_and(|f| f.file_name() == run.module.file_name());
     let entry = match &run.hook {
         Some(name) => policy.hooks.iter().find(|h| &h.name == name),
         // The entry of this very file, else of a file of the same name (a fresh build tested
@@ -330,7 +333,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
             "note: testing {} under the policy's entry {} (--hook), whose module is {}",
             run.module.display(),
             entry.name,
-            entry.module.display()
+            entry.module
         );
     }
     let Some(entry) = entry else {
@@ -347,7 +350,7 @@ fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, Hook
     };
     // The entry's pin holds as in a plan: a module that is not the pinned one is refused.
     let spec = HookSpec {
-        module: run.module.clone(),
+        module: ModuleSource::File(run.module.clone()),
         points: points.or_else(|| entry.points.clone()),
         failure_policy: FailurePolicy::Ignore,
         // Tested as if it decided, whatever the policy's mode: its decisions are what is shown.

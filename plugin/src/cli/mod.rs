@@ -133,6 +133,16 @@ pub fn bad_yaml(path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
 }
 
 /// The async runtime for commands that talk to the cluster.
+/// Pulls the policy's registry modules before anything else happens (a pull that fails is a
+/// policy error, nothing changed) and says on stderr the digest each resolved to.
+pub fn pull_modules(policy: &mut crate::policy::Policy) -> Result<(), Failure> {
+    crate::hooks::registry::pull_modules(policy)?;
+    for m in crate::plan::PlannedModule::of(policy) {
+        eprintln!("hook {}: module {} is {}", m.hook, m.reference, m.digest);
+    }
+    Ok(())
+}
+
 pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -303,6 +303,9 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
     if args.release_quarantined {
         return super::release::run(kube, args, &policy);
     }
+    // Before anything else: a module that cannot be fetched stops here, nothing changed.
+    let mut policy = policy;
+    super::pull_modules(&mut policy)?;
     let undrainable = drain_rules(args, &policy).undrainable.action;
     if undrainable == UndrainableAction::Quarantine && !args.fail_on_drain_error {
         return Err(Failure::usage(

@@ -126,6 +126,12 @@ fn render_table(plan: &Plan, wide: bool) -> String {
             u.action, u.max_quarantined
         );
     }
+    if !plan.modules.is_empty() {
+        out.push_str("\nHook modules from registries:\n");
+        for m in &plan.modules {
+            let _ = writeln!(out, "  - {}: {} is {}", m.hook, m.reference, m.digest);
+        }
+    }
     if let Some(stopped) = &plan.stopped {
         let _ = writeln!(out, "\nThe run would stop: {stopped}");
     }

@@ -121,20 +121,7 @@ impl Request<'_> {
     }
 }
 
-/// An error and its sources, each said once.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
-}
+pub(crate) use crate::error_chain::error_chain;
 
 /// A connected client and the server it talks to.
 #[derive(Clone)]

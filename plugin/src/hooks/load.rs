@@ -2,7 +2,7 @@
 //! the points the policy enables, and its verdict on its config. Nothing of a hook is asked
 //! before this has passed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::version::{check_version, compatible, compatible_series};
@@ -14,43 +14,46 @@ use super::{
 use crate::metrics::{Metrics, NoMetrics, Prometheus};
 use crate::plan::hook::{Hook, HookFault};
 use crate::policy::{
-    ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, PolicyError, positions,
+    ContextResource, FailurePolicy, HookMode, HookPoint, HookSpec, ModuleSource, PolicyError,
+    positions,
 };
 
 /// Why a hook module could not be loaded. Nothing has run when this is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read module {path}: {source}")]
+    #[error("cannot read module {module}: {source}")]
     Read {
-        path: PathBuf,
+        module: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not a WebAssembly file")]
-    NotWasm { path: PathBuf },
+    #[error("{module} is not a WebAssembly file")]
+    NotWasm { module: String },
     #[error(
-        "{path} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
+        "{module} is a core WebAssembly module, not a component: build it with `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
     )]
-    CoreModule { path: PathBuf },
-    #[error("sha256 mismatch for {path}: the policy pins {expected}, the file is {actual}")]
+    CoreModule { module: String },
+    #[error("sha256 mismatch for {module}: the policy pins {expected}, the module is {actual}")]
     Sha256Mismatch {
-        path: PathBuf,
+        module: String,
         expected: String,
         actual: String,
     },
-    #[error("cannot compile {path}: {message}")]
-    Compile { path: PathBuf, message: String },
+    #[error("cannot compile {module}: {message}")]
+    Compile { module: String, message: String },
     #[error(
-        "{path} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION} (and every {}.x): rebuild it with a matching rollout-ext-hooks SDK",
+        "{module} was built against {found}, but this plugin speaks {WIT_PACKAGE}@{WIT_VERSION} (and every {}.x): rebuild it with a matching rollout-ext-hooks SDK",
         compatible_series()
     )]
-    WrongVersion { path: PathBuf, found: String },
+    WrongVersion { module: String, found: String },
     #[error(
-        "{path} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}"
+        "{module} is not a rollout-ext policy component: it does not export {WIT_PACKAGE}/metadata@{WIT_VERSION}"
     )]
-    NotAPolicy { path: PathBuf },
-    #[error("cannot instantiate {path}: {message}")]
-    Instantiate { path: PathBuf, message: String },
+    NotAPolicy { module: String },
+    #[error("cannot instantiate {module}: {message}")]
+    Instantiate { module: String, message: String },
+    #[error("module {module} was not pulled before loading")]
+    NotPulled { module: String },
     #[error("the policy enables point {point} but module {module} implements only: {implemented}")]
     PointNotImplemented {
         point: HookPoint,
@@ -137,7 +140,7 @@ impl HookRuntime {
     pub fn describe(&self, module: &Path) -> Result<(ModuleInfo, String), LoadError> {
         let spec = HookSpec {
             name: "inspect".into(),
-            module: module.to_path_buf(),
+            module: ModuleSource::File(module.to_path_buf()),
             sha256: None,
             points: None,
             config: "{}".into(),
@@ -167,7 +170,8 @@ impl HookRuntime {
         match self.describe(module) {
             Ok((info, digest)) => Ok((info, digest, true)),
             Err(LoadError::WrongVersion { found, .. }) => {
-                let (component, digest) = self.compile(module, None)?;
+                let (component, digest) =
+                    self.compile(module, &module.display().to_string(), None)?;
                 let version = found.rsplit_once('@').map_or("", |(_, v)| v);
                 Ok((self.describe_foreign(&component, version), digest, false))
             }
@@ -183,17 +187,21 @@ impl HookRuntime {
         objects: Arc<dyn ObjectSource>,
         allowed: Arc<Vec<ContextResource>>,
     ) -> Result<WasmHook, LoadError> {
-        let (component, digest) = self.compile(&spec.module, spec.sha256.as_deref())?;
-        check_version(&self.engine, &component, &spec.module)?;
+        let shown = spec.module.to_string();
+        let file = (spec.module.file()).ok_or_else(|| LoadError::NotPulled {
+            module: shown.clone(),
+        })?;
+        let (component, digest) = self.compile(file, &shown, spec.sha256.as_deref())?;
+        check_version(&self.engine, &component, &shown)?;
         let instance_pre =
             self.linker
                 .instantiate_pre(&component)
                 .map_err(|e| LoadError::Instantiate {
-                    path: spec.module.clone(),
+                    module: shown.clone(),
                     message: first_line(&format!("{e}")),
                 })?;
         let not_a_policy = |_| LoadError::NotAPolicy {
-            path: spec.module.clone(),
+            module: shown.clone(),
         };
         // The optional exports, looked up as every export is: any 0.3.x version of one answers.
         let exports_one = |name: &str| {
@@ -237,12 +245,12 @@ impl HookRuntime {
             digest,
         };
         let info = hook.describe().map_err(|fault| LoadError::Instantiate {
-            path: spec.module.clone(),
+            module: shown.clone(),
             message: fault.to_string(),
         })?;
         if !compatible(&info.wit_version) {
             return Err(LoadError::WrongVersion {
-                path: spec.module.clone(),
+                module: shown.clone(),
                 found: format!("{WIT_PACKAGE}@{}", info.wit_version),
             });
         }

@@ -16,6 +16,7 @@ mod engine;
 mod foreign;
 mod load;
 mod objects;
+pub mod registry;
 mod sandbox;
 mod version;
 
@@ -159,20 +160,19 @@ impl HookRuntime {
 
     /// The default compile cache: `$XDG_CACHE_HOME/rollout-ext/hooks` or `~/.cache/...`.
     fn default_cache_dir() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-        Some(base.join("rollout-ext").join("hooks"))
+        Some(cache_base()?.join("hooks"))
     }
 
-    /// Compiles (or loads from the cache) a component, after checking its bytes.
+    /// Compiles (or loads from the cache) the component in `path`, after checking its bytes;
+    /// errors name it `module` (a registry module's reference rather than its cached file).
     pub fn compile(
         &self,
         path: &Path,
+        module: &str,
         pinned: Option<&str>,
     ) -> Result<(Component, String), LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
+            module: module.to_string(),
             source,
         })?;
         let digest = hex::encode(Sha256::digest(&bytes));
@@ -180,20 +180,20 @@ impl HookRuntime {
             && expected != digest
         {
             return Err(LoadError::Sha256Mismatch {
-                path: path.to_path_buf(),
+                module: module.to_string(),
                 expected: expected.to_string(),
                 actual: digest,
             });
         }
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm {
-                path: path.to_path_buf(),
+                module: module.to_string(),
             });
         }
         // Byte 6 is the layer: 0 for a core module, 1 for a component.
         if bytes[6] == 0 {
             return Err(LoadError::CoreModule {
-                path: path.to_path_buf(),
+                module: module.to_string(),
             });
         }
         let cached = self
@@ -210,13 +210,13 @@ impl HookRuntime {
             }
         }
         let component = Component::new(&self.engine, &bytes).map_err(|e| LoadError::Compile {
-            path: path.to_path_buf(),
+            module: module.to_string(),
             message: first_line(&format!("{e}")),
         })?;
         if let Some(file) = cached
             && let Ok(serialized) = component.serialize()
         {
-            store_atomically(&file, &serialized);
+            let _ = store_atomically(&file, &serialized);
         }
         Ok((component, digest))
     }
@@ -234,10 +234,21 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
 }
 
-/// Writes through a temporary file and a rename, so a reader never sees half a file.
-fn store_atomically(file: &Path, bytes: &[u8]) {
+/// This tool's cache directory: `$XDG_CACHE_HOME/rollout-ext` or `~/.cache/rollout-ext`.
+fn cache_base() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("rollout-ext"))
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half a file, into a
+/// directory private to this user; whether it was stored.
+fn store_atomically(file: &Path, bytes: &[u8]) -> bool {
     use std::os::unix::fs::DirBuilderExt;
-    let Some(dir) = file.parent() else { return };
+    let Some(dir) = file.parent() else {
+        return false;
+    };
     if std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -245,16 +256,18 @@ fn store_atomically(file: &Path, bytes: &[u8]) {
         .is_err()
         || !private_dir(dir)
     {
-        return;
+        return false;
     }
     let tmp = dir.join(format!(
         ".{}.{}",
         std::process::id(),
         file.file_name().unwrap_or_default().to_string_lossy()
     ));
-    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+    let stored = std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_ok();
+    if !stored {
         let _ = std::fs::remove_file(&tmp);
     }
+    stored
 }
 
 /// The cache holds native code that is loaded as is: use it only when the directory belongs to

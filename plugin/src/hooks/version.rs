@@ -1,8 +1,6 @@
 //! Which contract versions the host calls: the WIT package's series (0.3.x for 0.3.0), checked
 //! by the component's import and export names before anything of it runs.
 
-use std::path::Path;
-
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -34,7 +32,7 @@ pub fn compatible(version: &str) -> bool {
 pub(super) fn check_version(
     engine: &Engine,
     component: &Component,
-    path: &Path,
+    module: &str,
 ) -> Result<(), LoadError> {
     let ty = component.component_type();
     let mut has_metadata = false;
@@ -52,7 +50,7 @@ pub(super) fn check_version(
             .unwrap_or("(unversioned)");
         if !compatible(version) {
             return Err(LoadError::WrongVersion {
-                path: path.to_path_buf(),
+                module: module.to_string(),
                 found: format!("{WIT_PACKAGE}@{version}"),
             });
         }
@@ -60,7 +58,7 @@ pub(super) fn check_version(
     }
     if !has_metadata {
         return Err(LoadError::NotAPolicy {
-            path: path.to_path_buf(),
+            module: module.to_string(),
         });
     }
     Ok(())

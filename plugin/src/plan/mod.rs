@@ -128,6 +128,37 @@ pub struct Plan {
     /// (`drain.undrainable: Quarantine`); absent when it stops (the default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undrainable: Option<UndrainablePlan>,
+    /// The hook modules kept in registries, each with the digest its reference resolved to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<PlannedModule>,
+}
+
+/// A hook module from a registry as the plan shows it: what the policy names and the manifest
+/// digest that is run (a tag resolved, or the digest the policy pins).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedModule {
+    pub hook: String,
+    pub reference: String,
+    pub digest: String,
+}
+
+impl PlannedModule {
+    /// The registry modules of `policy` that were pulled.
+    pub fn of(policy: &crate::policy::Policy) -> Vec<PlannedModule> {
+        (policy.hooks.iter())
+            .filter_map(|h| match &h.module {
+                crate::policy::ModuleSource::Registry {
+                    reference,
+                    pulled: Some(pulled),
+                } => Some(PlannedModule {
+                    hook: h.name.clone(),
+                    reference: reference.to_string(),
+                    digest: pulled.digest.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// `drain.undrainable` as the plan shows it.

@@ -72,6 +72,7 @@ pub fn plan_nodes(
                 max_quarantined: u.max_quarantined,
             })
         },
+        modules: super::PlannedModule::of(policy),
     };
     for group in &survey.groups {
         let group_plan = match prepare::prepare_group(&index, policy, options, group)? {

@@ -5,7 +5,7 @@
 //! relative to the policy file; nothing here reads a module.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -16,12 +16,14 @@ use crate::quantity::parse_memory;
 pub mod drain;
 mod int_or_percent;
 pub mod metrics;
+pub mod module;
 pub mod positions;
 pub mod provider;
 
 use drain::{DrainPolicy, RawDrain};
 pub use int_or_percent::IntOrPercent;
 pub use metrics::MetricsSource;
+pub use module::{ModuleSource, OciReference, PulledModule};
 use provider::ProviderSpec;
 
 pub const API_VERSION: &str = "rollout-ext/v1alpha1";
@@ -134,8 +136,8 @@ pub enum HookMode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HookSpec {
     pub name: String,
-    pub module: PathBuf,
-    /// Expected sha256 of the module, lowercase hex.
+    pub module: ModuleSource,
+    /// Expected sha256 of the module's bytes, lowercase hex (a registry module's layer digest).
     pub sha256: Option<String>,
     /// The points the policy enables; none means every point the module implements.
     pub points: Option<Vec<HookPoint>>,
@@ -343,6 +345,16 @@ impl Located<'_> {
             return Err(self.of(points, message));
         }
         let metrics = self.grants(&raw.name, raw.metrics, sources)?;
+        let module = if raw.module.starts_with(module::OCI_SCHEME) {
+            let reference = OciReference::parse(&raw.module)
+                .map_err(|e| self.error(line, 0, format!("hook {} module {e}", raw.name)))?;
+            ModuleSource::Registry {
+                reference,
+                pulled: None,
+            }
+        } else {
+            ModuleSource::File(base.join(&raw.module))
+        };
         let sha256 = raw.sha256.map(|s| self.sha256(&s)).transpose()?;
         let timeout = match raw.timeout {
             Some(t) => self.timeout(&t)?,
@@ -369,7 +381,7 @@ impl Located<'_> {
             .to_string();
         Ok(HookSpec {
             name: raw.name,
-            module: base.join(&raw.module),
+            module,
             sha256,
             points: raw.points.map(|p| p.value),
             config,

@@ -42,7 +42,10 @@ fn reads_a_full_policy() {
     assert_eq!(g.rolling_update.max_unavailable, None);
     assert_eq!(g.max_surge_line, 9);
     let h = &p.hooks[0];
-    assert_eq!(h.module, Path::new("/p/hooks/zone_spread.wasm"));
+    assert_eq!(
+        h.module.file(),
+        Some(Path::new("/p/hooks/zone_spread.wasm"))
+    );
     assert_eq!(
         h.sha256.as_deref(),
         Some("abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
@@ -485,4 +488,23 @@ spec:
         err.starts_with("policy.yaml:7:") && err.contains("the command is empty"),
         "{err}"
     );
+}
+
+#[test]
+fn a_registry_module_is_a_reference_and_a_bad_one_is_refused_at_its_entry() {
+    let policy = |module: &str| {
+        format!(
+            "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n    - name: site\n      module: {module}\n"
+        )
+    };
+    let p = parse(&policy("oci://127.0.0.1:5000/hooks/site:v1")).unwrap();
+    let ModuleSource::Registry { reference, pulled } = &p.hooks[0].module else {
+        panic!("a registry module: {:?}", p.hooks[0].module)
+    };
+    assert_eq!(reference.target(), "127.0.0.1:5000/hooks/site:v1");
+    assert_eq!(*pulled, None, "parsing reads nothing");
+    let e = parse(&policy("oci://127.0.0.1:5000/hooks/site")).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("hook site module"), "{e}");
+    assert!(e.message.contains("name a tag"), "{e}");
 }

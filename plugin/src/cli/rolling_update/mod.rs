@@ -410,15 +410,17 @@ fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value),
     Ok((bytes, list))
 }
 
-/// The policy file given, or the built-in policy (no hooks).
+/// The policy file given, or the built-in policy (no hooks), its registry modules pulled.
 fn policy_of(args: &RollingUpdateArgs) -> Result<Policy, Failure> {
-    Ok(match &args.policy {
+    let mut policy = match &args.policy {
         Some(p) => Policy::load(p)?,
         None => Policy {
             source: "<built-in>".into(),
             ..Default::default()
         },
-    })
+    };
+    super::pull_modules(&mut policy)?;
+    Ok(policy)
 }
 
 fn failure(e: UpdateError) -> Failure {

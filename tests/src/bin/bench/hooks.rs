@@ -87,7 +87,7 @@ fn native_instances(candidates: &[Candidate]) -> Vec<rollout_ext_hooks::LocalIns
 fn spec() -> HookSpec {
     HookSpec {
         name: "zone-spread".into(),
-        module: wasm_module("zone_spread"),
+        module: rollout_ext::policy::ModuleSource::File(wasm_module("zone_spread")),
         sha256: None,
         points: Some(vec![HookPoint::Select, HookPoint::Batch]),
         config: r#"{"maxPerZone": 1}"#.into(),

@@ -1,0 +1,447 @@
+//! Hook modules kept in OCI registries, laid out as the WebAssembly tools lay out theirs: one
+//! `application/wasm` layer and a wasm config. A pull resolves a tag to the manifest's digest
+//! (the pin a tag stands for) and keeps the module in a cache keyed by that digest, so that a
+//! digest-pinned module loads without the registry once pulled. Credentials come from the docker
+//! config file (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, helpers included);
+//! registries on loopback are spoken to over plain HTTP, every other one over HTTPS.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest, WASM_LAYER_MEDIA_TYPE};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sha2::{Digest, Sha256};
+
+use crate::policy::{ModuleSource, OciReference, Policy, PolicyError, PulledModule};
+
+/// The layer of a WebAssembly artifact.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The config of a WebAssembly artifact.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// A module larger than this is refused before it is downloaded.
+const MAX_MODULE_BYTES: i64 = 512 << 20;
+
+/// Why a module could not be pushed or pulled. Each names the reference.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("cannot reach the registry of {reference}: {reason}")]
+    Unreachable { reference: String, reason: String },
+    #[error(
+        "{reference}: the registry refused access ({reason}); credentials come from the docker config file (`docker login {registry}`, or DOCKER_CONFIG)"
+    )]
+    Unauthorized {
+        reference: String,
+        registry: String,
+        reason: String,
+    },
+    #[error("{reference} is not in its registry ({reason})")]
+    NotFound { reference: String, reason: String },
+    #[error("{reference} is not a WebAssembly module artifact: {why}")]
+    NotAModule { reference: String, why: String },
+    #[error("{reference}: the registry failed: {reason}")]
+    Failed { reference: String, reason: String },
+    #[error("cannot read the credentials for {registry} from the docker config file: {reason}")]
+    Credentials { registry: String, reason: String },
+    #[error("cannot keep {reference} in the module cache {dir}: {reason}")]
+    Cache {
+        reference: String,
+        dir: PathBuf,
+        reason: String,
+    },
+}
+
+/// Pushes and pulls modules, with the cache of pulled ones.
+pub struct Registry {
+    cache: PathBuf,
+}
+
+impl Registry {
+    /// The registry client with the default module cache: `rollout-ext/modules` in the user's
+    /// cache directory, beside the compile cache.
+    pub fn new() -> Result<Registry, RegistryError> {
+        let cache = super::cache_base()
+            .map(|base| base.join("modules"))
+            .ok_or_else(|| RegistryError::Cache {
+                reference: "modules".into(),
+                dir: PathBuf::from("~/.cache"),
+                reason: "neither XDG_CACHE_HOME nor HOME is set".into(),
+            })?;
+        Ok(Registry { cache })
+    }
+
+    /// Fetches a module: from the cache when its digest is known and cached (no registry
+    /// asked), else from the registry, checking each digest on the way.
+    pub fn pull(&self, reference: &OciReference) -> Result<PulledModule, RegistryError> {
+        if let Some(digest) = &reference.digest
+            && let Some(pulled) = self.cached(digest)
+        {
+            return Ok(pulled);
+        }
+        blocking(self.fetch(reference))?
+    }
+
+    /// Pushes the module `bytes` to `reference` (its tag); returns the manifest's digest.
+    pub fn push(&self, bytes: &[u8], reference: &OciReference) -> Result<String, RegistryError> {
+        blocking(push(bytes, reference))?
+    }
+
+    fn cached(&self, digest: &str) -> Option<PulledModule> {
+        let file = self.cache_file(digest);
+        file.is_file().then(|| PulledModule {
+            digest: digest.to_string(),
+            file,
+        })
+    }
+
+    fn cache_file(&self, digest: &str) -> PathBuf {
+        self.cache
+            .join(format!("{}.wasm", digest.replace(':', "-")))
+    }
+
+    async fn fetch(&self, reference: &OciReference) -> Result<PulledModule, RegistryError> {
+        let shown = reference.to_string();
+        let (client, target, auth) = connect(reference)?;
+        let (manifest, digest) = (client.pull_manifest(&target, &auth).await)
+            .map_err(|e| failure(&shown, &reference.registry, e))?;
+        if let Some(pulled) = self.cached(&digest) {
+            return Ok(pulled);
+        }
+        let layer = wasm_layer(&manifest).map_err(|why| RegistryError::NotAModule {
+            reference: shown.clone(),
+            why,
+        })?;
+        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+        (client.pull_blob(&target, layer, &mut bytes).await)
+            .map_err(|e| failure(&shown, &reference.registry, e))?;
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        if actual != layer.digest {
+            return Err(RegistryError::NotAModule {
+                reference: shown,
+                why: format!("its layer is {actual}, the manifest says {}", layer.digest),
+            });
+        }
+        let file = self.cache_file(&digest);
+        if !super::store_atomically(&file, &bytes) {
+            return Err(RegistryError::Cache {
+                reference: shown,
+                dir: self.cache.clone(),
+                reason: "cannot create or write it, or it is not private to this user".into(),
+            });
+        }
+        Ok(PulledModule { digest, file })
+    }
+}
+
+/// Pulls every registry module of `policy` and records what each resolved to; the error is at
+/// the hook's entry and names the reference.
+pub fn pull_modules(policy: &mut Policy) -> Result<(), PolicyError> {
+    let source = policy.source.clone();
+    let mut registry = None;
+    for spec in &mut policy.hooks {
+        let ModuleSource::Registry { reference, pulled } = &mut spec.module else {
+            continue;
+        };
+        let at = |message: String| PolicyError {
+            file: source.clone(),
+            line: spec.line,
+            column: 0,
+            message: format!("hook {}: {message}", spec.name),
+        };
+        if registry.is_none() {
+            registry = Some(Registry::new().map_err(|e| at(e.to_string()))?);
+        }
+        let fetched = (registry.as_ref().expect("set above"))
+            .pull(reference)
+            .map_err(|e| at(format!("cannot pull its module: {e}")))?;
+        *pulled = Some(fetched);
+    }
+    Ok(())
+}
+
+/// The one WebAssembly layer of an artifact's manifest.
+fn wasm_layer(manifest: &OciManifest) -> Result<&OciDescriptor, String> {
+    let OciManifest::Image(image) = manifest else {
+        return Err("its manifest is an index of images, not one artifact".into());
+    };
+    let wasm: Vec<&OciDescriptor> = (image.layers.iter())
+        .filter(|l| l.media_type == WASM_LAYER || l.media_type == WASM_LAYER_MEDIA_TYPE)
+        .collect();
+    match wasm[..] {
+        [layer] if layer.size > MAX_MODULE_BYTES => Err(format!(
+            "its module is {} bytes, more than the {MAX_MODULE_BYTES} a hook may be",
+            layer.size
+        )),
+        [layer] => Ok(layer),
+        [] => Err(format!(
+            "no layer of type {WASM_LAYER} (layers: {})",
+            (image.layers.iter().map(|l| l.media_type.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => Err(format!(
+            "{} WebAssembly layers, where a module artifact has one",
+            wasm.len()
+        )),
+    }
+}
+
+async fn push(bytes: &[u8], reference: &OciReference) -> Result<String, RegistryError> {
+    let shown = reference.to_string();
+    let (client, target, auth) = connect(reference)?;
+    let layer = ImageLayer::new(bytes.to_vec(), WASM_LAYER.to_string(), None);
+    let layer_digest = layer.sha256_digest();
+    let config = serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+    });
+    let config = Config::new(
+        serde_json::to_vec(&config).expect("a JSON value serializes"),
+        WASM_CONFIG.to_string(),
+        None,
+    );
+    let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
+    manifest.artifact_type = Some(WASM_CONFIG.to_string());
+    let manifest_bytes = serde_json::to_vec(&manifest).expect("a manifest serializes");
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&manifest_bytes)));
+    let fail = |e| failure(&shown, &reference.registry, e);
+    client
+        .store_auth_if_needed(target.resolve_registry(), &auth)
+        .await;
+    for (data, digest) in [
+        (layer.data.clone(), layer_digest),
+        (config.data.clone(), manifest.config.digest.clone()),
+    ] {
+        client
+            .push_blob(&target, data, &digest)
+            .await
+            .map_err(fail)?;
+    }
+    let content_type = http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json");
+    (client
+        .push_manifest_raw(&target, manifest_bytes, content_type)
+        .await)
+        .map_err(fail)?;
+    Ok(digest)
+}
+
+/// A client for `reference`'s registry, the reference as it reads it, and the credentials.
+fn connect(reference: &OciReference) -> Result<(Client, Reference, RegistryAuth), RegistryError> {
+    // kube's TLS stack brings ring; the registry client uses it too (one crypto library).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = ClientConfig {
+        protocol: if on_loopback(&reference.registry) {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let target = (reference.target().parse::<Reference>()).map_err(|e| RegistryError::Failed {
+        reference: reference.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((
+        Client::new(config),
+        target,
+        credentials(&reference.registry)?,
+    ))
+}
+
+/// The docker config file's credentials for `registry` (helpers included); anonymous when
+/// there is no such file or it has none for this registry.
+fn credentials(registry: &str) -> Result<RegistryAuth, RegistryError> {
+    use docker_credential::{CredentialRetrievalError as E, DockerCredential};
+    let Some(file) = docker_config_file().filter(|f| f.is_file()) else {
+        return Ok(RegistryAuth::Anonymous);
+    };
+    let unreadable = |reason: String| RegistryError::Credentials {
+        registry: registry.to_string(),
+        reason: format!("{}: {reason}", file.display()),
+    };
+    let reader = std::fs::File::open(&file).map_err(|e| unreadable(e.to_string()))?;
+    match docker_credential::get_credential_from_reader(std::io::BufReader::new(reader), registry) {
+        Ok(DockerCredential::UsernamePassword(user, password)) => {
+            Ok(RegistryAuth::Basic(user, password))
+        }
+        Ok(DockerCredential::IdentityToken(token)) => Ok(RegistryAuth::Bearer(token)),
+        Err(E::NoCredentialConfigured) => Ok(RegistryAuth::Anonymous),
+        Err(e) => Err(unreadable(format!("{e:?}"))),
+    }
+}
+
+/// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`, as docker reads it.
+fn docker_config_file() -> Option<PathBuf> {
+    let dir = std::env::var_os("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))?;
+    Some(dir.join("config.json"))
+}
+
+/// Whether `registry` (host and port) is on this machine: spoken to over plain HTTP.
+fn on_loopback(registry: &str) -> bool {
+    let host = match registry.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => registry.split(':').next().unwrap_or_default(),
+    };
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A client error, sorted by what the operator can do about it, with its causes.
+fn failure(
+    reference: &str,
+    registry: &str,
+    e: oci_client::errors::OciDistributionError,
+) -> RegistryError {
+    use oci_client::errors::OciDistributionError as E;
+    let reason = crate::error_chain::error_chain(&e);
+    let reference = reference.to_string();
+    match &e {
+        E::RequestError(r) if r.is_connect() || r.is_timeout() => {
+            RegistryError::Unreachable { reference, reason }
+        }
+        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => RegistryError::Unauthorized {
+            reference,
+            registry: registry.to_string(),
+            reason,
+        },
+        E::ServerError {
+            code: 401 | 403, ..
+        } => RegistryError::Unauthorized {
+            reference,
+            registry: registry.to_string(),
+            reason,
+        },
+        E::ImageManifestNotFoundError(_) | E::ServerError { code: 404, .. } => {
+            RegistryError::NotFound { reference, reason }
+        }
+        E::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                use oci_client::errors::OciErrorCode as C;
+                matches!(
+                    e.code,
+                    C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
+                )
+            }) =>
+        {
+            RegistryError::NotFound { reference, reason }
+        }
+        E::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                use oci_client::errors::OciErrorCode as C;
+                matches!(e.code, C::Unauthorized | C::Denied)
+            }) =>
+        {
+            RegistryError::Unauthorized {
+                reference,
+                registry: registry.to_string(),
+                reason,
+            }
+        }
+        _ => RegistryError::Failed { reference, reason },
+    }
+}
+
+/// Runs `work` to completion on a runtime of its own, on a thread of its own: callable from
+/// any context, inside another runtime's blocking section too.
+fn blocking<T: Send>(work: impl Future<Output = T> + Send) -> Result<T, RegistryError> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| RegistryError::Failed {
+                        reference: "(none yet)".into(),
+                        reason: format!("cannot start the async runtime: {e}"),
+                    })?;
+                Ok(runtime.block_on(work))
+            })
+            .join()
+            .expect("a registry call does not panic")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_registries_are_told_apart_from_remote_ones() {
+        for local in [
+            "127.0.0.1:5000",
+            "localhost:5000",
+            "localhost",
+            "[::1]:5000",
+            "127.1.2.3",
+        ] {
+            assert!(on_loopback(local), "{local}");
+        }
+        for remote in [
+            "registry.example",
+            "10.0.0.1:5000",
+            "registry.example:443",
+            "[2001:db8::1]:5000",
+        ] {
+            assert!(!on_loopback(remote), "{remote}");
+        }
+    }
+
+    #[test]
+    fn an_artifact_has_exactly_one_wasm_layer_of_bounded_size() {
+        let layer = |media_type: &str, size: i64| OciDescriptor {
+            media_type: media_type.into(),
+            digest: "sha256:00".into(),
+            size,
+            ..Default::default()
+        };
+        let manifest = |layers: Vec<OciDescriptor>| {
+            OciManifest::Image(OciImageManifest {
+                layers,
+                ..Default::default()
+            })
+        };
+        let refusal = |layers: Vec<OciDescriptor>| wasm_layer(&manifest(layers)).unwrap_err();
+        assert!(wasm_layer(&manifest(vec![layer(WASM_LAYER, 10)])).is_ok());
+        assert!(wasm_layer(&manifest(vec![layer(WASM_LAYER_MEDIA_TYPE, 10)])).is_ok());
+        let tar = layer("application/vnd.oci.image.layer.v1.tar", 1);
+        assert!(refusal(vec![tar]).contains("no layer of type application/wasm"));
+        let two = vec![layer(WASM_LAYER, 1), layer(WASM_LAYER, 1)];
+        assert!(refusal(two).contains("2 WebAssembly layers"));
+        let large = layer(WASM_LAYER, MAX_MODULE_BYTES + 1);
+        assert!(refusal(vec![large]).contains("more than"));
+    }
+
+    #[test]
+    fn a_digest_pinned_module_in_the_cache_is_read_without_the_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry {
+            cache: dir.path().to_path_buf(),
+        };
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let file = registry.cache_file(&digest);
+        std::fs::write(&file, b"\0asm").unwrap();
+        // A registry on a port nothing listens on: only the cache can answer.
+        let reference =
+            OciReference::parse(&format!("oci://127.0.0.1:1/hooks/site@{digest}")).unwrap();
+        let pulled = registry.pull(&reference).unwrap();
+        assert_eq!(pulled.file, file);
+        assert_eq!(pulled.digest, digest);
+        let tagged = OciReference::parse("oci://127.0.0.1:1/hooks/site:v1").unwrap();
+        let e = registry.pull(&tagged).unwrap_err();
+        assert!(
+            matches!(e, RegistryError::Unreachable { .. }),
+            "a tag is resolved by the registry: {e}"
+        );
+        assert!(
+            e.to_string().contains("oci://127.0.0.1:1/hooks/site:v1"),
+            "{e}"
+        );
+    }
+}
