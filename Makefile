@@ -52,10 +52,12 @@ $(WASM_DIR)/oldest_first_py.wasm: examples-hooks/oldest-first-py/app.py hooks-sd
 $(WASM_DIR)/site_policy_py.wasm: examples-hooks/site-policy-py/app.py hooks-sdk/python/rollout_ext_hooks.py hooks-sdk/python/build.sh hooks-sdk/wit/policy.wit
 	bash hooks-sdk/python/build.sh examples-hooks/site-policy-py/app.py $@
 
-## js-hook: the JavaScript example hook (componentize-js, installed once with npm into a cache).
-js-hook: $(WASM_DIR)/fewest_pods_js.wasm
+## js-hook: the JavaScript example hooks (componentize-js, installed once with npm into a cache).
+js-hook: $(WASM_DIR)/fewest_pods_js.wasm $(WASM_DIR)/site_policy_js.wasm
 $(WASM_DIR)/fewest_pods_js.wasm: examples-hooks/fewest-pods-js/app.js hooks-sdk/js/build.sh hooks-sdk/wit/policy.wit
 	bash examples-hooks/fewest-pods-js/build.sh $@
+$(WASM_DIR)/site_policy_js.wasm: examples-hooks/site-policy-js/app.js hooks-sdk/js/rollout_ext_hooks.js hooks-sdk/js/build.sh hooks-sdk/wit/policy.wit
+	bash hooks-sdk/js/build.sh examples-hooks/site-policy-js/app.js $@
 
 ## prometheus: install (once) and cache the Prometheus server the metrics-gate tests scrape with.
 prometheus:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a JavaScript hook into a WebAssembly component, in one line:
 #   bash hooks-sdk/js/build.sh app.js app.wasm
-# APP.js is the ES module that exports the hook's points (see docs/hooks.md).
+# APP.js is the ES module that exports the hook's points (see docs/hooks.md); the modules beside
+# it are taken along, and the SDK's helpers are put beside it (import './rollout_ext_hooks.js').
 # componentize-js (pinned) is installed once with npm into a directory cached under
 # ~/.cache/rollout-ext (ROLLOUT_EXT_CACHE overrides); node and npm must be on PATH.
 set -euo pipefail
@@ -37,7 +38,14 @@ if [[ ! -f $cli ]]; then
   mv "$dir.partial" "$dir"
 fi
 
-mkdir -p "$(dirname "$out")"
+# The app's directory, with the SDK's helpers beside it, staged where the build reads it.
+app_dir=$(cd "$(dirname "$app")" && pwd)
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+cp -R "$app_dir/." "$stage/"
+cp "$sdk/js/rollout_ext_hooks.js" "$stage/"
+
+out_dir=$(mkdir -p "$(dirname "$out")" && cd "$(dirname "$out")" && pwd)
 # The host links WASI 0.2 without wasi:http, so the engine's fetch support is left out.
-node "$cli" "$app" --wit "$sdk/wit" --world-name policy \
-  --disable http fetch-event --out "$out"
+node "$cli" "$stage/$(basename "$app")" --wit "$sdk/wit" --world-name policy \
+  --disable http fetch-event --out "$out_dir/$(basename "$out")"

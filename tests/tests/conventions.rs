@@ -186,17 +186,26 @@ fn the_hook_contract_version_is_the_wit_package_version() {
         "{version}"
     );
 
-    let app = read("examples-hooks/oldest-first-py/app.py");
-    assert!(
-        app.contains(&format!("WIT_VERSION = \"{WIT_VERSION}\"")),
-        "the Python example states another contract version"
-    );
-    let app = read("examples-hooks/fewest-pods-js/app.js");
-    assert!(
-        app.contains(&format!("const WIT_VERSION = '{WIT_VERSION}';"))
-            && app.contains(&format!("from '{WIT_PACKAGE}/host@{WIT_VERSION}'")),
-        "the JavaScript example states another contract version"
-    );
+    for file in [
+        "examples-hooks/oldest-first-py/app.py",
+        "hooks-sdk/python/rollout_ext_hooks.py",
+    ] {
+        assert!(
+            read(file).contains(&format!("WIT_VERSION = \"{WIT_VERSION}\"")),
+            "{file} states another contract version"
+        );
+    }
+    for file in [
+        "examples-hooks/fewest-pods-js/app.js",
+        "hooks-sdk/js/rollout_ext_hooks.js",
+    ] {
+        let app = read(file);
+        assert!(
+            app.contains(&format!("const WIT_VERSION = '{WIT_VERSION}';"))
+                && app.contains(&format!("from '{WIT_PACKAGE}/host@{WIT_VERSION}'")),
+            "{file} states another contract version"
+        );
+    }
     for doc in ["docs/hooks.md", "SECURITY.md"] {
         let text = read(doc);
         for (at, _) in text.match_indices(&format!("{WIT_PACKAGE}@")) {

@@ -79,11 +79,12 @@ fn site_fixtures() -> std::path::PathBuf {
     rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures")
 }
 
-/// The site policy's two builds, Rust and its Python twin on the SDK's helpers: the module and
-/// the directory of its own policy (the fixtures are the same rules).
-const SITE_POLICIES: [(&str, &str); 2] = [
+/// The site policy's three builds, Rust and its Python and JavaScript twins on the SDKs'
+/// helpers: the module and the directory of its own policy (the fixtures are the same rules).
+const SITE_POLICIES: [(&str, &str); 3] = [
     ("site-policy", "examples-hooks/site-policy/fixtures"),
     ("site-policy-py", "examples-hooks/site-policy-py/fixtures"),
+    ("site-policy-js", "examples-hooks/site-policy-js/fixtures"),
 ];
 
 /// `hooks test` of one build of the site policy against the fixture `expect`.
@@ -103,7 +104,7 @@ fn site_policy_test_of((module, dir): (&str, &str), expect: &std::path::Path) ->
 }
 
 #[test]
-fn the_site_policy_example_and_its_python_twin_meet_their_fixtures() {
+fn the_site_policy_example_and_its_python_and_javascript_twins_meet_their_fixtures() {
     for site in SITE_POLICIES {
         let fixtures = rollout_ext_e2e::workspace_root().join(site.1);
         for fixture in ["rotation.yaml", "after-batch.yaml"] {

@@ -169,3 +169,25 @@ fn a_config_that_is_not_an_object_is_refused_in_the_modules_words() {
         "{stderr}"
     );
 }
+
+/// The SDK's JavaScript helpers (hooks-sdk/js/rollout_ext_hooks.js) pass their own tests, run
+/// by Node's test runner with a stand-in host.
+#[test]
+fn the_javascript_helpers_pass_their_tests() {
+    let root = rollout_ext_e2e::workspace_root();
+    let out = Command::new("node")
+        .args(["--test", "hooks-sdk/js/test/"])
+        .current_dir(&root)
+        .output()
+        .expect("node runs (the README's test command needs Node.js 20)");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        report.contains("# fail 0") && !report.contains("# pass 0"),
+        "{report}"
+    );
+}

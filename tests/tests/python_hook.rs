@@ -104,3 +104,22 @@ fn the_python_hook_orders_the_plan_oldest_first() {
     // Planned again from the compile cache: the same answer.
     assert_eq!(order(&plan(true)), order(&with_hook));
 }
+
+/// The SDK's Python helpers (hooks-sdk/python/rollout_ext_hooks.py) pass their own tests, run by
+/// unittest with stand-in bindings.
+#[test]
+fn the_python_helpers_pass_their_tests() {
+    let root = rollout_ext_e2e::workspace_root();
+    let out = Command::new("python3")
+        .args(["hooks-sdk/python/test/test_helpers.py", "-v"])
+        .current_dir(&root)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python3 runs");
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("\nOK") && !report.contains("Ran 0 tests"),
+        "{report}"
+    );
+}

@@ -1,0 +1,187 @@
+// Helpers for rollout-ext policy hooks written in JavaScript. hooks-sdk/js/build.sh puts this
+// module beside the hook's own: `import { … } from './rollout_ext_hooks.js'`.
+//
+// What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (write
+// only the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
+// `percentOf`, and typed views of the objects hooks read most, with the API's defaults.
+//
+// WIT values as the bindings give them: variants are `{ tag, val }`, an option is `undefined`
+// when none, s64 and u64 numbers are BigInts (`ctx.now`, `created`), u32 ones Numbers.
+
+import { listObjects as hostListObjects } from 'rollout-ext:policy/host@0.3.4';
+
+// The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
+export const WIT_VERSION = '0.3.4';
+
+export const DEFER = { tag: 'defer' };
+export const PROCEED = { tag: 'proceed' };
+
+const POINTS = ['select', 'batch', 'gate'];
+
+/** The module's `describe` answer: its name and the points ('select', 'batch', 'gate') it serves. */
+export function describe(name, points) {
+  for (const p of points) {
+    if (!POINTS.includes(p)) {
+      throw new Error(`describe: unknown point ${JSON.stringify(p)} (one of ${POINTS.join(', ')})`);
+    }
+  }
+  return { name, sdkVersion: WIT_VERSION, witVersion: WIT_VERSION, points };
+}
+
+/** The hook's config as an object; throws the string the plugin shows when it is not one. */
+export function configObject(config) {
+  let value;
+  try {
+    value = JSON.parse(config);
+  } catch (e) {
+    // A thrown string becomes the `err`; a thrown Error would trap instead.
+    throw `config is not JSON: ${e.message}`;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw 'config must be an object';
+  }
+  return value;
+}
+
+/** A `metadata` export: `describe` as given, any JSON object accepted as config. */
+export function anyConfig(name, points) {
+  return {
+    describe: () => describe(name, points),
+    validateConfig: (config) => {
+      configObject(config);
+    },
+  };
+}
+
+/** Exports that defer at every point: spread one and override what you serve. */
+export const deferSelection = { select: () => DEFER };
+export const deferBatching = { nextBatch: () => DEFER };
+export const deferGates = { check: () => DEFER };
+
+/** A batch of `count` instances, with why. */
+export function size(count, reason) {
+  return { tag: 'size', val: { count, reason } };
+}
+
+/** A selection of `[name, reason]` pairs, in update order (an empty one updates none). */
+export function choose(pairs) {
+  return { tag: 'choose', val: [...pairs].map(([name, reason]) => ({ name, reason, force: false })) };
+}
+
+/**
+ * Wait `retrySeconds` and check again, up to `maxChecks` checks of the batch in all, then abort
+ * (as the Rust SDK's `hold`): `batch.attempt` counts the waits answered so far.
+ */
+export function hold(batch, maxChecks, retrySeconds, reason) {
+  const check = batch.attempt + 1;
+  if (check < maxChecks) {
+    return { tag: 'wait', val: { seconds: retrySeconds, reason: `${reason} (check ${check} of ${maxChecks})` } };
+  }
+  const checks = Math.max(maxChecks, 1);
+  return { tag: 'abort', val: `${reason} after ${checks} check${checks === 1 ? '' : 's'}` };
+}
+
+/** `percent` % of `total`, rounded up or down, as Kubernetes rounds budgets. */
+export function percentOf(percent, total, roundUp) {
+  return roundUp ? Math.floor((percent * total + 99) / 100) : Math.floor((percent * total) / 100);
+}
+
+const WEEKDAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'];
+
+/** Minutes since Monday 00:00 (local to the offset): 0 to 10079. `unixSeconds`: Number or BigInt. */
+export function minuteOfWeek(unixSeconds, utcOffsetMinutes = 0) {
+  const minutes = Math.floor(Number(unixSeconds) / 60) + utcOffsetMinutes;
+  // 1970-01-01 was a Thursday: three days after a Monday.
+  const week = 7 * 1440;
+  return (((minutes + 3 * 1440) % week) + week) % week;
+}
+
+/**
+ * Whether `now` (Unix seconds, Number or BigInt) falls in the weekly window from `start` to
+ * `end`, each 'mon 22:00'; a window may wrap past Sunday midnight.
+ */
+export function inWindow(now, start, end, utcOffsetMinutes = 0) {
+  const at = (text) => {
+    const [day, clock] = text.trim().split(/\s+/);
+    const [hours, minutes] = clock.split(':');
+    const index = WEEKDAYS.indexOf(day.toLowerCase().slice(0, 3));
+    if (index < 0) {
+      throw new Error(`inWindow: unknown day in ${JSON.stringify(text)}`);
+    }
+    return index * 1440 + Number(hours) * 60 + Number(minutes);
+  };
+  const m = minuteOfWeek(now, utcOffsetMinutes);
+  const [a, b] = [at(start), at(end)];
+  return a <= b ? a <= m && m < b : m >= a || m < b;
+}
+
+/** Objects the policy's contextResources grant, as plain objects (a refused read throws). */
+export function listObjects(apiVersion, kind, namespace, selector) {
+  return JSON.parse(hostListObjects(apiVersion, kind, namespace, selector));
+}
+
+/** A Pod, with the fields policies need. */
+export class Pod {
+  static of(obj) {
+    const meta = obj.metadata ?? {};
+    const status = obj.status ?? {};
+    const pod = new Pod();
+    pod.namespace = meta.namespace ?? '';
+    pod.name = meta.name ?? '';
+    pod.phase = status.phase ?? '';
+    pod.ready = (status.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
+    pod.node = obj.spec?.nodeName ?? '';
+    pod.labels = meta.labels ?? {};
+    return pod;
+  }
+
+  get finished() {
+    return this.phase === 'Succeeded' || this.phase === 'Failed';
+  }
+
+  get key() {
+    return `${this.namespace}/${this.name}`;
+  }
+}
+
+export function pods(namespace, selector) {
+  return listObjects('v1', 'Pod', namespace, selector).map(Pod.of);
+}
+
+/** A Deployment, StatefulSet, ReplicaSet or DaemonSet: how many pods it wants and has. */
+export class Workload {
+  static of(kind, obj) {
+    const meta = obj.metadata ?? {};
+    const spec = obj.spec ?? {};
+    const status = obj.status ?? {};
+    const w = new Workload();
+    w.kind = kind;
+    w.namespace = meta.namespace ?? '';
+    w.name = meta.name ?? '';
+    if (kind === 'DaemonSet') {
+      w.desired = status.desiredNumberScheduled ?? 0;
+      w.available = status.numberAvailable ?? 0;
+    } else {
+      // replicas absent means 1; a StatefulSet before 1.22 reports no availableReplicas.
+      w.desired = spec.replicas ?? 1;
+      w.available = status.availableReplicas ?? status.readyReplicas ?? 0;
+    }
+    return w;
+  }
+
+  /** Fewer available pods than it wants. */
+  get short() {
+    return this.available < this.desired;
+  }
+}
+
+/** Deployments, StatefulSets, ReplicaSets or DaemonSets (`apps/v1`), as `Workload`s. */
+export function workloads(kind, namespace, selector) {
+  return listObjects('apps/v1', kind, namespace, selector).map((o) => Workload.of(kind, o));
+}
+
+/** Instances oldest first; an unknown creation time (`created` undefined) sorts first. */
+export function oldestFirst(instances) {
+  const key = (i) => (i.created === undefined ? -Infinity : Number(i.created));
+  return [...instances].sort((a, b) => key(a) - key(b));
+}

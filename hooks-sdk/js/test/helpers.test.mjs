@@ -1,0 +1,106 @@
+// Unit tests of the JavaScript helpers, run with Node's own test runner (`node --test`), outside
+// a component: the host import is served by a stand-in whose objects each test sets.
+import { register } from 'node:module';
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+const host = `export function listObjects(apiVersion, kind, namespace, selector) {
+  return globalThis.standInHost(apiVersion, kind, namespace, selector);
+}`;
+const resolver = `export async function resolve(specifier, context, next) {
+  if (specifier.startsWith('rollout-ext:policy/host@')) {
+    return { url: 'data:text/javascript,' + encodeURIComponent(${JSON.stringify(host)}), shortCircuit: true };
+  }
+  return next(specifier, context);
+}`;
+register('data:text/javascript,' + encodeURIComponent(resolver));
+const h = await import('../rollout_ext_hooks.js');
+
+const serve = (items) => {
+  const asked = [];
+  globalThis.standInHost = (...args) => {
+    asked.push(args);
+    return JSON.stringify(items);
+  };
+  return asked;
+};
+
+test('hold waits for the checks it is given, then aborts', () => {
+  assert.deepEqual(h.hold({ attempt: 0 }, 3, 20, 'pods not Ready'), {
+    tag: 'wait',
+    val: { seconds: 20, reason: 'pods not Ready (check 1 of 3)' },
+  });
+  assert.equal(h.hold({ attempt: 1 }, 3, 20, 'x').tag, 'wait');
+  assert.deepEqual(h.hold({ attempt: 2 }, 3, 20, 'x'), { tag: 'abort', val: 'x after 3 checks' });
+  assert.deepEqual(h.hold({ attempt: 0 }, 1, 20, 'x'), { tag: 'abort', val: 'x after 1 check' });
+});
+
+test('week windows take BigInt seconds and wrap past Sunday midnight', () => {
+  // 2026-11-27T12:00:00Z is a Friday.
+  const friday = 1795780800n;
+  assert.equal(h.minuteOfWeek(friday), 4 * 1440 + 12 * 60);
+  assert.ok(h.inWindow(friday, 'fri 09:00', 'fri 17:00'));
+  assert.ok(!h.inWindow(friday, 'sat 22:00', 'mon 06:00'));
+  assert.ok(h.inWindow(friday + 2n * 86400n, 'sat 22:00', 'mon 06:00'), 'Sunday noon');
+  assert.ok(!h.inWindow(friday, 'fri 09:00', 'fri 17:00', 6 * 60), 'at UTC+6 it is 18:00');
+  assert.throws(() => h.inWindow(friday, 'fry 09:00', 'fri 17:00'), /unknown day/);
+});
+
+test('percentOf rounds as Kubernetes rounds budgets', () => {
+  assert.equal(h.percentOf(25, 10, true), 3);
+  assert.equal(h.percentOf(25, 10, false), 2);
+  assert.equal(h.percentOf(100, 7, false), 7);
+});
+
+test('workloads read the API defaults: replicas absent is 1, ready when available is absent', () => {
+  const asked = serve([
+    { metadata: { namespace: 'shop', name: 'web' }, spec: {}, status: {} },
+    { metadata: { namespace: 'shop', name: 'db' }, spec: { replicas: 3 }, status: { readyReplicas: 3 } },
+  ]);
+  const [web, db] = h.workloads('StatefulSet', 'shop');
+  assert.deepEqual(asked, [['apps/v1', 'StatefulSet', 'shop', undefined]]);
+  assert.equal(web.desired, 1);
+  assert.equal(web.available, 0);
+  assert.ok(web.short);
+  assert.equal(db.available, 3);
+  assert.ok(!db.short);
+  serve([{ metadata: { name: 'agent' }, status: { desiredNumberScheduled: 4, numberAvailable: 3 } }]);
+  const [agent] = h.workloads('DaemonSet');
+  assert.equal(agent.desired, 4);
+  assert.ok(agent.short);
+});
+
+test('pods are Ready by their condition, finished by their phase', () => {
+  serve([
+    { metadata: { namespace: 'payments', name: 'a' }, status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] } },
+    { metadata: { namespace: 'payments', name: 'b' }, status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }] } },
+    { metadata: { namespace: 'payments', name: 'c' }, status: { phase: 'Succeeded' } },
+  ]);
+  const [a, b, c] = h.pods('payments');
+  assert.deepEqual([a.ready, b.ready, c.ready], [true, false, false]);
+  assert.equal(c.finished, true);
+  assert.equal(a.key, 'payments/a');
+});
+
+test('answers have the shapes of the WIT variants', () => {
+  assert.deepEqual(h.size(2, 'two'), { tag: 'size', val: { count: 2, reason: 'two' } });
+  assert.deepEqual(h.choose([['n1', 'old']]), {
+    tag: 'choose',
+    val: [{ name: 'n1', reason: 'old', force: false }],
+  });
+  assert.deepEqual(h.choose([]), { tag: 'choose', val: [] }, 'an empty choice updates none');
+  assert.deepEqual(h.deferGates.check(), h.DEFER);
+  const meta = h.anyConfig('site', ['select', 'gate']);
+  assert.deepEqual(meta.describe().points, ['select', 'gate']);
+  assert.throws(() => meta.validateConfig('[1]'), (e) => e === 'config must be an object');
+  assert.throws(() => h.describe('site', ['sellect']), /unknown point/);
+});
+
+test('oldest first puts an unknown creation time first', () => {
+  const order = h.oldestFirst([
+    { name: 'b', created: 200n },
+    { name: 'a', created: 100n },
+    { name: 'x', created: undefined },
+  ]);
+  assert.deepEqual(order.map((i) => i.name), ['x', 'a', 'b']);
+});

@@ -1,0 +1,120 @@
+"""Unit tests of the Python helpers, run with the standard library (`python3 -m unittest`)
+outside a component: the generated bindings they import are stood in for, each WIT record and
+variant a plain record of its arguments, and the host's list-objects serves what a test sets."""
+
+import json
+import sys
+import types as pytypes
+import unittest
+from pathlib import Path
+
+
+class Record:
+    """A stand-in for any generated WIT type: its name and the arguments it was built with (an
+    enum's cases are its upper-case attributes)."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+    def __eq__(self, other):
+        return type(self) is type(other) and (self.args, self.kwargs) == (other.args, other.kwargs)
+
+    def __repr__(self):
+        return f"{type(self).__name__}{self.args}{self.kwargs}"
+
+
+class Enum(type):
+    def __getattr__(cls, case):
+        return f"{cls.__name__}.{case}"
+
+
+def record_module(name):
+    module = pytypes.ModuleType(name)
+    made = {}
+    module.__getattr__ = lambda attr: made.setdefault(attr, Enum(attr, (Record,), {}))
+    return module
+
+
+class Err(Exception):
+    pass
+
+
+served = []
+wit_types = record_module("wit_world.imports.types")
+host = pytypes.ModuleType("wit_world.imports.host")
+host.list_objects = lambda api_version, kind, namespace, selector: json.dumps(served)
+imports = pytypes.ModuleType("wit_world.imports")
+imports.host, imports.types = host, wit_types
+exports = pytypes.ModuleType("wit_world.exports")
+for base in ("Metadata", "Selection", "Batching", "Gates"):
+    setattr(exports, base, type(base, (), {}))
+wit_world = pytypes.ModuleType("wit_world")
+wit_world.exports, wit_world.imports = exports, imports
+runtime = pytypes.ModuleType("componentize_py_types")
+runtime.Err = Err
+sys.modules.update({
+    "componentize_py_types": runtime,
+    "wit_world": wit_world,
+    "wit_world.exports": exports,
+    "wit_world.imports": imports,
+    "wit_world.imports.host": host,
+    "wit_world.imports.types": wit_types,
+})
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import rollout_ext_hooks as h  # noqa: E402
+
+# 2026-11-27T12:00:00Z is a Friday.
+FRIDAY_NOON = 1795780800
+
+
+class Helpers(unittest.TestCase):
+    def test_hold_waits_for_the_checks_it_is_given_then_aborts(self):
+        batch = lambda attempt: pytypes.SimpleNamespace(attempt=attempt)
+        wait = h.hold(batch(0), 3, 20, "pods not Ready")
+        self.assertEqual(type(wait).__name__, "Verdict_Wait")
+        self.assertEqual(wait.args[0].kwargs, {"seconds": 20, "reason": "pods not Ready (check 1 of 3)"})
+        self.assertEqual(type(h.hold(batch(1), 3, 20, "x")).__name__, "Verdict_Wait")
+        self.assertEqual(h.hold(batch(2), 3, 20, "x").args, ("x after 3 checks",))
+        self.assertEqual(h.hold(batch(0), 1, 20, "x").args, ("x after 1 check",))
+
+    def test_week_windows_wrap_past_sunday_midnight(self):
+        self.assertEqual(h.minute_of_week(FRIDAY_NOON), 4 * 1440 + 12 * 60)
+        self.assertTrue(h.in_window(FRIDAY_NOON, "fri 09:00", "fri 17:00"))
+        self.assertFalse(h.in_window(FRIDAY_NOON, "sat 22:00", "mon 06:00"))
+        self.assertTrue(h.in_window(FRIDAY_NOON + 2 * 86400, "sat 22:00", "mon 06:00"))
+        self.assertFalse(h.in_window(FRIDAY_NOON, "fri 09:00", "fri 17:00", 6 * 60))
+
+    def test_percent_of_rounds_as_kubernetes_rounds_budgets(self):
+        self.assertEqual(h.percent_of(25, 10, True), 3)
+        self.assertEqual(h.percent_of(25, 10, False), 2)
+
+    def test_workloads_read_the_api_defaults(self):
+        served[:] = [
+            {"metadata": {"namespace": "shop", "name": "web"}, "spec": {}, "status": {}},
+            {"metadata": {"name": "db"}, "spec": {"replicas": 3}, "status": {"readyReplicas": 3}},
+        ]
+        web, db = h.workloads("StatefulSet", "shop")
+        self.assertEqual((web.desired, web.available, web.short), (1, 0, True))
+        self.assertEqual((db.desired, db.available, db.short), (3, 3, False))
+        served[:] = [{"metadata": {"name": "agent"}, "status": {"desiredNumberScheduled": 4, "numberAvailable": 3}}]
+        (agent,) = h.workloads("DaemonSet")
+        self.assertTrue(agent.short)
+
+    def test_pods_are_ready_by_their_condition_and_finished_by_their_phase(self):
+        served[:] = [
+            {"metadata": {"namespace": "payments", "name": "a"},
+             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+            {"metadata": {"namespace": "payments", "name": "c"}, "status": {"phase": "Succeeded"}},
+        ]
+        a, c = h.pods("payments")
+        self.assertEqual((a.ready, a.key), (True, "payments/a"))
+        self.assertEqual((c.ready, c.finished), (False, True))
+
+    def test_a_config_that_is_not_an_object_is_refused(self):
+        with self.assertRaises(Err):
+            h.config_object("[1]")
+        self.assertEqual(h.config_object('{"a": 1}'), {"a": 1})
+
+
+if __name__ == "__main__":
+    unittest.main()
