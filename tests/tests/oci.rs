@@ -287,31 +287,37 @@ async fn a_rotation_runs_a_registry_module_and_an_unreachable_registry_changes_n
         );
     }
 
-    // By digest, the rotation runs the registry's module to the end.
-    let old = cluster.outdated_group("oci-hooks", 2).await.unwrap();
+    // By tag and by digest, a rotation runs the registry's module to the end.
+    let tag = registry.reference("hooks/zone-spread:v1");
     let pinned = registry.reference(&format!("hooks/zone-spread@{digest}"));
-    let dir = tempfile::tempdir().unwrap();
-    let policy = cluster.exec_policy(dir.path(), &hook(&pinned));
-    let args = cluster.rotate_args(&policy, "oci-hooks");
-    let out = tokio::task::spawn_blocking(move || {
-        user.run(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("hook zone-spread: module {pinned} is {digest}")),
-        "{}",
-        stderr(&out)
-    );
-    let mut terminated = cluster.cloud.terminated("oci-hooks");
-    terminated.sort();
-    let mut old = old;
-    old.sort();
-    assert_eq!(terminated, old, "each old node replaced once");
-    let decided_by_hook = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|e| e.to_string().contains("hook/zone-spread"));
-    assert!(decided_by_hook, "the registry's module decided");
+    let mut user = user;
+    for (group, reference) in [("oci-tag", tag), ("oci-digest", pinned)] {
+        let mut old = cluster.outdated_group(group, 2).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let policy = cluster.exec_policy(dir.path(), &hook(&reference));
+        let args = cluster.rotate_args(&policy, group);
+        let out;
+        (user, out) = tokio::task::spawn_blocking(move || {
+            let out = user.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            (user, out)
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("hook zone-spread: module {reference}")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(&digest), "{}", stderr(&out));
+        let mut terminated = cluster.cloud.terminated(group);
+        terminated.sort();
+        old.sort();
+        assert_eq!(terminated, old, "each old node of {group} replaced once");
+        let decided_by_hook = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|e| e.to_string().contains("hook/zone-spread"));
+        assert!(decided_by_hook, "the registry's module decided in {group}");
+    }
 }
