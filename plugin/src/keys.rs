@@ -46,6 +46,14 @@ pub const ROLLING_BACK: &str = "rollout-ext.io/rolling-back";
 /// `{"what", "since"}`), so that `status` from any machine says what holds it.
 pub const HOLDING: &str = "rollout-ext.io/holding";
 
+/// On the Lease: the running rotation's estimate of what is left (JSON: elapsed and remaining
+/// seconds, the end, the basis), kept current after each batch for `status`.
+pub const ESTIMATE: &str = "rollout-ext.io/estimate";
+
+/// On the Lease: the batch stage running past this cluster's history (its 90th percentile),
+/// while it does.
+pub const SLOW: &str = "rollout-ext.io/slow";
+
 /// On the rotation's Lease: an operator's request that the rotation pause at its next safe point
 /// (JSON `{"by", "reason", "at"}`); `resume` removes it. A run started meanwhile waits.
 pub const PAUSE: &str = "rollout-ext.io/pause";

@@ -157,15 +157,27 @@ fn the_table_and_yaml_outputs_render_the_same_plan() {
         policy.to_str().unwrap(),
         "--kubelet-version",
         "v1.20.2",
+        "--now",
+        "2026-11-27T12:00:00Z",
     ];
     let wide = run(&[&base[..], &["-o", "wide"]].concat());
     let text = String::from_utf8(wide.stdout).unwrap();
     assert!(text.starts_with("GROUP "), "{text}");
     assert!(text.contains("hook/zone-spread"));
     assert!(text.contains("DECIDED-BY"));
+    // The run's estimate, its basis said: a snapshot carries no history.
+    let estimate = (text.lines())
+        .find(|l| l.starts_with("Estimate: about "))
+        .unwrap_or_else(|| panic!("an estimate line: {text}"));
+    assert!(estimate.ends_with("[defaults: no history]"), "{estimate}");
+    assert!(
+        estimate.contains("waiting the plan foresees"),
+        "the window's pause: {estimate}"
+    );
     let yaml = run(&[&base[..], &["-o", "yaml"]].concat());
     let yaml = String::from_utf8(yaml.stdout).unwrap();
     assert!(yaml.contains("kind: Plan"), "{yaml}");
+    assert!(yaml.contains("p90Seconds:"), "{yaml}");
 }
 
 /// What `hooks inspect -o json` says of `module`.

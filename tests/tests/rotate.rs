@@ -1068,3 +1068,111 @@ async fn a_node_that_asks_not_to_be_disrupted_is_left_alone_and_given_back() {
         Some("true")
     );
 }
+
+/// The simulated cloud's boot delay, set for a test and back to its default after it (even
+/// when the test fails).
+struct BootDelay<'a>(&'a rollout_ext_e2e::cluster::SimCloud);
+
+impl<'a> BootDelay<'a> {
+    fn set(cloud: &'a rollout_ext_e2e::cluster::SimCloud, delay: Duration) -> BootDelay<'a> {
+        cloud.set_boot_delay(delay);
+        BootDelay(cloud)
+    }
+
+    fn to(&self, delay: Duration) {
+        self.0.set_boot_delay(delay);
+    }
+}
+
+impl Drop for BootDelay<'_> {
+    fn drop(&mut self) {
+        self.0.set_boot_delay(Duration::from_millis(500));
+    }
+}
+
+/// A rotation records what it measured on the cluster; the plan of the next rotation of the
+/// group estimates from it, and comes within 0.67–1.5 times the run's actual wall time.
+#[tokio::test]
+async fn the_next_plan_estimates_from_what_a_run_measured() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "estimated";
+    // Replacements that take a while to join, as real ones do: the estimate's precision (whole
+    // seconds) is small beside them.
+    let boot = BootDelay::set(&cluster.cloud, Duration::from_secs(2));
+    outdated_group(cluster, group, 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let args = rotate_args(cluster, &policy, group);
+    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let estimate = |plan: &Output| -> serde_json::Value {
+        let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+        plan["estimate"].clone()
+    };
+
+    // Other groups' history may stand in (this cluster rotated others), not this group's own.
+    let first = estimate(&run_to_success(plan_args.clone()).await);
+    let basis = first["basis"].as_str().unwrap();
+    assert!(!basis.starts_with("history of"), "{first}");
+    run_to_success(args.clone()).await;
+
+    // The group's nodes are outdated again: the same rotation, planned from its history.
+    outdated_group(cluster, group, 3).await;
+    let planned = estimate(&run_to_success(plan_args).await);
+    assert_eq!(planned["basis"], "history of 1 run", "{planned}");
+    let seconds = planned["seconds"].as_f64().unwrap();
+    assert!(planned["p90Seconds"].as_f64().unwrap() >= seconds);
+    let started = std::time::Instant::now();
+    run_to_success(args).await;
+    let actual = started.elapsed().as_secs_f64();
+    let ratio = seconds / actual;
+    println!("estimated {seconds}s, took {actual:.1}s: ratio {ratio:.2} ({planned})");
+    assert!(
+        (0.67..=1.5).contains(&ratio),
+        "estimated {seconds}s, took {actual:.1}s (ratio {ratio:.2}): {planned}"
+    );
+
+    // A replacement held back well past the group's history is said while it joins, in the
+    // run's events and in `status`.
+    outdated_group(cluster, group, 1).await;
+    boot.to(Duration::from_secs(10));
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+    let status_seen = Arc::new(Mutex::new(None::<String>));
+    let estimates = Arc::new(Mutex::new(0));
+    let (code, stderr) = rollout_ext_e2e::run_watching(rotate_args(cluster, &policy, group), {
+        let (seen, estimates) = (status_seen.clone(), estimates.clone());
+        move |event| {
+            if event["event"] == "estimate" {
+                *estimates.lock().unwrap() += 1;
+                assert!(event["remaining_seconds"].is_u64(), "{event}");
+            }
+            let slow = event["event"] == "warning"
+                && event["message"].as_str().is_some_and(|m| {
+                    m.contains("slower than this cluster's history: replacement joining")
+                });
+            if slow && seen.lock().unwrap().is_none() {
+                let status = Command::new(plugin_binary())
+                    .args(["status", "--kubeconfig", &kubeconfig])
+                    .output()
+                    .unwrap();
+                *seen.lock().unwrap() = Some(String::from_utf8_lossy(&status.stdout).into_owned());
+            }
+        }
+    })
+    .await;
+    drop(boot);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        *estimates.lock().unwrap(),
+        2,
+        "said at the start and after the batch"
+    );
+    let status = status_seen.lock().unwrap().clone().expect("a slow warning");
+    assert!(
+        status.contains(
+            "Slow: group estimated: slower than this cluster's history: replacement joining"
+        ),
+        "{status}"
+    );
+    assert!(status.contains("Estimate: "), "{status}");
+}

@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::labels::LabelSelector;
 use crate::plan::drain::DrainOptions;
+use crate::plan::estimate::{Estimator, FixedWaits, History};
 use crate::plan::groups::Staleness;
 use crate::plan::{PlanOptions, Role};
 use crate::policy::drain::UndrainableAction;
@@ -335,17 +336,28 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             let absent = objects.absent(&policy.context_resources);
             let mut plan = plan_with_hooks(&snapshot, &policy, &options, Arc::new(objects))?;
             plan.warnings.extend(absent);
+            // A snapshot carries no history: the estimate rests on the policy or the defaults.
+            estimate(&mut plan, &History::default(), args, &policy, options.now);
             plan
         }
         None => {
             let runtime = super::tokio_runtime()?;
             let cluster = runtime.block_on(connect(kube, args, &policy))?;
             let snapshot = runtime.block_on(cluster.snapshot())?;
+            let history = runtime.block_on(cluster.history());
             let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
                 cluster,
                 handle: runtime.handle().clone(),
             });
-            plan_with_hooks(&snapshot, &policy, &options, objects)?
+            let mut plan = plan_with_hooks(&snapshot, &policy, &options, objects)?;
+            let history = history.unwrap_or_else(|e| {
+                plan.warnings.push(format!(
+                    "cannot read the durations earlier runs recorded, so the estimate rests on the policy's or the built-in figures: {e}"
+                ));
+                History::default()
+            });
+            estimate(&mut plan, &history, args, &policy, options.now);
+            plan
         }
     };
     output::print_plan(&plan, args.output)?;
@@ -377,6 +389,39 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         });
     }
     Ok(())
+}
+
+/// Fills the plan's estimates from `history`, the policy's stated durations and the flags'
+/// delays.
+pub fn estimate(
+    plan: &mut crate::plan::Plan,
+    history: &History,
+    args: &NodesArgs,
+    policy: &Policy,
+    now: i64,
+) {
+    let estimator = Estimator {
+        history,
+        stated: &policy.estimates,
+        fixed: fixed_waits(args, policy),
+    };
+    estimator.annotate(plan, now);
+}
+
+/// The run's configured holds, as the flags and the policy set them.
+pub fn fixed_waits(args: &NodesArgs, policy: &Policy) -> FixedWaits {
+    let rules = drain_rules(args, policy);
+    FixedWaits {
+        post_drain_delay: args.post_drain_delay,
+        load_balancer_delay: match rules.exclude_from_load_balancers {
+            true => rules.load_balancer_drain_delay,
+            false => Duration::ZERO,
+        },
+        bastion_interval: args.bastion_interval,
+        master_interval: args.master_interval,
+        node_interval: args.node_interval,
+        cloud_only: args.cloud_only,
+    }
 }
 
 /// Loads the policy's hooks and plans.

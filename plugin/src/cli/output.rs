@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::{Failure, OutputFormat, print_structured};
 use crate::duration::human_duration;
+use crate::plan::estimate::Estimate;
 use crate::plan::forecast::Forecast;
 use crate::plan::health::listed;
 use crate::plan::hook::DecidedBy;
@@ -59,6 +60,7 @@ fn render_table(plan: &Plan, wide: bool) -> String {
             "SELECTED",
             "MAX-SURGE",
             "MAX-UNAVAILABLE",
+            "ESTIMATE",
             "BATCHES",
         ]
         .map(String::from)
@@ -73,6 +75,9 @@ fn render_table(plan: &Plan, wide: bool) -> String {
             g.group.selected.to_string(),
             g.group.max_surge.to_string(),
             g.group.max_unavailable.to_string(),
+            (g.estimate.as_ref())
+                .filter(|_| !g.batches.is_empty())
+                .map_or_else(|| "-".into(), about),
             batches_summary(g),
         ]);
     }
@@ -80,6 +85,9 @@ fn render_table(plan: &Plan, wide: bool) -> String {
         out.push_str("No instance groups matched.\n");
     } else {
         out.push_str(&align(&rows));
+    }
+    if let Some(e) = &plan.estimate {
+        let _ = writeln!(out, "{}", run_estimate(e));
     }
 
     for g in plan.groups.iter().filter(|g| {
@@ -169,6 +177,10 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
                 batch_kind(b),
                 b.instances.join(", "),
                 format!("drain: {}", Forecast::word(b.forecast.as_ref())),
+                match (&b.estimate, wide) {
+                    (Some(e), true) => about(e),
+                    _ => String::new(),
+                },
                 format!("[{}]", batch_credit(g, b, wide)),
             ]
         })
@@ -319,6 +331,40 @@ fn gate_text(gate: &GateStep) -> String {
         let _ = write!(text, ": {r}");
     }
     let _ = write!(text, " [{}]", gate.decided_by);
+    text
+}
+
+/// An estimate in a few characters: `~6m40s`, or `~6m40s-9m` when its 90th percentile is later.
+fn about(e: &Estimate) -> String {
+    let likely = human_duration(e.seconds as i64);
+    match e.p90_seconds > e.seconds {
+        true => format!("~{likely}-{}", human_duration(e.p90_seconds as i64)),
+        false => format!("~{likely}"),
+    }
+}
+
+/// The run's estimate under the table: how long, until when, what of it is foreseen waiting,
+/// and what it rests on.
+pub fn run_estimate(e: &Estimate) -> String {
+    let mut text = format!("Estimate: about {}", human_duration(e.seconds as i64));
+    if e.p90_seconds > e.seconds {
+        let _ = write!(
+            text,
+            " (up to {} at p90)",
+            human_duration(e.p90_seconds as i64)
+        );
+    }
+    if let Some(ends) = &e.ends_at {
+        let _ = write!(text, ", ends about {ends}");
+    }
+    if e.foreseen_wait_seconds > 0 {
+        let _ = write!(
+            text,
+            "; {} of it is waiting the plan foresees (windows' pauses, gates' waits, soaks)",
+            human_duration(e.foreseen_wait_seconds as i64)
+        );
+    }
+    let _ = write!(text, " [{}]", e.basis);
     text
 }
 

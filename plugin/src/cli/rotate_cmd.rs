@@ -20,7 +20,7 @@ use crate::plan::hook::Hook;
 use crate::policy::Policy;
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::provider::Providers;
-use crate::rotate::{RotateSettings, Rotation, Steps};
+use crate::rotate::{RotateSettings, Rotation, RunClock, RunEstimates, Steps};
 
 /// Kops waits this long between two successful validations.
 const VALIDATE_SUCCESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -97,6 +97,7 @@ pub fn run(
     policy: &Policy,
     plan: PlanOptions,
 ) -> Result<(), Failure> {
+    let started = tokio::time::Instant::now();
     let providers = match args.provider {
         Some(arg) => arg.providers(),
         None => Providers::from_policy(policy)
@@ -161,6 +162,7 @@ pub fn run(
             reporter: &recorder,
             lock: &lock,
             policy_version,
+            started,
         };
         let result = rotate(run, hooks, plan).await;
         // A finished run removes its state; a stopped one keeps it for the next run.
@@ -193,6 +195,8 @@ struct Run<'a> {
     reporter: &'a dyn Reporter,
     lock: &'a LockGuard,
     policy_version: &'static str,
+    /// When the command started: the run's setup counts from here.
+    started: tokio::time::Instant,
 }
 
 async fn rotate(
@@ -209,7 +213,23 @@ async fn rotate(
         reporter,
         lock,
         policy_version,
+        started,
     } = run;
+    // What the run estimates from: the cluster's history (else the policy's figures, the
+    // defaults: a history that cannot be read is said, never a reason to stop).
+    let history = cluster.history().await.unwrap_or_else(|e| {
+        reporter.report(crate::progress::Event::Warning {
+            message: format!(
+                "cannot read the durations earlier runs recorded, so estimates rest on the policy's or the built-in figures: {e}"
+            ),
+        });
+        Default::default()
+    });
+    let estimates = RunEstimates::new(
+        history,
+        policy.estimates,
+        super::nodes::fixed_waits(args, policy),
+    );
     let settings = RotateSettings {
         drain: DrainSettings {
             options: plan.drain.clone(),
@@ -250,6 +270,8 @@ async fn rotate(
         lock,
         steps: &steps,
         set_aside: Vec::new(),
+        clock: RunClock::new(started),
+        estimates,
     };
     let run = rotation.run();
     tokio::pin!(run);

@@ -18,6 +18,35 @@ struct Status {
     nodes: std::collections::BTreeMap<String, String>,
     /// Nodes a run set aside (their drain could not finish): name → why and since when.
     quarantined: std::collections::BTreeMap<String, QuarantineRecord>,
+    /// The run's estimate of what is left, as it last said it (its `estimate` event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimate: Option<EstimateNote>,
+    /// A batch stage running past this cluster's history, while it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slow: Option<String>,
+}
+
+/// The run's last `estimate` event, as it recorded it on the lock.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EstimateNote {
+    elapsed_seconds: u64,
+    remaining_seconds: u64,
+    remaining_p90_seconds: u64,
+    ends_at: Option<String>,
+    basis: String,
+}
+
+impl EstimateNote {
+    fn describe(&self) -> String {
+        crate::events::Event::Estimate {
+            elapsed_seconds: self.elapsed_seconds,
+            remaining_seconds: self.remaining_seconds,
+            remaining_p90_seconds: self.remaining_p90_seconds,
+            ends_at: self.ends_at.clone(),
+            basis: self.basis.clone(),
+        }
+        .describe()
+    }
 }
 
 /// What holds a rotation, as the executor recorded it on the lock.
@@ -58,12 +87,17 @@ pub fn run(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
             .as_ref()
             .map(|l| Controls::from_annotations(&l.state))
             .unwrap_or_default();
+        let state = |key: &str| lock.as_ref().and_then(|l| l.state.get(key)).cloned();
+        let estimate = state(crate::keys::ESTIMATE).and_then(|e| serde_json::from_str(&e).ok());
+        let slow = state(crate::keys::SLOW);
         Ok::<_, Failure>(Status {
             lock,
             holding,
             controls,
             nodes,
             quarantined,
+            estimate,
+            slow,
         })
     })?;
     match format {
@@ -104,6 +138,13 @@ pub fn run(kube: &KubeFlags, format: OutputFormat) -> Result<(), Failure> {
                     "Now"
                 };
                 println!("  {when}: {} (for {ago})", h.what);
+            }
+            let running = status.lock.as_ref().is_some_and(|l| !l.holder.is_empty());
+            if let (Some(e), true) = (&status.estimate, running) {
+                println!("  Estimate: {}", e.describe());
+            }
+            if let Some(slow) = &status.slow {
+                println!("  Slow: {slow}");
             }
             if let Some(pause) = &status.controls.pause {
                 let who = if status.lock.as_ref().is_some_and(|l| !l.holder.is_empty()) {

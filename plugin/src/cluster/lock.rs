@@ -430,7 +430,13 @@ impl LockGuard {
             if holder != Some(self.identity.as_str()) {
                 return Ok(());
             }
-            let left = |key: &str| !(finished && key == crate::keys::HOLDING);
+            // What a finished run waited on, and its estimates, are over.
+            let over = [
+                crate::keys::HOLDING,
+                crate::keys::ESTIMATE,
+                crate::keys::SLOW,
+            ];
+            let left = |key: &str| !(finished && over.contains(&key));
             if !has_run_state_but(&current, left) {
                 match delete_unchanged_of(&self.cluster, &self.lease, current).await? {
                     Unchanged::Yes => return Ok(()),
@@ -441,9 +447,8 @@ impl LockGuard {
                 .spec
                 .get_or_insert_with(Default::default)
                 .holder_identity = None;
-            // What a finished run waited on is over.
             if finished && let Some(annotations) = current.metadata.annotations.as_mut() {
-                annotations.remove(crate::keys::HOLDING);
+                annotations.retain(|key, _| !over.contains(&key.as_str()));
             }
             match leases
                 .replace(&self.lease.name, &PostParams::default(), &current)

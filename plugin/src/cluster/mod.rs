@@ -7,6 +7,7 @@ pub mod controllers;
 pub mod controls;
 pub mod drain;
 pub mod eviction;
+pub mod history;
 pub mod lock;
 pub mod machines;
 pub mod node_claims;

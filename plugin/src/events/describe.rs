@@ -61,6 +61,26 @@ impl Event {
                 format!("group {group}: the evicted pods are Ready again ({pods} Ready)")
             }
             Event::GroupDone { group } => format!("group {group} is up to date"),
+            Event::Estimate {
+                elapsed_seconds,
+                remaining_seconds,
+                remaining_p90_seconds,
+                ends_at,
+                basis,
+            } => {
+                let mut line = format!(
+                    "{} elapsed; about {} left",
+                    human_duration(*elapsed_seconds as i64),
+                    human_duration(*remaining_seconds as i64)
+                );
+                if remaining_p90_seconds > remaining_seconds {
+                    line += &format!(" (up to {})", human_duration(*remaining_p90_seconds as i64));
+                }
+                if let Some(ends) = ends_at {
+                    line += &format!(", ends about {ends}");
+                }
+                format!("{line} [{basis}]")
+            }
             Event::Done => "rotation complete".into(),
             Event::Cordoned {
                 node,

@@ -79,6 +79,16 @@ pub enum Event {
     GroupDone {
         group: String,
     },
+    /// How long the rest of the run likely takes: said when it starts and after each batch,
+    /// re-estimated from the cluster's history with what this run measured so far.
+    Estimate {
+        elapsed_seconds: u64,
+        remaining_seconds: u64,
+        remaining_p90_seconds: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ends_at: Option<String>,
+        basis: String,
+    },
     /// Every chosen instance is replaced.
     Done,
     Cordoned {

@@ -52,6 +52,14 @@ pub struct Stall {
     /// The batch's pods it covers, `namespace/name`.
     pub pods: Vec<String>,
     pub reason: String,
+    /// In `waits`: how many waves its evictions go in (the batch's pods it covers, over the
+    /// disruptions it allows at once).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waves: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Forecast {
@@ -99,6 +107,7 @@ pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option
                 reason: format!(
                     "allows no disruption now (disruptionsAllowed {allowed}): the drain waits until its pods are healthy, up to the drain timeout{ladder}"
                 ),
+                waves: 0,
             });
         } else if n as i64 > i64::from(allowed) {
             forecast.waits.push(Stall {
@@ -107,6 +116,7 @@ pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option
                 reason: format!(
                     "the batch evicts {n} of its pods and it allows {allowed} at once: the evictions go one wave after another"
                 ),
+                waves: u32::try_from((n as u64).div_ceil(allowed as u64)).unwrap_or(u32::MAX),
             });
         }
     }
@@ -125,6 +135,7 @@ pub fn of_batch(index: &Index, batch: &[String], drain: &DrainOptions) -> Option
             pdb,
             pods,
             reason: "more than one budget selects each of these pods, and the eviction API refuses to evict such a pod whatever the budgets allow: the drain stops there".into(),
+            waves: 0,
         }));
     (forecast != Forecast::default()).then_some(forecast)
 }
@@ -289,6 +300,7 @@ mod tests {
             pdb: "shop/web".into(),
             pods: vec!["shop/web-1".into()],
             reason: "r".into(),
+            waves: 0,
         };
         let mut f = Forecast {
             pending: vec![Pending {

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod capacity;
 pub mod decide;
 pub mod drain;
+pub mod estimate;
 pub mod forecast;
 pub mod group_loop;
 pub mod groups;
@@ -131,6 +132,9 @@ pub struct Plan {
     /// The hook modules kept in registries, each with the digest its reference resolved to.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub modules: Vec<PlannedModule>,
+    /// How long the run likely takes, and when it likely ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<estimate::Estimate>,
 }
 
 /// A hook module from a registry as the plan shows it: what the policy names and the manifest
@@ -188,6 +192,9 @@ pub struct GroupPlan {
     pub batches: Vec<BatchPlan>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aborted: Option<String>,
+    /// How long the group likely takes (its batches, its gate's wait), and when it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<estimate::Estimate>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -239,6 +246,10 @@ pub struct BatchPlan {
     /// drain the forecast sees blocked, up to `maxQuarantined` over the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub likely_set_aside: Vec<String>,
+    /// How long the batch likely takes (with what the plan foresees before it), and when it
+    /// ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<estimate::Estimate>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -73,6 +73,7 @@ pub fn plan_nodes(
             })
         },
         modules: super::PlannedModule::of(policy),
+        estimate: None,
     };
     for group in &survey.groups {
         let group_plan = match prepare::prepare_group(&index, policy, options, group)? {
@@ -157,6 +158,7 @@ impl Planner<'_> {
                 instances: Vec::new(),
                 batches: Vec::new(),
                 aborted: None,
+                estimate: None,
             },
             pause: None,
             paused: 0,
@@ -384,6 +386,7 @@ impl Planner<'_> {
                     after_gate: None,
                     shadow: Vec::new(),
                     likely_set_aside: Vec::new(),
+                    estimate: None,
                 })
             }
             Action::Replace(batch) => rec.plan.batches.push(BatchPlan {
@@ -403,6 +406,7 @@ impl Planner<'_> {
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
                 likely_set_aside: Vec::new(),
+                estimate: None,
             }),
             Action::Wait(wait) if wait.then == Asked::BatchSize => {
                 rec.paused += i64::from(wait.seconds);
@@ -471,6 +475,7 @@ impl Planner<'_> {
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
                 likely_set_aside: Vec::new(),
+                estimate: None,
             });
         }
         rec.plan.aborted = Some(format!("{decided_by} aborted {at}: {reason}"));

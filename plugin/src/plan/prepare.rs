@@ -236,6 +236,7 @@ fn disabled(info: GroupInfo, candidates: &[Candidate]) -> GroupPlan {
         instances,
         batches: Vec::new(),
         aborted: None,
+        estimate: None,
     }
 }
 

@@ -14,6 +14,7 @@ use serde_saphyr::Spanned;
 use crate::quantity::parse_memory;
 
 pub mod drain;
+mod estimates;
 mod int_or_percent;
 pub mod metrics;
 pub mod module;
@@ -21,6 +22,7 @@ pub mod positions;
 pub mod provider;
 
 use drain::{DrainPolicy, RawDrain};
+pub use estimates::StatedDurations;
 pub use int_or_percent::IntOrPercent;
 pub use metrics::MetricsSource;
 pub use module::{ModuleSource, OciReference, PulledModule};
@@ -186,6 +188,8 @@ pub struct Policy {
     /// How drains treat pods that ask not to be disrupted, Jobs, eviction order and budgets
     /// that keep refusing.
     pub drain: DrainPolicy,
+    /// What each stage of a run takes, for plans of a cluster with no history (`estimates`).
+    pub estimates: StatedDurations,
 }
 
 #[derive(Deserialize)]
@@ -224,6 +228,7 @@ struct Spec {
     provider: Option<Spanned<ProviderSpec>>,
     soak_time: Option<Spanned<String>>,
     drain: Option<RawDrain>,
+    estimates: Option<estimates::RawEstimates>,
 }
 
 #[derive(Deserialize)]
@@ -489,7 +494,9 @@ impl Policy {
         };
         let soak = spec.soak_time.as_ref().map(|s| at.soak(s)).transpose()?;
         let drain = spec.drain.map(|d| at.drain(d)).transpose()?;
+        let estimates = spec.estimates.map(|e| at.estimates(e)).transpose()?;
         Ok(Policy {
+            estimates: estimates.unwrap_or_default(),
             drain: drain.unwrap_or_default(),
             source: file.to_string(),
             provider,

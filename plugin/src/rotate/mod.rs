@@ -23,8 +23,13 @@ mod give_back;
 mod pods_back;
 mod ready;
 mod records;
+mod remaining;
 mod replace;
 mod surge;
+mod timing;
+
+pub use remaining::RunEstimates;
+pub use timing::RunClock;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,6 +186,10 @@ pub struct Rotation<'a> {
     pub steps: &'a Steps,
     /// The nodes this run set aside so far.
     pub set_aside: Vec<SetAside>,
+    /// The run's own times, for the cluster's history.
+    pub clock: RunClock,
+    /// What the run estimates what is left from, and what is left.
+    pub estimates: RunEstimates,
 }
 
 /// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
@@ -318,6 +327,7 @@ impl Rotation<'_> {
                 )),
                 Prepared::Disabled(_) => {}
                 Prepared::Ready(start) => {
+                    self.estimates.plan_group(&group.name, group.role, &start);
                     let surges = start.info.max_surge > 0 && !start.cloud_only;
                     groups.push((group.name.clone(), group.role, surges));
                 }
@@ -334,10 +344,12 @@ impl Rotation<'_> {
                 return Err(RotateError::CannotSurge(refusal));
             }
         }
+        self.say_estimate().await;
         for (group, role, _) in groups {
             self.rotate_group(group, role).await?;
         }
         self.finish_left_groups().await?;
+        self.run_done().await;
         match self.set_aside.is_empty() {
             true => Ok(()),
             false => Err(RotateError::SetAside {

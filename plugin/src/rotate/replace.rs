@@ -8,12 +8,14 @@ use std::io::{BufRead, Write};
 
 use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
+use super::timing::BatchClock;
 use super::{GroupRun, RotateError, Rotation, SetAside};
 use crate::cluster::drain::{Cordon, DrainError};
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
 use crate::plan::drain::asking_not_to_be_disrupted;
+use crate::plan::estimate::Stage;
 use crate::plan::group_loop::BatchStep;
 
 impl Rotation<'_> {
@@ -24,6 +26,7 @@ impl Rotation<'_> {
         run: &mut GroupRun,
     ) -> Result<Vec<String>, RotateError> {
         let group = run.name.clone();
+        let mut clock = BatchClock::start();
         // The batch's nodes as they are now (surges may have detached some since its sizing).
         self.refresh(run).await?;
         // Replacements of earlier batches first: never disrupt more than the budget. Only when
@@ -50,6 +53,7 @@ impl Rotation<'_> {
             canary: batch.canary,
             decided_by: batch.decided_by.to_string(),
         });
+        self.batch_begins(&group, &clock);
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
         if move_pods && self.judges_by_pods(&group) {
             self.record_owed(&group, &batch.instances).await?;
@@ -75,7 +79,7 @@ impl Rotation<'_> {
                 )
                 .await?;
                 let reason = "load-balancer drain delay: load balancers deregister the cordoned nodes before their pods are evicted";
-                self.kernel.hold(delay, reason.into()).await?;
+                clock.hold(self.kernel.hold(delay, reason.into())).await?;
             }
             let blocked = BlockedEvictions::new(self.kernel.reporter);
             let drains = cordons.iter().map(|(node, cordon)| {
@@ -84,7 +88,9 @@ impl Rotation<'_> {
                 self.drain_one(node, cordon, turns, &blocked)
             });
             let drained = futures::future::join_all(drains);
-            let results = self.recording_blocks(&blocked, drained).await?;
+            let drains = self.recording_blocks(&blocked, drained);
+            let results =
+                (clock.time(Stage::Drain, self.watched(&group, Stage::Drain, drains))).await?;
             for ((node, _), result) in cordons.iter().zip(results) {
                 match result {
                     Ok(()) => {}
@@ -99,12 +105,9 @@ impl Rotation<'_> {
                 }
             }
             if !self.settings.post_drain_delay.is_zero() {
-                self.kernel
-                    .hold(
-                        self.settings.post_drain_delay,
-                        "post-drain delay: connections to the evicted pods close".into(),
-                    )
-                    .await?;
+                let reason = "post-drain delay: connections to the evicted pods close";
+                let delay = self.settings.post_drain_delay;
+                clock.hold(self.kernel.hold(delay, reason.into())).await?;
             }
         }
         self.kernel.check_lock()?;
@@ -115,20 +118,27 @@ impl Rotation<'_> {
                 .collect(),
             ..batch.clone()
         };
-        self.terminate_batch(&replaced, run).await?;
+        (clock.time(Stage::Replacement, self.terminate_batch(&replaced, run))).await?;
         let interval = self.interval(run.role);
         if !interval.is_zero() {
             let reason = format!("{} interval after terminating", run.role.as_str());
-            self.kernel.hold(interval, reason).await?;
+            clock.hold(self.kernel.hold(interval, reason)).await?;
         }
         if self.settings.plan.cloud_only {
             return Ok(set_aside);
         }
         if self.judges_by_pods(&group) {
-            self.wait_pods_back(&group).await?;
+            (clock.time(Stage::PodsBack, self.wait_pods_back(&group))).await?;
         }
-        let fresh = self.wait_ready(&group, run.expected).await?;
-        self.validate(&fresh).await?;
+        let joining = self.watched(
+            &group,
+            Stage::Replacement,
+            self.wait_ready(&group, run.expected),
+        );
+        let fresh = clock.time(Stage::Replacement, joining).await?;
+        (clock.time(Stage::Validation, self.validate(&fresh))).await?;
+        self.batch_replaced(&group, replaced.instances.len(), clock)
+            .await;
         Ok(set_aside)
     }
 

@@ -1,0 +1,145 @@
+//! The run's estimate of what is left, kept current: said when the run starts and after each
+//! batch (an `estimate` event, and on the Lease for `status`), re-estimated from the cluster's
+//! history with what this run measured added; and a stage that runs past its 90th percentile in
+//! this group's history is said, once per batch, while it still runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::Rotation;
+use crate::events::Event;
+use crate::keys;
+use crate::plan::Role;
+use crate::plan::estimate::{Estimator, FixedWaits, History, Stage, WorkLeft};
+use crate::plan::group_loop::GroupStart;
+use crate::policy::StatedDurations;
+
+/// What the run estimates from, and what it has left.
+#[derive(Debug, Default)]
+pub struct RunEstimates {
+    /// The cluster's history as the run read it, with what the run measured since.
+    pub history: History,
+    pub stated: StatedDurations,
+    pub fixed: FixedWaits,
+    /// Per group, in order: instances left to replace, and how many go at once.
+    left: Vec<(WorkLeft, usize, usize)>,
+}
+
+impl RunEstimates {
+    pub fn new(history: History, stated: StatedDurations, fixed: FixedWaits) -> RunEstimates {
+        RunEstimates {
+            history,
+            stated,
+            fixed,
+            left: Vec::new(),
+        }
+    }
+
+    fn estimator(&self) -> Estimator<'_> {
+        Estimator {
+            history: &self.history,
+            stated: &self.stated,
+            fixed: self.fixed,
+        }
+    }
+
+    /// A group the run will rotate, from its start: its selected instances, its budget's
+    /// concurrency at a time.
+    pub(super) fn plan_group(&mut self, group: &str, role: Role, start: &GroupStart) {
+        let instances = start.info.selected as usize;
+        let concurrency = (start.budget.resolve(start.info.selected))
+            .map_or(1, |b| b.concurrency as usize)
+            .max(1);
+        let work = WorkLeft {
+            group: group.to_string(),
+            role,
+            batches: instances.div_ceil(concurrency) as u64,
+        };
+        self.left.push((work, instances, concurrency));
+    }
+
+    /// `replaced` more instances of `group` are done.
+    fn replaced(&mut self, group: &str, replaced: usize) {
+        if let Some((work, instances, concurrency)) =
+            self.left.iter_mut().find(|(w, _, _)| w.group == group)
+        {
+            *instances = instances.saturating_sub(replaced);
+            work.batches = instances.div_ceil(*concurrency) as u64;
+        }
+    }
+
+    /// Adds what the run measured in `group` to the history it estimates from.
+    fn learn(&mut self, group: &str, run_id: &str, measured: &[(Stage, u64)]) {
+        let entry = self.history.groups.entry(group.to_string()).or_default();
+        for (stage, millis) in measured {
+            entry.record(run_id, *stage, *millis);
+        }
+    }
+
+    /// The 90th percentile of `stage` in `group`'s own history.
+    fn slow_after(&self, group: &str, stage: Stage) -> Option<Duration> {
+        (self.estimator().slow_after(group, stage)).map(Duration::from_millis)
+    }
+}
+
+impl Rotation<'_> {
+    /// Says, and records on the Lease, how long the rest of the run likely takes.
+    pub(super) async fn say_estimate(&mut self) {
+        let left: Vec<WorkLeft> = (self.estimates.left.iter())
+            .map(|(w, _, _)| w.clone())
+            .collect();
+        let now = jiff::Timestamp::now().as_second();
+        let e = self.estimates.estimator().remaining(&left, now);
+        let event = Event::Estimate {
+            elapsed_seconds: self.clock.elapsed().as_secs(),
+            remaining_seconds: e.seconds,
+            remaining_p90_seconds: e.p90_seconds,
+            ends_at: e.ends_at,
+            basis: e.basis,
+        };
+        if let Ok(text) = serde_json::to_string(&event) {
+            // Advice for `status`: a Lease that cannot take it does not stop the run.
+            let _ = self.lock.set_state(keys::ESTIMATE, Some(&text)).await;
+        }
+        self.kernel.reporter.report(event);
+    }
+
+    /// Keeps what a replaced batch of `group` measured, for the run's next estimates.
+    pub(super) fn learn(&mut self, group: &str, replaced: usize, measured: &[(Stage, u64)]) {
+        let run_id = self.settings.plan.run_id.clone();
+        self.estimates.learn(group, &run_id, measured);
+        self.estimates.replaced(group, replaced);
+    }
+
+    /// Runs `work`, the `stage` of a batch of `group`: past the stage's 90th percentile in the
+    /// group's history it is said (a warning, and on the Lease for `status`) while it runs.
+    pub(super) async fn watched<T>(
+        &self,
+        group: &str,
+        stage: Stage,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let Some(p90) = self.estimates.slow_after(group, stage) else {
+            return work.await;
+        };
+        let started = tokio::time::Instant::now();
+        tokio::pin!(work);
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tokio::time::sleep(p90) => {}
+        }
+        let message = format!(
+            "group {group}: slower than this cluster's history: {} has taken {} so far, p90 {}",
+            stage.describe(),
+            crate::duration::human_duration(started.elapsed().as_secs() as i64),
+            crate::duration::human_duration(p90.as_secs().max(1) as i64)
+        );
+        self.kernel.reporter.report(Event::Warning {
+            message: message.clone(),
+        });
+        let _ = self.lock.set_state(keys::SLOW, Some(&message)).await;
+        let out = work.await;
+        let _ = self.lock.set_state(keys::SLOW, None).await;
+        out
+    }
+}
