@@ -143,6 +143,13 @@ pub fn pull_modules(policy: &mut crate::policy::Policy) -> Result<(), Failure> {
     Ok(())
 }
 
+/// When the command started: a run counts its setup (connecting, loading hooks, locking) from
+/// here, for the cluster's history of durations.
+pub fn command_started() -> tokio::time::Instant {
+    static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    tokio::time::Instant::from_std(*STARTED.get_or_init(std::time::Instant::now))
+}
+
 pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -290,6 +297,7 @@ impl From<crate::plan::PlanError> for Failure {
 
 /// Parses the command line, runs the command, prints errors on stderr and returns the exit code.
 pub fn main() -> ExitCode {
+    command_started();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -97,7 +97,7 @@ pub fn run(
     policy: &Policy,
     plan: PlanOptions,
 ) -> Result<(), Failure> {
-    let started = tokio::time::Instant::now();
+    let started = super::command_started();
     let providers = match args.provider {
         Some(arg) => arg.providers(),
         None => Providers::from_policy(policy)

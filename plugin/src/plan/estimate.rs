@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::rolling_update::planning::StepDecisions;
 use super::{BatchPlan, GroupPlan, Plan, Role};
 use crate::policy::StatedDurations;
 
@@ -29,16 +30,19 @@ pub enum Stage {
     Other,
     /// A run's start (connecting, locking, reading the cluster) and its end.
     Setup,
+    /// A rolling update's step: its pods changed and Ready again, gates asked.
+    Step,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Drain,
         Stage::Replacement,
         Stage::Validation,
         Stage::PodsBack,
         Stage::Other,
         Stage::Setup,
+        Stage::Step,
     ];
 
     /// How messages name it.
@@ -50,6 +54,7 @@ impl Stage {
             Stage::PodsBack => "evicted pods back",
             Stage::Other => "batch overhead",
             Stage::Setup => "run setup",
+            Stage::Step => "step's pods Ready",
         }
     }
 
@@ -63,6 +68,7 @@ impl Stage {
             Stage::PodsBack => 60,
             Stage::Other => 5,
             Stage::Setup => 5,
+            Stage::Step => 60,
         }
     }
 
@@ -72,7 +78,7 @@ impl Stage {
             Stage::Replacement => stated.replacement,
             Stage::Validation => stated.validation,
             Stage::PodsBack => stated.pods_back,
-            Stage::Other | Stage::Setup => None,
+            Stage::Other | Stage::Setup | Stage::Step => None,
         }
     }
 }
@@ -368,6 +374,33 @@ impl Estimator<'_> {
             span = span + self.stage(name, Stage::Validation, bases);
         }
         span
+    }
+
+    /// Fills the estimates of a rolling update's `steps` (each its pods changed and Ready
+    /// again, after what the plan foresees before it: a pause, a gate's wait) and returns the
+    /// update's, under the history of `workload` (`sts/NAMESPACE/NAME`), from `now`.
+    pub fn update<'s>(
+        &self,
+        workload: &str,
+        steps: impl Iterator<Item = &'s mut StepDecisions>,
+        now: i64,
+    ) -> Estimate {
+        let mut run_bases = Bases::default();
+        let mut elapsed = self.stage(workload, Stage::Setup, &mut run_bases);
+        for step in steps {
+            let mut bases = Bases::default();
+            let mut span = self.stage(workload, Stage::Step, &mut bases);
+            if let Some(pause) = &step.pause {
+                span = span + Span::waited(pause.seconds);
+            }
+            if let Some(gate) = &step.gate {
+                span = span + Span::waited(u64::from(gate.seconds.unwrap_or(0)));
+            }
+            elapsed = elapsed + span;
+            step.estimate = Some(estimate(span, Some(now + seconds(elapsed.p50)), &bases));
+            run_bases.merge(&bases);
+        }
+        estimate(elapsed, Some(now + seconds(elapsed.p50)), &run_bases)
     }
 
     /// What is left of a run: `left` batches per group (no pause, gate wait or budget wave

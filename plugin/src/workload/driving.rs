@@ -129,10 +129,15 @@ pub(super) async fn drive<L: Live>(
         let step: Step<_, _, _, _, _> = machine.step(input);
         input = match step {
             Step::Ask(Ask::Size(sizing)) if with_hooks => {
+                u.timing.step_begins();
                 Answer::Sized(live.size(u, &sizing).await?)
             }
-            Step::Ask(Ask::Size(sizing)) => Answer::Sized(built_in(sizing.max)),
+            Step::Ask(Ask::Size(sizing)) => {
+                u.timing.step_begins();
+                Answer::Sized(built_in(sizing.max))
+            }
             Step::Ask(Ask::Gate(gating)) => {
+                u.step_done().await;
                 let decision = match with_hooks {
                     true => live.gate(u, &gating).await?,
                     false => GateDecision {
@@ -149,7 +154,9 @@ pub(super) async fn drive<L: Live>(
             Step::Do(Act::Wait(hold)) => {
                 let reason = format!("{} [{}]", hold.reason, hold.decided_by);
                 let seconds = Duration::from_secs(u64::from(hold.seconds));
+                let began = tokio::time::Instant::now();
                 u.kernel.hold(seconds, reason).await?;
+                u.timing.held(began.elapsed());
                 live.held();
                 Answer::Done
             }
@@ -159,7 +166,11 @@ pub(super) async fn drive<L: Live>(
                 }
                 live.act(u, act).await?
             }
-            Step::Done(Outcome::Finished) => return live.finish(u).await,
+            Step::Done(Outcome::Finished) => {
+                live.finish(u).await?;
+                u.update_done().await;
+                return Ok(());
+            }
             Step::Done(Outcome::Aborted {
                 step,
                 decided_by,

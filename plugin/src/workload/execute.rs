@@ -97,6 +97,8 @@ pub struct Updater<'a> {
     pub kernel: Kernel<'a>,
     /// The pods it reads and waits on, watched.
     pub pods: WatchedPods,
+    /// Its own times, for the cluster's history.
+    pub timing: super::timing::StepClock,
 }
 
 pub(super) fn annotations_patch(entries: &[(&str, Option<&str>)]) -> Value {

@@ -18,3 +18,4 @@ pub mod partitioned;
 mod pods;
 mod scale;
 mod start;
+pub mod timing;

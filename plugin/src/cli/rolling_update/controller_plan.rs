@@ -213,6 +213,7 @@ pub(super) fn table(plan: &RollingUpdatePlan) -> Table<'_> {
         after: order.collect(),
         shadow: &plan.shadow,
         stopped: plan.stopped.as_deref(),
+        estimate: plan.estimate.as_ref(),
         then: match plan.cleanup {
             planner::Cleanup::Rename => {
                 format!("delete {old} and rename {next_name} to {old}")

@@ -25,6 +25,7 @@ use crate::policy::Policy;
 use crate::workload::execute::{Settings, Updater};
 use crate::workload::node_by_node::NodeRequest;
 use crate::workload::partitioned::PartitionRequest;
+use crate::workload::timing::StepClock;
 
 /// A workload updated in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +218,10 @@ pub async fn run_live(
             lock: None,
         }),
         pods: Default::default(),
+        timing: StepClock::new(
+            format!("{}/{namespace}/{name}", kind.short()),
+            super::super::command_started(),
+        ),
     };
     let run = async {
         match &request {

@@ -27,12 +27,15 @@ use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::kernel::{ControlsAt, Kernel, Parts};
+use crate::plan::estimate::{Estimate, Estimator, FixedWaits, History};
 use crate::plan::hook::Hook;
 use crate::plan::rolling_update::controller::{Controller, Kind};
+use crate::plan::rolling_update::planning::StepDecisions;
 use crate::plan::rolling_update::prepare::NextSource;
 use crate::policy::{IntOrPercent, Policy, parse_duration};
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::workload::execute::{Action, Request, Settings, UpdateError, Updater};
+use crate::workload::timing::StepClock;
 
 #[derive(Debug, Args)]
 pub struct RollingUpdateArgs {
@@ -248,7 +251,15 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let objects = SnapshotView::from_list(&list, &namespace)
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
-        let (plan, _) = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
+        let (mut plan, _) = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
+        let workload = format!("{}/{namespace}/{old_name}", kind.short());
+        let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
+        plan.estimate = Some(estimate_update(
+            &History::default(),
+            &policy,
+            &workload,
+            steps,
+        ));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::tokio_runtime()?;
@@ -286,6 +297,10 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &pair, &namespace).await?;
             }
+            let history = history_for_plan(&cluster, &mut plan.warnings).await;
+            let workload = format!("{}/{namespace}/{old_name}", kind.short());
+            let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
+            plan.estimate = Some(estimate_update(&history, &policy, &workload, steps));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let settings = Settings {
@@ -327,6 +342,10 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 lock: None,
             }),
             pods: Default::default(),
+            timing: StepClock::new(
+                format!("{}/{}/{}", kind.short(), request.namespace, request.old_name),
+                super::command_started(),
+            ),
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),
@@ -408,6 +427,33 @@ fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value),
     let list = serde_json::from_slice(&bytes)
         .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
     Ok((bytes, list))
+}
+
+/// The cluster's history of durations, for a plan's estimates; one it cannot read is a warning
+/// of the plan's, and the estimates rest on the policy's or the built-in figures.
+async fn history_for_plan(cluster: &Cluster, warnings: &mut Vec<String>) -> History {
+    cluster.history().await.unwrap_or_else(|e| {
+        warnings.push(format!(
+            "cannot read the durations earlier runs recorded, so the estimate rests on the policy's or the built-in figures: {e}"
+        ));
+        History::default()
+    })
+}
+
+/// Fills the estimates of an update's `steps` from `history` of `workload` (`KIND/NS/NAME`);
+/// the update's.
+fn estimate_update<'s>(
+    history: &History,
+    policy: &Policy,
+    workload: &str,
+    steps: impl Iterator<Item = &'s mut StepDecisions>,
+) -> Estimate {
+    let estimator = Estimator {
+        history,
+        stated: &policy.estimates,
+        fixed: FixedWaits::default(),
+    };
+    estimator.update(workload, steps, jiff::Timestamp::now().as_second())
 }
 
 /// The policy file given, or the built-in policy (no hooks), its registry modules pulled.

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{Failure, OutputFormat, output};
+use crate::plan::estimate::Estimate;
 use crate::plan::rolling_update::planning::StepDecisions;
 use crate::plan::shadow::ShadowDecision;
 
@@ -33,6 +34,8 @@ pub(super) struct Table<'a> {
     pub stopped: Option<&'a str>,
     /// What follows the last step when no gate stops the update.
     pub then: String,
+    /// How long the update likely takes.
+    pub estimate: Option<&'a Estimate>,
 }
 
 /// Prints `plan`'s `warnings`, then the plan as `format` asks: as it is, or as its `table`.
@@ -86,6 +89,9 @@ impl Table<'_> {
             Some(reason) => writeln!(out, "Stops: {reason}"),
             None => writeln!(out, "Then: {}", self.then),
         };
+        if let Some(e) = self.estimate {
+            let _ = writeln!(out, "{}", output::run_estimate(e));
+        }
         out
     }
 }

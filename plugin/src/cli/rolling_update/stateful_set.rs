@@ -7,12 +7,14 @@ use std::sync::Arc;
 use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live};
 use super::render::{Row, Table, print};
 use super::{
-    Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, load_hooks, policy_of, read_snapshot,
+    Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, estimate_update, history_for_plan,
+    load_hooks, policy_of, read_snapshot,
 };
 use crate::cli::nodes::DryRun;
 use crate::cluster::Cluster;
 use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
+use crate::plan::estimate::History;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::asks::pods_at_a_time;
 use crate::plan::rolling_update::in_place::InPlaceWorkload;
@@ -32,7 +34,15 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let (set, pods) = from_list(&list, &namespace, &name)
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
-        let plan = plan(&set, &pods, &action, args, hooks)?;
+        let mut plan = plan(&set, &pods, &action, args, hooks)?;
+        let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
+        let workload = format!("sts/{namespace}/{name}");
+        plan.estimate = Some(estimate_update(
+            &History::default(),
+            &policy,
+            &workload,
+            steps,
+        ));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
@@ -54,12 +64,16 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
                 .into_iter()
                 .map(|(_, p)| p)
                 .collect();
-            let plan = tokio::task::block_in_place(|| {
+            let mut plan = tokio::task::block_in_place(|| {
                 plan(&set, &pods, &action, args, std::mem::take(&mut hooks))
             })?;
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &namespace, &set, &pods, &action).await?;
             }
+            let history = history_for_plan(&cluster, &mut plan.warnings).await;
+            let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
+            let workload = format!("sts/{namespace}/{name}");
+            plan.estimate = Some(estimate_update(&history, &policy, &workload, steps));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Partition(PartitionRequest {
@@ -208,6 +222,7 @@ fn table(plan: &PartitionPlan) -> Table<'_> {
         after: settle.into_iter().collect(),
         shadow: &[],
         stopped: plan.stopped.as_deref(),
+        estimate: plan.estimate.as_ref(),
         then: "the original update strategy is restored".into(),
     }
 }

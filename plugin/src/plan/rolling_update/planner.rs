@@ -100,6 +100,9 @@ pub struct RollingUpdatePlan {
     /// Set when a gate would stop the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// How long the update likely takes, and when it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::plan::estimate::Estimate>,
 }
 
 /// Everything the plan is made from.
@@ -177,6 +180,7 @@ pub fn plan(
         shadow: said,
         warnings,
         stopped,
+        estimate: None,
     })
 }
 

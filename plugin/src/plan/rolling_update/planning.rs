@@ -33,6 +33,7 @@ impl Notes {
             pause: self.pause,
             gate: None,
             shadow: self.shadow,
+            estimate: None,
         }
     }
 }
@@ -52,6 +53,10 @@ pub struct StepDecisions {
     pub gate: Option<GateStep>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadow: Vec<ShadowDecision>,
+    /// How long the step likely takes (with what the plan foresees before it), and when it
+    /// ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::plan::estimate::Estimate>,
 }
 
 /// The plan of a workload updated in place (a StatefulSet's partitions, a DaemonSet's nodes):
@@ -71,6 +76,9 @@ pub struct InPlacePlan<T, S> {
     /// Set when a gate would stop the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// How long the update likely takes, and when it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<crate::plan::estimate::Estimate>,
 }
 
 impl<T, S> InPlacePlan<T, S> {
@@ -83,6 +91,7 @@ impl<T, S> InPlacePlan<T, S> {
             warnings: Vec::new(),
             settle: None,
             stopped: None,
+            estimate: None,
         }
     }
 }

@@ -7,12 +7,13 @@
 //! node against `kubectl drain`, and a live plan against `kubectl get`), `rotation` (the
 //! tool's own share of a 10-node rotation's wall time, without hooks and with the three demo
 //! hooks), `calls` (hook calls per live rotation of 12 and 100 instances) on a real test
-//! cluster, and `live-scale` (what a 4-node rotation costs the API server beside 0, 3,000 and
+//! cluster, `estimate` (a plan's estimate over the wall time of the run it plans, from the
+//! cluster's history), and `live-scale` (what a 4-node rotation costs the API server beside 0, 3,000 and
 //! 10,000 unrelated pods, against `kubectl drain`; and the live view's memory at 150,000 pods).
 //! With `--baseline-binary PATH` (another build of the plugin, e.g. the previous release),
 //! `rotation`, `calls` and `live-scale` measure it too, in the same run.
 //!
-//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,calls,live-scale]
+//! Usage: `bench [--runs N] [--only plan,hooks,drain,rotation,estimate,calls,live-scale]
 //! [--baseline-binary PATH]`.
 //! Prints a Markdown table.
 //!
@@ -22,6 +23,7 @@
 
 mod calls;
 mod drain;
+mod estimate;
 mod hooks;
 mod live_scale;
 mod measure;
@@ -65,7 +67,15 @@ impl Row {
     }
 }
 
-const SECTIONS: &[&str] = &["plan", "hooks", "drain", "rotation", "calls", "live-scale"];
+const SECTIONS: &[&str] = &[
+    "plan",
+    "hooks",
+    "drain",
+    "rotation",
+    "estimate",
+    "calls",
+    "live-scale",
+];
 
 struct Args {
     runs: usize,
@@ -166,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             "hooks" => hooks::run(args.runs, work.path())?,
             "drain" => drain::run(args.runs, work.path())?,
             "rotation" => rotation::run(args.runs, work.path(), args.baseline.as_deref())?,
+            "estimate" => estimate::run(args.runs, work.path())?,
             // Counts, not timings: one rotation per size and binary.
             "calls" => calls::run(work.path(), args.baseline.as_deref())?,
             // Counts from the apiserver: one run per size and tool, each on a fresh cluster.

@@ -1,0 +1,106 @@
+//! What a rolling update measures of itself for the cluster's history
+//! ([`crate::cluster::history`]): each step, from its sizing to its gate (its pods changed and
+//! Ready again; hooks' holds left out, plans add them as foreseen), and the run's setup, under
+//! the workload's name (`sts/NAMESPACE/NAME`), so that the next plan of its update estimates
+//! from them. A history that cannot be written is said once and the update goes on.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::execute::Updater;
+use crate::events::Event;
+use crate::plan::estimate::Stage;
+
+/// The update's own times.
+#[derive(Debug)]
+pub struct StepClock {
+    /// The workload's name in the history: `KIND/NAMESPACE/NAME`.
+    workload: String,
+    started: Instant,
+    /// The step under way: when it began, and the holds within it.
+    step: Option<(Instant, Duration)>,
+    first_step: Option<Instant>,
+    last_step_end: Option<Instant>,
+    failed: bool,
+}
+
+impl StepClock {
+    /// The clock of an update of `workload` (`sts/NAMESPACE/NAME`) whose command started at
+    /// `started`.
+    pub fn new(workload: String, started: Instant) -> StepClock {
+        StepClock {
+            workload,
+            started,
+            step: None,
+            first_step: None,
+            last_step_end: None,
+            failed: false,
+        }
+    }
+
+    /// A step is sized: it begins, unless one is under way.
+    pub(super) fn step_begins(&mut self) {
+        if self.step.is_none() {
+            let now = Instant::now();
+            self.step = Some((now, Duration::ZERO));
+            self.first_step.get_or_insert(now);
+        }
+    }
+
+    /// A hook's hold within the step, left out of it.
+    pub(super) fn held(&mut self, took: Duration) {
+        if let Some((_, held)) = &mut self.step {
+            *held += took;
+        }
+    }
+
+    /// The step under way ends (its gate is asked): how long it took, in milliseconds.
+    fn step_ends(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        let (began, held) = self.step.take()?;
+        self.last_step_end = Some(now);
+        let took = now.duration_since(began).saturating_sub(held);
+        Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The update's setup: its start to its first step, and its last step to now.
+    fn setup(&self) -> Option<u64> {
+        let setup = self.first_step?.duration_since(self.started) + self.last_step_end?.elapsed();
+        Some(u64::try_from(setup.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+impl Updater<'_> {
+    /// The step under way ends: what it took goes to the history.
+    pub(super) async fn step_done(&mut self) {
+        if let Some(millis) = self.timing.step_ends() {
+            self.record(&[(Stage::Step, millis)]).await;
+        }
+    }
+
+    /// The update is done: its setup goes to the history.
+    pub(super) async fn update_done(&mut self) {
+        if let Some(millis) = self.timing.setup() {
+            self.record(&[(Stage::Setup, millis)]).await;
+        }
+    }
+
+    async fn record(&mut self, measured: &[(Stage, u64)]) {
+        if self.timing.failed {
+            return;
+        }
+        let (cluster, run_id) = (self.kernel.cluster, self.kernel.run_id.clone());
+        if let Err(e) = cluster
+            .record_history(&self.timing.workload, &run_id, measured)
+            .await
+        {
+            self.timing.failed = true;
+            self.kernel.reporter.report(Event::Warning {
+                message: format!(
+                    "cannot record this update's durations for later estimates (plans fall back on the built-in figures): {e}"
+                ),
+            });
+        }
+    }
+}
