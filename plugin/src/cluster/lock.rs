@@ -430,13 +430,12 @@ impl LockGuard {
             if holder != Some(self.identity.as_str()) {
                 return Ok(());
             }
-            // What a finished run waited on, and its estimates, are over.
-            let over = [
-                crate::keys::HOLDING,
-                crate::keys::ESTIMATE,
-                crate::keys::SLOW,
-            ];
-            let left = |key: &str| !(finished && over.contains(&key));
+            // A run's estimates end with it; what a finished run waited on is over too.
+            let over = |key: &str| {
+                [crate::keys::ESTIMATE, crate::keys::SLOW].contains(&key)
+                    || (finished && key == crate::keys::HOLDING)
+            };
+            let left = |key: &str| !over(key);
             if !has_run_state_but(&current, left) {
                 match delete_unchanged_of(&self.cluster, &self.lease, current).await? {
                     Unchanged::Yes => return Ok(()),
@@ -447,8 +446,8 @@ impl LockGuard {
                 .spec
                 .get_or_insert_with(Default::default)
                 .holder_identity = None;
-            if finished && let Some(annotations) = current.metadata.annotations.as_mut() {
-                annotations.retain(|key, _| !over.contains(&key.as_str()));
+            if let Some(annotations) = current.metadata.annotations.as_mut() {
+                annotations.retain(|key, _| !over(key));
             }
             match leases
                 .replace(&self.lease.name, &PostParams::default(), &current)
