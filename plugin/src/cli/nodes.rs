@@ -344,18 +344,13 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             let runtime = super::tokio_runtime()?;
             let cluster = runtime.block_on(connect(kube, args, &policy))?;
             let snapshot = runtime.block_on(cluster.snapshot())?;
-            let history = runtime.block_on(cluster.history());
+            let (history, unread) = runtime.block_on(cluster.history_or_note());
             let objects: Arc<dyn ObjectSource> = Arc::new(LiveObjects {
                 cluster,
                 handle: runtime.handle().clone(),
             });
             let mut plan = plan_with_hooks(&snapshot, &policy, &options, objects)?;
-            let history = history.unwrap_or_else(|e| {
-                plan.warnings.push(format!(
-                    "cannot read the durations earlier runs recorded, so the estimate rests on the policy's or the built-in figures: {e}"
-                ));
-                History::default()
-            });
+            plan.warnings.extend(unread);
             estimate(&mut plan, &history, args, &policy, options.now);
             plan
         }

@@ -217,14 +217,10 @@ async fn rotate(
     } = run;
     // What the run estimates from: the cluster's history (else the policy's figures, the
     // defaults: a history that cannot be read is said, never a reason to stop).
-    let history = cluster.history().await.unwrap_or_else(|e| {
-        reporter.report(crate::progress::Event::Warning {
-            message: format!(
-                "cannot read the durations earlier runs recorded, so estimates rest on the policy's or the built-in figures: {e}"
-            ),
-        });
-        Default::default()
-    });
+    let (history, unread) = cluster.history_or_note().await;
+    if let Some(message) = unread {
+        reporter.report(crate::progress::Event::Warning { message });
+    }
     let estimates = RunEstimates::new(
         history,
         policy.estimates,

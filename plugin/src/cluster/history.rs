@@ -78,6 +78,20 @@ impl Cluster {
         })
     }
 
+    /// The history, or none and what to say when it cannot be read: the estimates then rest
+    /// on the policy's or the built-in figures, never a reason to stop.
+    pub async fn history_or_note(&self) -> (History, Option<String>) {
+        match self.history().await {
+            Ok(history) => (history, None),
+            Err(e) => (
+                History::default(),
+                Some(format!(
+                    "cannot read the durations earlier runs recorded, so estimates rest on the policy's or the built-in figures: {e}"
+                )),
+            ),
+        }
+    }
+
     /// Adds what run `run_id` measured in `group` to the history.
     pub async fn record_history(
         &self,
@@ -107,9 +121,7 @@ impl Cluster {
                 recorded_at: 0,
                 history: GroupHistory::default(),
             });
-            for (stage, seconds) in measured {
-                entry.history.record(run_id, *stage, *seconds);
-            }
+            entry.history.record_all(run_id, measured);
             entry.recorded_at = jiff::Timestamp::now().as_second();
             let mut by_age: Vec<(i64, String)> = (all.iter())
                 .map(|(k, e)| (e.recorded_at, k.clone()))

@@ -17,6 +17,7 @@ use crate::cluster::controls::{ControlRequest, WatchedControls};
 use crate::cluster::lock::LockGuard;
 use crate::events::{Event, Reporter};
 use crate::plan::decide::HookFailed;
+use crate::plan::estimate::Stage;
 use crate::plan::hook::{CallContext, Hook};
 
 pub use ask::At;
@@ -48,6 +49,8 @@ pub struct Kernel<'a> {
     watched: WatchedControls,
     /// The run's lock, when it holds one: a run that lost it stops at its next safe point.
     pub lock: Option<&'a LockGuard>,
+    /// A write of the durations the run measured failed: said once, not tried again.
+    durations_unrecorded: bool,
 }
 
 /// What a kernel is made of.
@@ -71,6 +74,7 @@ impl<'a> Kernel<'a> {
             run_id: parts.run_id,
             controls: parts.controls,
             lock: parts.lock,
+            durations_unrecorded: false,
         }
     }
 
@@ -96,6 +100,24 @@ impl Kernel<'_> {
 
     pub fn warn(&self, message: String) {
         self.reporter.report(Event::Warning { message });
+    }
+
+    /// Keeps what the run measured of `subject` (a group, or a workload `KIND/NS/NAME`) in the
+    /// cluster's history, for later estimates. A write that fails is said once and not tried
+    /// again: estimates are advice, never a reason to stop.
+    pub async fn record_durations(&mut self, subject: &str, measured: &[(Stage, u64)]) {
+        if self.durations_unrecorded {
+            return;
+        }
+        let written = (self.cluster)
+            .record_history(subject, &self.run_id, measured)
+            .await;
+        if let Err(e) = written {
+            self.durations_unrecorded = true;
+            self.warn(format!(
+                "cannot record this run's durations for later estimates (plans fall back on the policy's or the built-in figures): {e}"
+            ));
+        }
     }
 
     /// Stops the run if another took its lock over.

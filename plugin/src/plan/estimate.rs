@@ -99,6 +99,13 @@ pub struct GroupHistory {
 }
 
 impl GroupHistory {
+    /// Adds every stage run `run_id` measured (milliseconds).
+    pub fn record_all(&mut self, run_id: &str, measured: &[(Stage, u64)]) {
+        for (stage, millis) in measured {
+            self.record(run_id, *stage, *millis);
+        }
+    }
+
     /// Adds what run `run_id` measured, forgetting the oldest beyond the bounds.
     pub fn record(&mut self, run_id: &str, stage: Stage, millis: u64) {
         let samples = self.samples.entry(stage).or_default();

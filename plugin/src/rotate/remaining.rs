@@ -71,9 +71,7 @@ impl RunEstimates {
     /// Adds what the run measured in `group` to the history it estimates from.
     fn learn(&mut self, group: &str, run_id: &str, measured: &[(Stage, u64)]) {
         let entry = self.history.groups.entry(group.to_string()).or_default();
-        for (stage, millis) in measured {
-            entry.record(run_id, *stage, *millis);
-        }
+        entry.record_all(run_id, measured);
     }
 
     /// The 90th percentile of `stage` in `group`'s own history.

@@ -20,8 +20,6 @@ pub struct RunClock {
     last_batch_end: Option<Instant>,
     /// The group whose history keeps the run's setup: the first it replaced a batch of.
     first_group: Option<String>,
-    /// A write of the history failed: said once, not tried again.
-    failed: bool,
 }
 
 impl RunClock {
@@ -32,7 +30,6 @@ impl RunClock {
             first_batch: None,
             last_batch_end: None,
             first_group: None,
-            failed: false,
         }
     }
 }
@@ -114,7 +111,7 @@ impl Rotation<'_> {
     pub(super) async fn batch_replaced(&mut self, group: &str, replaced: usize, clock: BatchClock) {
         self.clock.last_batch_end = Some(Instant::now());
         let measured = clock.measured();
-        self.record(group, &measured).await;
+        self.kernel.record_durations(group, &measured).await;
         self.learn(group, replaced, &measured);
         self.say_estimate().await;
     }
@@ -130,20 +127,8 @@ impl Rotation<'_> {
         };
         let setup = first.duration_since(self.clock.started) + last.elapsed();
         let millis = u64::try_from(setup.as_millis()).unwrap_or(u64::MAX);
-        self.record(&group, &[(Stage::Setup, millis)]).await;
-    }
-
-    async fn record(&mut self, group: &str, measured: &[(Stage, u64)]) {
-        if self.clock.failed {
-            return;
-        }
-        let run_id = self.settings.plan.run_id.clone();
-        if let Err(e) = self.cluster.record_history(group, &run_id, measured).await {
-            self.clock.failed = true;
-            self.warn(format!(
-                "cannot record this run's durations for later estimates (plans fall back on the policy's or the built-in figures): {e}"
-            ));
-        }
+        let setup = [(Stage::Setup, millis)];
+        self.kernel.record_durations(&group, &setup).await;
     }
 }
 

@@ -2,14 +2,13 @@
 //! ([`crate::cluster::history`]): each step, from its sizing to its gate (its pods changed and
 //! Ready again; hooks' holds left out, plans add them as foreseen), and the run's setup, under
 //! the workload's name (`sts/NAMESPACE/NAME`), so that the next plan of its update estimates
-//! from them. A history that cannot be written is said once and the update goes on.
+//! from them (the kernel writes them: see [`crate::kernel::Kernel::record_durations`]).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::execute::Updater;
-use crate::events::Event;
 use crate::plan::estimate::Stage;
 
 /// The update's own times.
@@ -22,7 +21,6 @@ pub struct StepClock {
     step: Option<(Instant, Duration)>,
     first_step: Option<Instant>,
     last_step_end: Option<Instant>,
-    failed: bool,
 }
 
 impl StepClock {
@@ -35,7 +33,6 @@ impl StepClock {
             step: None,
             first_step: None,
             last_step_end: None,
-            failed: false,
         }
     }
 
@@ -75,32 +72,20 @@ impl Updater<'_> {
     /// The step under way ends: what it took goes to the history.
     pub(super) async fn step_done(&mut self) {
         if let Some(millis) = self.timing.step_ends() {
-            self.record(&[(Stage::Step, millis)]).await;
+            let step = [(Stage::Step, millis)];
+            self.kernel
+                .record_durations(&self.timing.workload, &step)
+                .await;
         }
     }
 
     /// The update is done: its setup goes to the history.
     pub(super) async fn update_done(&mut self) {
         if let Some(millis) = self.timing.setup() {
-            self.record(&[(Stage::Setup, millis)]).await;
-        }
-    }
-
-    async fn record(&mut self, measured: &[(Stage, u64)]) {
-        if self.timing.failed {
-            return;
-        }
-        let (cluster, run_id) = (self.kernel.cluster, self.kernel.run_id.clone());
-        if let Err(e) = cluster
-            .record_history(&self.timing.workload, &run_id, measured)
-            .await
-        {
-            self.timing.failed = true;
-            self.kernel.reporter.report(Event::Warning {
-                message: format!(
-                    "cannot record this update's durations for later estimates (plans fall back on the built-in figures): {e}"
-                ),
-            });
+            let setup = [(Stage::Setup, millis)];
+            self.kernel
+                .record_durations(&self.timing.workload, &setup)
+                .await;
         }
     }
 }

@@ -430,14 +430,11 @@ fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value),
 }
 
 /// The cluster's history of durations, for a plan's estimates; one it cannot read is a warning
-/// of the plan's, and the estimates rest on the policy's or the built-in figures.
+/// of the plan's.
 async fn history_for_plan(cluster: &Cluster, warnings: &mut Vec<String>) -> History {
-    cluster.history().await.unwrap_or_else(|e| {
-        warnings.push(format!(
-            "cannot read the durations earlier runs recorded, so the estimate rests on the policy's or the built-in figures: {e}"
-        ));
-        History::default()
-    })
+    let (history, unread) = cluster.history_or_note().await;
+    warnings.extend(unread);
+    history
 }
 
 /// Fills the estimates of an update's `steps` from `history` of `workload` (`KIND/NS/NAME`);
