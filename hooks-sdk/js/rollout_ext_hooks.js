@@ -3,15 +3,19 @@
 //
 // What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (write
 // only the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
-// `percentOf`, and typed views of the objects hooks read most, with the API's defaults.
+// `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), and typed views of the objects
+// hooks read most, with the API's defaults.
 //
 // WIT values as the bindings give them: variants are `{ tag, val }`, an option is `undefined`
 // when none, s64 and u64 numbers are BigInts (`ctx.now`, `created`), u32 ones Numbers.
 
-import { listObjects as hostListObjects } from 'rollout-ext:policy/host@0.3.4';
+import {
+  estimates as hostEstimates,
+  listObjects as hostListObjects,
+} from 'rollout-ext:policy/host@0.3.5';
 
 // The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-export const WIT_VERSION = '0.3.4';
+export const WIT_VERSION = '0.3.5';
 
 export const DEFER = { tag: 'defer' };
 export const PROCEED = { tag: 'proceed' };
@@ -113,6 +117,24 @@ export function inWindow(now, start, end, utcOffsetMinutes = 0) {
   const m = minuteOfWeek(now, utcOffsetMinutes);
   const [a, b] = [at(start), at(end)];
   return a <= b ? a <= m && m < b : m >= a || m < b;
+}
+
+/**
+ * How long the batch at hand and the rest of the run likely take, as the plugin estimates them
+ * (contract 0.3.5): `{ batch, remaining }`, each `undefined` or `{ seconds, p90Seconds, basis }`
+ * (seconds as BigInts). `batch` is undefined for a call about no batch (a selection, a gate
+ * before the group or after a batch).
+ */
+export function estimates() {
+  return hostEstimates();
+}
+
+/**
+ * When the batch at hand ends if it starts at `now` (Unix seconds, a BigInt as `ctx.now`),
+ * cautiously (at its 90th percentile); undefined when the call is about no batch.
+ */
+export function batchEnds(now, timing = hostEstimates()) {
+  return timing.batch === undefined ? undefined : BigInt(now) + BigInt(timing.batch.p90Seconds);
 }
 
 /** Objects the policy's contextResources grant, as plain objects (a refused read throws). */

@@ -3,7 +3,8 @@ which puts this module beside the hook's own).
 
 What the Rust SDK gives a hook, for Python: base classes whose every method defers (write only
 the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
-`percent_of`, and typed views of the objects hooks read most, with the API's defaults.
+`percent_of`, the plugin's estimates (`estimates`, `batch_ends`), and typed views of the
+objects hooks read most, with the API's defaults.
 """
 
 import json
@@ -14,7 +15,7 @@ from wit_world import exports
 from wit_world.imports import host, types
 
 # The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-WIT_VERSION = "0.3.4"
+WIT_VERSION = "0.3.5"
 
 POINTS = {
     "select": types.HookPoint.SELECT,
@@ -118,6 +119,21 @@ def in_window(now, start, end, utc_offset_minutes=0):
 
     m, a, b = minute_of_week(now, utc_offset_minutes), at(start), at(end)
     return a <= m < b if a <= b else m >= a or m < b
+
+
+def estimates():
+    """How long the batch at hand and the rest of the run likely take, as the plugin estimates
+    them (contract 0.3.5): `batch` and `remaining` are each None or have `seconds`,
+    `p90_seconds` and `basis` ("history of 3 runs", "defaults: no history", ...). `batch` is
+    None for a call about no batch (a selection, a gate before the group or after a batch)."""
+    return host.estimates()
+
+
+def batch_ends(now, timing=None):
+    """When the batch at hand ends if it starts at `now` (Unix seconds), cautiously (at its
+    90th percentile); None when the call is about no batch. `timing`: `estimates()`."""
+    batch = (timing if timing is not None else host.estimates()).batch
+    return None if batch is None else now + batch.p90_seconds
 
 
 def list_objects(api_version, kind, namespace=None, selector=None):

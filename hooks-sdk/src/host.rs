@@ -1,16 +1,18 @@
-//! What the host offers a hook: logging, read-only, allow-listed cluster objects, and PromQL
-//! queries of the metrics sources the policy grants the hook.
+//! What the host offers a hook: logging, read-only, allow-listed cluster objects, PromQL
+//! queries of the metrics sources the policy grants the hook, and the plugin's estimates of how
+//! long the batch at hand and the rest of the run take.
 //!
 //! Compiled natively (in a policy's unit tests) logging goes to stderr, the object listings
 //! answer from the thread's [`FakeCluster`](crate::testing::FakeCluster) and the queries from
 //! its [`FakeMetrics`](crate::testing::FakeMetrics) when a test installed one, an error
-//! otherwise, so tests never depend on a cluster or a Prometheus.
+//! otherwise, and the estimates from [`testing::with_estimates`](crate::testing::with_estimates)
+//! (none otherwise), so tests never depend on a cluster or a Prometheus.
 
 #[cfg(target_arch = "wasm32")]
 use crate::bindings::rollout_ext::policy::host as imports;
 
 pub use crate::bindings::rollout_ext::policy::host::{
-    Level, MetricsError, Point, Sample, Series, TimeRange,
+    DurationEstimate, Level, MetricsError, Point, Sample, Series, TimeRange, Timing,
 };
 
 use serde::de::DeserializeOwned;
@@ -189,6 +191,30 @@ pub fn query_metrics_range(
     #[cfg(not(target_arch = "wasm32"))]
     {
         crate::testing::fake_query_range(source, promql, range)
+    }
+}
+
+/// How long the batch at hand and the rest of the run likely take (contract 0.3.5), as the
+/// plugin's plan estimates them: from what runs measured on this cluster, else the policy's
+/// `spec.estimates`, else defaults (each estimate's `basis` says which). `batch` is none for a
+/// call about no batch (a selection, a gate before the group or after a batch).
+pub fn estimates() -> Timing {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::estimates()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::testing::fake_estimates()
+    }
+}
+
+impl Timing {
+    /// When the batch at hand ends if it starts at `now`, cautiously (at its 90th percentile);
+    /// none when the call is about no batch.
+    pub fn batch_ends(&self, now: i64) -> Option<i64> {
+        let batch = self.batch.as_ref()?;
+        Some(now.saturating_add(i64::try_from(batch.p90_seconds).unwrap_or(i64::MAX)))
     }
 }
 

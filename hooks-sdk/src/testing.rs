@@ -285,7 +285,11 @@ pub fn with_objects<R>(
         .run(f)
 }
 
+mod estimates;
 mod metrics;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use estimates::fake_estimates;
+pub use estimates::{estimate, with_estimates};
 pub use metrics::{FakeMetrics, FakeMetricsGuard};
 // The host's metrics calls answer from the fake only natively.
 #[cfg(not(target_arch = "wasm32"))]

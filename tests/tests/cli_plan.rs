@@ -27,6 +27,11 @@ fn demo_policy(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn plan_json(extra: &[&str]) -> Value {
+    plan_json_at("2026-11-27T12:00:00Z", extra)
+}
+
+/// The demo snapshot's plan at `now`, as JSON.
+fn plan_json_at(now: &str, extra: &[&str]) -> Value {
     let snapshot = demo_file("snapshot.json");
     let mut args = vec![
         "nodes",
@@ -35,7 +40,7 @@ fn plan_json(extra: &[&str]) -> Value {
         "--kubelet-version",
         "v1.20.2",
         "--now",
-        "2026-11-27T12:00:00Z",
+        now,
         "-o",
         "json",
     ];
@@ -141,6 +146,60 @@ fn the_demo_plan_is_decided_by_the_hooks() {
         warnings
             .iter()
             .any(|w| w.as_str().unwrap().contains("PodDisruptionBudget shop/db"))
+    );
+}
+
+/// Every batch's pause reason, in plan order (none for a batch that does not pause).
+fn pauses(plan: &Value) -> Vec<Option<String>> {
+    (plan["groups"].as_array().unwrap().iter())
+        .flat_map(|g| g["batches"].as_array().unwrap())
+        .map(|b| b["pause"]["reason"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn the_maintenance_window_holds_back_a_batch_that_would_outlast_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = demo_policy(dir.path());
+    // Sunday 05:55 UTC: Saturday night's window closes at 06:00, and a batch takes about 7
+    // minutes by the defaults (the hook asks the plugin, contract 0.3.5).
+    let plan = plan_json_at(
+        "2026-11-29T05:55:00Z",
+        &["--policy", policy.to_str().unwrap()],
+    );
+    let first = &plan["groups"][0]["batches"][0]["pause"];
+    assert_eq!(
+        first["reason"],
+        "a batch likely takes until Sun 06:01 UTC, after the window closes at Sun 06:00 UTC; the next opens Sun 22:00 UTC",
+        "{plan}"
+    );
+    assert_eq!(first["seconds"], 16 * 3600 + 5 * 60);
+    assert_eq!(first["decidedBy"], "hook/maintenance-window");
+
+    // Batches of two minutes fit: the first two go, and the plan's clock, moving by each
+    // batch's estimate, reaches the window's end at the third.
+    let text = std::fs::read_to_string(&policy).unwrap().replace(
+        "spec:\n",
+        "spec:\n  estimates: {drain: 30s, replacement: 1m, validation: 10s}\n",
+    );
+    std::fs::write(&policy, text).unwrap();
+    let plan = plan_json_at(
+        "2026-11-29T05:55:00Z",
+        &["--policy", policy.to_str().unwrap()],
+    );
+    let reasons = pauses(&plan);
+    assert_eq!(reasons[..2], [None, None], "{reasons:?}");
+    assert!(
+        reasons[2]
+            .as_deref()
+            .is_some_and(|r| r.contains("after the window closes at Sun 06:00 UTC")),
+        "{reasons:?}"
+    );
+    assert!(
+        plan["estimate"]["basis"]
+            .as_str()
+            .unwrap()
+            .contains("policy")
     );
 }
 

@@ -113,6 +113,40 @@ async fn a_live_rotation_asks_each_hook_once_per_decision() {
     in_order.dedup();
     let expected: Vec<String> = (0..12).map(|i| i.to_string()).collect();
     assert_eq!(in_order, expected, "{sized:?}");
+    // Each question is told the estimates (contract 0.3.5): a batch's own, and the run's work
+    // left, from all twelve batches (concurrency 1) down to the last one alone.
+    let told = |call: &str| -> (Option<u64>, Option<u64>) {
+        let told = call
+            .split(' ')
+            .find_map(|w| w.strip_prefix("told="))
+            .unwrap();
+        let (batch, left) = told.split_once('/').unwrap();
+        (batch.parse().ok(), left.parse().ok())
+    };
+    let sizes: Vec<(Option<u64>, Option<u64>)> = (calls.iter())
+        .filter(|c| c.starts_with("batch"))
+        .map(|c| told(c))
+        .collect();
+    let (Some(first), Some(all)) = sizes[0] else {
+        panic!("the first batch is told its estimate and the run's: {calls:?}")
+    };
+    assert!(
+        all.abs_diff(12 * first) <= 12,
+        "{first} × 12 ≈ {all}: {calls:?}"
+    );
+    let (Some(last), Some(left)) = sizes[sizes.len() - 1] else {
+        panic!("the last batch is told its estimate and the run's: {calls:?}")
+    };
+    assert_eq!(left, last, "the last batch is all that is left: {calls:?}");
+    assert!(left < all, "what is left shrinks: {calls:?}");
+    for call in calls.iter().filter(|c| c.starts_with("gate")) {
+        let (batch, left) = told(call);
+        assert!(left.is_some(), "{call}");
+        let about_a_batch = call.starts_with("gate before-batch");
+        assert_eq!(batch.is_some(), about_a_batch, "{call}");
+    }
+    let (batch, left) = told(calls.iter().find(|c| c.starts_with("select")).unwrap());
+    assert_eq!((batch, left), (None, Some(all)), "{calls:?}");
     // The demo hooks' decisions are reported, one per question.
     assert_eq!(decided("select", ""), 1);
     assert_eq!(decided("batch", ""), 12 + pauses);

@@ -670,9 +670,25 @@ async fn the_next_updates_plan_estimates_from_what_an_update_measured() {
     let client = setup(cluster, ns).await;
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
     create_sts(&client, ns, "db", 3, V1, original).await;
-    let estimate = |image: &str| {
+    // The second round's hooks trace what they are told (contract 0.3.5), with `-v`.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        rollout_ext_e2e::wasm_module("hostile-hook"),
+        dir.path().join("h.wasm"),
+    )
+    .unwrap();
+    let tracer = dir.path().join("policy.yaml");
+    std::fs::write(
+        &tracer,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: tracer, module: h.wasm, points: [batch, gate], config: {batch: trace, gate: trace}}\n",
+    )
+    .unwrap();
+    let traced = ["--policy", tracer.to_str().unwrap(), "-v"];
+    let estimate = |image: &str, extra: &[&str]| {
         let image = format!("--image={image}");
-        let out = plugin(cluster, ns, &["sts/db", &image, "--dry-run", "-o", "json"]);
+        let mut args = vec!["sts/db", &image, "--dry-run", "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = plugin(cluster, ns, &args);
         async move {
             let out = run(out).await;
             assert!(out.status.success(), "{}", text(&out));
@@ -680,26 +696,59 @@ async fn the_next_updates_plan_estimates_from_what_an_update_measured() {
             plan["estimate"].clone()
         }
     };
-    let update = |image: &str| {
+    let update = |image: &str, extra: &[&str]| {
         let image = format!("--image={image}");
-        run(plugin(cluster, ns, &["sts/db", &image]))
+        let mut args = vec!["sts/db", &image];
+        args.extend_from_slice(extra);
+        run(plugin(cluster, ns, &args))
     };
 
-    let first = estimate(V2).await;
+    let first = estimate(V2, &[]).await;
     assert!(
         !first["basis"].as_str().unwrap().starts_with("history of"),
         "{first}"
     );
-    let out = update(V2).await;
+    let out = update(V2, &[]).await;
     assert!(out.status.success(), "{}", text(&out));
 
-    let planned = estimate("registry.invalid/db:3").await;
+    let planned = estimate("registry.invalid/db:3", &traced).await;
     assert_eq!(planned["basis"], "history of 1 run", "{planned}");
     let seconds = planned["seconds"].as_f64().unwrap();
     let started = Instant::now();
-    let out = update("registry.invalid/db:3").await;
+    let out = update("registry.invalid/db:3", &traced).await;
     assert!(out.status.success(), "{}", text(&out));
     let actual = started.elapsed().as_secs_f64();
+    // Each step's size is asked with the step's estimate and the steps left (three: the
+    // canary, then one at a time), down to the last step alone; each gate with what is left.
+    let told: Vec<(String, Option<u64>, u64)> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| {
+            l.split_once("[hook tracer] trace ")
+                .map(|(_, t)| t.to_string())
+        })
+        .map(|t| {
+            let told = t.split(' ').find_map(|w| w.strip_prefix("told=")).unwrap();
+            let (step, left) = told.split_once('/').unwrap();
+            let point = t.split(' ').next().unwrap().to_string();
+            (point, step.parse().ok(), left.parse().unwrap())
+        })
+        .collect();
+    let sized: Vec<&(String, Option<u64>, u64)> = told.iter().filter(|t| t.0 == "batch").collect();
+    assert_eq!(sized.len(), 3, "{told:?}");
+    // Whole seconds, each rounded: three steps are three times one, give or take the rounding.
+    let step = sized[0].1.expect("a step's estimate");
+    assert!(sized[0].2.abs_diff(3 * step) <= 1, "{told:?}");
+    assert!(sized[1].2 < sized[0].2, "{told:?}");
+    assert_eq!(sized[2].2, step, "{told:?}");
+    assert!(
+        told.iter().filter(|t| t.0 == "gate").all(|t| t.1.is_none()),
+        "{told:?}"
+    );
+    assert_eq!(
+        told.last().map(|t| t.2),
+        Some(0),
+        "nothing left after the last step: {told:?}"
+    );
     let ratio = seconds / actual;
     println!("estimated {seconds}s, took {actual:.1}s: ratio {ratio:.2} ({planned})");
     assert!(

@@ -1,6 +1,8 @@
 //! Maintenance window with slow start: outside the configured weekly windows nothing is
 //! updated (the batch is paused until the next window opens); inside a window batches grow
-//! 1, 2, 4, … doubling after each successful batch, up to `maxBatch`.
+//! 1, 2, 4, … doubling after each successful batch, up to `maxBatch`. A batch that would likely
+//! not finish before its window closes (the plugin's cautious estimate of it, contract 0.3.5) is
+//! not started: it waits for the next opening.
 //!
 //! Config:
 //! ```json
@@ -10,7 +12,7 @@
 //! A window whose end is not after its start runs past midnight into the next day.
 
 use rollout_ext_hooks::{
-    BatchSize, Context, HookPoint, Pause, Policy, Progress, WeekTime, config, parse_clock,
+    BatchSize, Context, HookPoint, Pause, Policy, Progress, WeekTime, config, host, parse_clock,
     parse_config, parse_weekday,
 };
 use serde::Deserialize;
@@ -110,44 +112,86 @@ impl Policy for MaintenanceWindow {
         let now = WeekTime::at(ctx.now, cfg.utc_offset_minutes);
         let minute = i64::from(now.minute_of_week());
         let second = ctx.now.rem_euclid(60);
+        let offset = cfg.utc_offset_minutes;
 
-        if openings
-            .iter()
-            .any(|o| (minute - o.start).rem_euclid(WEEK_MINUTES) < o.length)
-        {
-            let growth = 1u32.checked_shl(progress.batches_done).unwrap_or(u32::MAX);
-            let wanted = cfg.initial_batch.saturating_mul(growth).min(cfg.max_batch);
-            let size = wanted.min(progress.max_batch).max(1);
-            let mut reason = format!(
-                "window open: slow start {}, then doubling up to {}",
-                cfg.initial_batch, cfg.max_batch
+        let open = openings.iter().find_map(|o| {
+            let into = (minute - o.start).rem_euclid(WEEK_MINUTES);
+            (into < o.length).then_some(o.length - into)
+        });
+        let Some(minutes_left) = open else {
+            let (seconds, next) = next_opening(&openings, minute, 0);
+            let reason = format!(
+                "outside the maintenance window; the next opens {}",
+                at(next, offset)
             );
-            if size < wanted {
-                reason.push_str(&format!(
-                    "; {wanted} due, the budget allows {}",
-                    progress.max_batch
-                ));
-            }
-            return Ok(BatchSize::size(size, reason));
+            return Ok(pause(seconds - second, reason));
+        };
+
+        // Closing minute of the window, and whether the batch likely ends before it.
+        let closes = ctx.now - second + minutes_left * 60;
+        if let Some(ends) = host::estimates().batch_ends(ctx.now)
+            && ends > closes
+        {
+            let close = (minute + minutes_left).rem_euclid(WEEK_MINUTES);
+            let (seconds, next) = next_opening(&openings, minute, minutes_left);
+            let reason = format!(
+                "a batch likely takes until {}, after the window closes at {}; the next opens {}",
+                at(minute_at(ends, offset), offset),
+                at(close, offset),
+                at(next, offset)
+            );
+            return Ok(pause(seconds - second, reason));
         }
 
-        let next = openings
-            .iter()
-            .min_by_key(|o| (o.start - minute).rem_euclid(WEEK_MINUTES))
-            .expect("openings is not empty");
-        let wait_minutes = (next.start - minute).rem_euclid(WEEK_MINUTES);
-        let seconds = (wait_minutes * 60 - second).max(1);
-        Ok(BatchSize::Pause(Pause {
-            seconds: seconds as u32,
-            reason: format!(
-                "outside the maintenance window; the next opens {} {:02}:{:02} {}",
-                DAY_NAMES[(next.start / 1440) as usize],
-                (next.start % 1440) / 60,
-                next.start % 60,
-                utc_offset(cfg.utc_offset_minutes)
-            ),
-        }))
+        let growth = 1u32.checked_shl(progress.batches_done).unwrap_or(u32::MAX);
+        let wanted = cfg.initial_batch.saturating_mul(growth).min(cfg.max_batch);
+        let size = wanted.min(progress.max_batch).max(1);
+        let mut reason = format!(
+            "window open: slow start {}, then doubling up to {}",
+            cfg.initial_batch, cfg.max_batch
+        );
+        if size < wanted {
+            reason.push_str(&format!(
+                "; {wanted} due, the budget allows {}",
+                progress.max_batch
+            ));
+        }
+        Ok(BatchSize::size(size, reason))
     }
+}
+
+/// The first opening that starts at least `after` minutes from `minute` of the week: the
+/// seconds until it starts (from the start of `minute`) and its minute of the week.
+fn next_opening(openings: &[Opening], minute: i64, after: i64) -> (i64, i64) {
+    let wait = |o: &Opening| (o.start - minute - after).rem_euclid(WEEK_MINUTES) + after;
+    let next = openings
+        .iter()
+        .min_by_key(|o| wait(o))
+        .expect("openings is not empty");
+    (wait(next) * 60, next.start)
+}
+
+/// The minute of the week of `unix_seconds` at `offset`.
+fn minute_at(unix_seconds: i64, offset: i32) -> i64 {
+    i64::from(WeekTime::at(unix_seconds, offset).minute_of_week())
+}
+
+/// `Sat 22:00 UTC` for a minute of the week.
+fn at(minute: i64, offset: i32) -> String {
+    format!(
+        "{} {:02}:{:02} {}",
+        DAY_NAMES[(minute / 1440) as usize],
+        (minute % 1440) / 60,
+        minute % 60,
+        utc_offset(offset)
+    )
+}
+
+fn pause(seconds: i64, reason: String) -> BatchSize {
+    BatchSize::Pause(Pause {
+        seconds: u32::try_from(seconds.max(1)).unwrap_or(u32::MAX),
+        reason,
+    })
 }
 
 rollout_ext_hooks::export_policy!(MaintenanceWindow);
@@ -155,7 +199,7 @@ rollout_ext_hooks::export_policy!(MaintenanceWindow);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rollout_ext_hooks::testing::{context, group, node, progress};
+    use rollout_ext_hooks::testing::{self, context, group, node, progress};
     use serde_json::json;
 
     /// 2024-01-06T23:00:00Z, a Saturday.
@@ -222,6 +266,44 @@ mod tests {
             }
             other => panic!("expected a pause, got {other:?}"),
         }
+    }
+
+    /// What the plugin estimates: a batch of `seconds` (cautiously) and nothing about the rest.
+    fn batch_takes<R>(seconds: u64, f: impl FnOnce() -> R) -> R {
+        let timing = host::Timing {
+            batch: Some(testing::estimate(seconds)),
+            remaining: None,
+        };
+        testing::with_estimates(timing, f)
+    }
+
+    #[test]
+    fn a_batch_that_would_outlast_the_window_waits_for_the_next_opening() {
+        // Sunday 05:50, ten minutes before Saturday's window closes.
+        let sunday_0550 = SATURDAY_23H + 6 * 3600 + 50 * 60;
+        let ctx = context(sunday_0550, cfg());
+        let answer = batch_takes(15 * 60, || MaintenanceWindow::next_batch(&ctx, &pending(3)));
+        match answer.unwrap() {
+            BatchSize::Pause(p) => {
+                // Sunday 05:50 → Saturday 22:00 = 6 days 16 hours 10 minutes.
+                assert_eq!(p.seconds, ((6 * 24 + 16) * 60 + 10) * 60);
+                assert_eq!(
+                    p.reason,
+                    "a batch likely takes until Sun 06:05 UTC, after the window closes at Sun 06:00 UTC; the next opens Sat 22:00 UTC"
+                );
+            }
+            other => panic!("expected a pause, got {other:?}"),
+        }
+        // A batch that ends in time goes.
+        let answer = batch_takes(5 * 60, || MaintenanceWindow::next_batch(&ctx, &pending(3)));
+        assert_eq!(answer.unwrap().count(), Some(1));
+    }
+
+    #[test]
+    fn without_an_estimate_a_batch_goes_while_the_window_is_open() {
+        let sunday_0559 = SATURDAY_23H + 6 * 3600 + 59 * 60;
+        let answer = MaintenanceWindow::next_batch(&context(sunday_0559, cfg()), &pending(3));
+        assert_eq!(answer.unwrap().count(), Some(1));
     }
 
     #[test]

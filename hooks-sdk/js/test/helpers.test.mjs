@@ -6,6 +6,9 @@ import assert from 'node:assert/strict';
 
 const host = `export function listObjects(apiVersion, kind, namespace, selector) {
   return globalThis.standInHost(apiVersion, kind, namespace, selector);
+}
+export function estimates() {
+  return globalThis.standInEstimates;
 }`;
 const resolver = `export async function resolve(specifier, context, next) {
   if (specifier.startsWith('rollout-ext:policy/host@')) {
@@ -103,4 +106,14 @@ test('oldest first puts an unknown creation time first', () => {
     { name: 'x', created: undefined },
   ]);
   assert.deepEqual(order.map((i) => i.name), ['x', 'a', 'b']);
+});
+
+test('a batch ends at its cautious estimate; a call about no batch has none', () => {
+  globalThis.standInEstimates = {
+    batch: { seconds: 300n, p90Seconds: 420n, basis: 'history of 2 runs' },
+    remaining: { seconds: 900n, p90Seconds: 1200n, basis: 'history of 2 runs' },
+  };
+  assert.equal(h.estimates().remaining.seconds, 900n);
+  assert.equal(h.batchEnds(1000n), 1420n);
+  assert.equal(h.batchEnds(1000n, { batch: undefined, remaining: undefined }), undefined);
 });

@@ -43,6 +43,8 @@ served = []
 wit_types = record_module("wit_world.imports.types")
 host = pytypes.ModuleType("wit_world.imports.host")
 host.list_objects = lambda api_version, kind, namespace, selector: json.dumps(served)
+told = {}
+host.estimates = lambda: told["timing"]
 imports = pytypes.ModuleType("wit_world.imports")
 imports.host, imports.types = host, wit_types
 exports = pytypes.ModuleType("wit_world.exports")
@@ -109,6 +111,15 @@ class Helpers(unittest.TestCase):
         a, c = h.pods("payments")
         self.assertEqual((a.ready, a.key), (True, "payments/a"))
         self.assertEqual((c.ready, c.finished), (False, True))
+
+    def test_a_batch_ends_at_its_cautious_estimate(self):
+        estimate = lambda seconds, p90: pytypes.SimpleNamespace(
+            seconds=seconds, p90_seconds=p90, basis="history of 2 runs")
+        told["timing"] = pytypes.SimpleNamespace(batch=estimate(300, 420), remaining=estimate(900, 1200))
+        self.assertEqual(h.estimates().remaining.seconds, 900)
+        self.assertEqual(h.batch_ends(1000), 1420)
+        none = pytypes.SimpleNamespace(batch=None, remaining=None)
+        self.assertIsNone(h.batch_ends(1000, none))
 
     def test_a_config_that_is_not_an_object_is_refused(self):
         with self.assertRaises(Err):

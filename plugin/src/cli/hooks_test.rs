@@ -17,7 +17,7 @@ use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::metrics::{Metrics, NoMetrics, Prometheus};
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, GateAnswer, GroupInfo, HealthSummary, Hook, HookFault,
-    Instances, Phase, Progress, SelectAnswer,
+    Instances, Phase, Progress, SelectAnswer, Timing,
 };
 use crate::plan::{Plan, PlanOptions, decide};
 use crate::policy::{
@@ -214,6 +214,10 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         },
         ask_after_batch: phases.contains(&Phase::AfterBatch),
         instance_groups: run.groups.clone(),
+        durations: crate::plan::estimate::Durations {
+            stated: policy.estimates,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut hooks: Vec<Box<dyn Hook>> = vec![Box::new(AsTested {
@@ -381,36 +385,38 @@ fn drain_orders(
     {
         return Vec::new();
     }
-    let ctx = CallContext {
-        now,
-        run_id: "hooks-test".into(),
-        dry_run: true,
-    };
     let drain = crate::plan::drain::DrainOptions::default();
     let index = crate::plan::health::Index::new(snapshot);
     let mut steps = Vec::new();
     for g in &plan.groups {
-        for node in g
-            .batches
-            .iter()
-            .filter(|b| !b.surge)
-            .flat_map(|b| &b.instances)
-        {
-            let pods: Vec<crate::snapshot::Pod> = index
-                .pods_on(node)
-                .iter()
-                .filter(|p| crate::plan::drain::classify(p, &drain).is_evicted())
-                .map(|p| (*p).clone())
-                .collect();
-            // The hook runs with failurePolicy Ignore: a fault is a warning, never an error.
-            let Ok(ordered) = decide::drain_order(hooks, &ctx, node, &pods, warnings) else {
-                continue;
+        for batch in g.batches.iter().filter(|b| !b.surge) {
+            // Told the batch's estimate as the plan made it.
+            let ctx = CallContext {
+                now,
+                run_id: "hooks-test".into(),
+                dry_run: true,
+                timing: Timing {
+                    batch: batch.estimate.clone(),
+                    remaining: None,
+                },
             };
-            steps.push(DrainOrderStep {
-                group: g.group.name.clone(),
-                node: node.clone(),
-                decision: ordered.describe(),
-            });
+            for node in &batch.instances {
+                let pods: Vec<crate::snapshot::Pod> = index
+                    .pods_on(node)
+                    .iter()
+                    .filter(|p| crate::plan::drain::classify(p, &drain).is_evicted())
+                    .map(|p| (*p).clone())
+                    .collect();
+                // The hook runs with failurePolicy Ignore: a fault is a warning, never an error.
+                let Ok(ordered) = decide::drain_order(hooks, &ctx, node, &pods, warnings) else {
+                    continue;
+                };
+                steps.push(DrainOrderStep {
+                    group: g.group.name.clone(),
+                    node: node.clone(),
+                    decision: ordered.describe(),
+                });
+            }
         }
     }
     steps

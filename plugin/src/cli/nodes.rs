@@ -11,7 +11,7 @@ use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::labels::LabelSelector;
 use crate::plan::drain::DrainOptions;
-use crate::plan::estimate::{Estimator, FixedWaits, History};
+use crate::plan::estimate::{Durations, FixedWaits, History};
 use crate::plan::groups::Staleness;
 use crate::plan::{PlanOptions, Role};
 use crate::policy::drain::UndrainableAction;
@@ -334,10 +334,9 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
             let objects = SnapshotObjects::new(bytes);
             let absent = objects.absent(&policy.context_resources);
+            // A snapshot carries no history: the estimates rest on the policy or the defaults.
             let mut plan = plan_with_hooks(&snapshot, &policy, &options, Arc::new(objects))?;
             plan.warnings.extend(absent);
-            // A snapshot carries no history: the estimate rests on the policy or the defaults.
-            estimate(&mut plan, &History::default(), args, &policy, options.now);
             plan
         }
         None => {
@@ -349,9 +348,15 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
                 cluster,
                 handle: runtime.handle().clone(),
             });
+            let options = PlanOptions {
+                durations: Durations {
+                    history,
+                    ..options.durations
+                },
+                ..options
+            };
             let mut plan = plan_with_hooks(&snapshot, &policy, &options, objects)?;
             plan.warnings.extend(unread);
-            estimate(&mut plan, &history, args, &policy, options.now);
             plan
         }
     };
@@ -384,23 +389,6 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         });
     }
     Ok(())
-}
-
-/// Fills the plan's estimates from `history`, the policy's stated durations and the flags'
-/// delays.
-pub fn estimate(
-    plan: &mut crate::plan::Plan,
-    history: &History,
-    args: &NodesArgs,
-    policy: &Policy,
-    now: i64,
-) {
-    let estimator = Estimator {
-        history,
-        stated: &policy.estimates,
-        fixed: fixed_waits(args, policy),
-    };
-    estimator.annotate(plan, now);
 }
 
 /// The run's configured holds, as the flags and the policy set them.
@@ -476,6 +464,11 @@ pub fn plan_options(args: &NodesArgs, policy: &Policy) -> PlanOptions {
         },
         soak: args.soak,
         ask_after_batch: true,
+        durations: Durations {
+            history: History::default(),
+            stated: policy.estimates,
+            fixed: fixed_waits(args, policy),
+        },
     }
 }
 

@@ -221,11 +221,10 @@ async fn rotate(
     if let Some(message) = unread {
         reporter.report(crate::progress::Event::Warning { message });
     }
-    let estimates = RunEstimates::new(
+    let estimates = RunEstimates::new(crate::plan::estimate::Durations {
         history,
-        policy.estimates,
-        super::nodes::fixed_waits(args, policy),
-    );
+        ..plan.durations.clone()
+    });
     let settings = RotateSettings {
         drain: DrainSettings {
             options: plan.drain.clone(),

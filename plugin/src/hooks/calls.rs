@@ -42,7 +42,7 @@ impl Hook for WasmHook {
         let wctx = self.context(ctx);
         let wgroup = convert::group(group);
         if let Some(flat) = &self.exports.flat_selection {
-            let answer = self.call(ctx.now, self.timeout, |_, instance, store| {
+            let answer = self.call(Some(ctx), self.timeout, |_, instance, store| {
                 let list = store.data_mut().table.push(candidates.clone())?;
                 flat.load(&mut *store, instance)?.call_select_flat(
                     store,
@@ -59,7 +59,7 @@ impl Hook for WasmHook {
                 }
             });
         }
-        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+        let answer = self.call(Some(ctx), self.timeout, |e, instance, store| {
             let list = store.data_mut().table.push(candidates.clone())?;
             e.selection.load(&mut *store, instance)?.call_select(
                 store,
@@ -84,7 +84,7 @@ impl Hook for WasmHook {
     ) -> Result<BatchAnswer, HookFault> {
         let wctx = self.context(ctx);
         let wprogress = convert::progress(progress);
-        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+        let answer = self.call(Some(ctx), self.timeout, |e, instance, store| {
             let pending = store.data_mut().table.push(progress.pending.clone())?;
             e.batching.load(&mut *store, instance)?.call_next_batch(
                 store,
@@ -126,7 +126,7 @@ impl Hook for WasmHook {
         let failures = convert::strs(&summary.failures);
         let wsummary = convert::summary(summary, &budgets, &failures);
         let wphase = convert::phase(phase);
-        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+        let answer = self.call(Some(ctx), self.timeout, |e, instance, store| {
             e.gates
                 .load(&mut *store, instance)?
                 .call_check(store, wctx, wphase, wbatch, wsummary)
@@ -168,7 +168,7 @@ impl Hook for WasmHook {
             .zip(labels.iter().zip(&annotations))
             .map(|(p, (l, a))| convert::drain_pod(p, l, a))
             .collect();
-        let answer = self.call(ctx.now, self.timeout, |e, instance, store| {
+        let answer = self.call(Some(ctx), self.timeout, |e, instance, store| {
             let Some(d) = &e.draining else {
                 return Ok(Ok(draining::DrainOrder::Defer));
             };

@@ -11,9 +11,10 @@ use crate::labels::Labels;
 use crate::metrics;
 use crate::plan::Role;
 use crate::plan::decide::{not_a_candidate, positions};
+use crate::plan::estimate::Estimate;
 use crate::plan::hook::{
     BatchInfo, Candidate, Choice, GroupInfo, HealthSummary, HookFault, InstanceKind, Phase, Pick,
-    Progress,
+    Progress, Timing,
 };
 use crate::policy::HookPoint;
 use crate::snapshot::{Pod, Taint};
@@ -77,6 +78,18 @@ pub fn series(s: metrics::Series) -> wit_host::Series {
                 value: p.value,
             })
             .collect(),
+    }
+}
+
+pub fn timing(t: &Timing) -> wit_host::Timing {
+    let told = |e: &Estimate| wit_host::DurationEstimate {
+        seconds: e.seconds,
+        p90_seconds: e.p90_seconds,
+        basis: e.basis.clone(),
+    };
+    wit_host::Timing {
+        batch: t.batch.as_ref().map(told),
+        remaining: t.remaining.as_ref().map(told),
     }
 }
 

@@ -332,14 +332,16 @@ impl WasmHook {
     }
 
     /// Runs `f` against a fresh instance with the hook's limits, mapping every failure to a fault.
+    /// Calls the module with `ctx`'s clock and estimates (none: at load, at 0 and with none).
     fn call<T>(
         &self,
-        now: i64,
+        ctx: Option<&CallContext>,
         timeout: Duration,
         f: impl FnOnce(&Exports, &Instance, &mut Store<CallState>) -> wasmtime::Result<T>,
     ) -> Result<T, HookFault> {
         let stdout = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
         let stderr = MemoryOutputPipe::new(GUEST_OUTPUT_LIMIT);
+        let now = ctx.map_or(0, |c| c.now);
         let wall = Duration::from_secs(u64::try_from(now).unwrap_or(0));
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
@@ -358,6 +360,7 @@ impl WasmHook {
                 exceeded: false,
             },
             hook: self.name.clone(),
+            timing: ctx.map(|c| c.timing.clone()).unwrap_or_default(),
             log_lines: 0,
             objects: self.objects.clone(),
             allowed: self.allowed.clone(),
@@ -415,7 +418,7 @@ impl WasmHook {
 
     /// The module's verdict on the hook's config, asked once at load.
     fn validate_config(&self) -> Result<Result<(), String>, HookFault> {
-        self.call(0, LOAD_TIMEOUT, |e, instance, store| {
+        self.call(None, LOAD_TIMEOUT, |e, instance, store| {
             e.metadata
                 .load(&mut *store, instance)?
                 .call_validate_config(store, &self.config)
@@ -423,7 +426,7 @@ impl WasmHook {
     }
 
     fn describe(&mut self) -> Result<ModuleInfo, HookFault> {
-        let (info, orders_drains) = self.call(0, LOAD_TIMEOUT, |e, instance, store| {
+        let (info, orders_drains) = self.call(None, LOAD_TIMEOUT, |e, instance, store| {
             let info = e
                 .metadata
                 .load(&mut *store, instance)?

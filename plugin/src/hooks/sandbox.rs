@@ -1,6 +1,6 @@
 //! What one call's store holds: the WASI context that grants nothing, the memory limit, the
 //! frozen clock, and the host functions a hook may call (the `instances` resource, `log`,
-//! `list-objects`, the metrics queries).
+//! `list-objects`, the metrics queries, `estimates`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 
 use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
 use crate::metrics::{Metrics, MetricsError, TimeRange};
-use crate::plan::hook::{Candidate, Instances};
+use crate::plan::hook::{Candidate, Instances, Timing};
 use crate::policy::ContextResource;
 use crate::report;
 
@@ -22,6 +22,8 @@ pub(super) struct CallState {
     pub(super) table: ResourceTable,
     pub(super) limiter: MemoryLimiter,
     pub(super) hook: String,
+    /// What the hook is told when it asks `estimates`.
+    pub(super) timing: Timing,
     pub(super) log_lines: usize,
     pub(super) objects: Arc<dyn ObjectSource>,
     pub(super) allowed: Arc<Vec<ContextResource>>,
@@ -281,6 +283,10 @@ impl wit_host::Host for CallState {
             })
             .map(|series| series.into_iter().map(convert::series).collect())
             .map_err(convert::metrics_error)
+    }
+
+    fn estimates(&mut self) -> wit_host::Timing {
+        convert::timing(&self.timing)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::cluster::lock::LockGuard;
 use crate::events::{Event, Reporter};
 use crate::plan::decide::HookFailed;
 use crate::plan::estimate::Stage;
-use crate::plan::hook::{CallContext, Hook};
+use crate::plan::hook::{CallContext, Hook, Timing};
 
 pub use ask::At;
 
@@ -51,6 +51,8 @@ pub struct Kernel<'a> {
     pub lock: Option<&'a LockGuard>,
     /// A write of the durations the run measured failed: said once, not tried again.
     durations_unrecorded: bool,
+    /// What the next question's hooks are told of how long things take (see [`Kernel::tell`]).
+    timing: Timing,
 }
 
 /// What a kernel is made of.
@@ -75,6 +77,7 @@ impl<'a> Kernel<'a> {
             controls: parts.controls,
             lock: parts.lock,
             durations_unrecorded: false,
+            timing: Timing::default(),
         }
     }
 
@@ -89,13 +92,20 @@ impl<'a> Kernel<'a> {
 }
 
 impl Kernel<'_> {
-    /// The context of a hook call made now, for real.
-    pub fn ctx(&self) -> CallContext {
+    /// The context of a hook call made now, for real, with what [`Kernel::tell`] gave (once).
+    pub fn ctx(&mut self) -> CallContext {
         CallContext {
             now: jiff::Timestamp::now().as_second(),
             run_id: self.run_id.clone(),
             dry_run: false,
+            timing: std::mem::take(&mut self.timing),
         }
+    }
+
+    /// What the hooks of the next question are told of how long things take: its batch or
+    /// step and the run's remaining work. A question asked without it tells them nothing.
+    pub fn tell(&mut self, timing: Timing) {
+        self.timing = timing;
     }
 
     pub fn warn(&self, message: String) {

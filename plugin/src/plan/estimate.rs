@@ -520,5 +520,9 @@ fn seconds(millis: u64) -> i64 {
     i64::try_from(millis.saturating_add(500) / 1000).unwrap_or(i64::MAX)
 }
 
+mod work;
+
+pub use work::{Asking, Durations, StepEstimates, WorkTally};
+
 #[cfg(test)]
 mod tests;

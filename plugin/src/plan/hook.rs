@@ -8,6 +8,7 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::estimate::Estimate;
 use crate::labels::Labels;
 use crate::plan::Role;
 use crate::policy::{FailurePolicy, HookMode, HookPoint};
@@ -63,6 +64,18 @@ pub struct CallContext {
     pub now: i64,
     pub run_id: String,
     pub dry_run: bool,
+    /// What a hook asking `estimates` (contract 0.3.5) is told.
+    pub timing: Timing,
+}
+
+/// How long the decision at hand likely takes to carry out, and the run after it: the same
+/// estimator the plan's estimates come from, asked by the driver with each question.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timing {
+    /// The batch (or step) the call is about; none when it is about none.
+    pub batch: Option<Estimate>,
+    /// What is left of the run from this call on, the batch at hand included.
+    pub remaining: Option<Estimate>,
 }
 
 /// Where a group's update stands when the next batch is sized.

@@ -103,6 +103,8 @@ pub struct PlanOptions {
     /// batch ([`health::after_batch`]); otherwise it is assumed to proceed. Plans of `nodes` and
     /// `hooks test` (unless `--phase` leaves it out) set it.
     pub ask_after_batch: bool,
+    /// What the plan's estimates, and those its hooks are told, are made from.
+    pub durations: estimate::Durations,
 }
 
 #[derive(Debug, thiserror::Error)]

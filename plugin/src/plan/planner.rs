@@ -8,6 +8,7 @@
 
 use super::capacity::Capacity;
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
+use super::estimate::{Asking, WorkTally};
 use super::forecast::{self, Forecast};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
 use super::groups;
@@ -43,6 +44,15 @@ pub fn plan_nodes(
     );
     let mut warnings = decide::left_out_warnings(hooks);
     warnings.extend(survey.warnings);
+    let mut prepared = Vec::new();
+    let mut tally = WorkTally::default();
+    for group in &survey.groups {
+        let group_plan = prepare::prepare_group(&index, policy, options, group)?;
+        if let Prepared::Ready(start) = &group_plan {
+            tally.add(&group.name, group.role, start);
+        }
+        prepared.push((group, group_plan));
+    }
     let mut planner = Planner {
         index: &index,
         options,
@@ -50,6 +60,7 @@ pub fn plan_nodes(
         warnings,
         health,
         now: options.now,
+        tally,
         set_aside: 0,
         capacity: Capacity::new(
             snapshot,
@@ -75,8 +86,8 @@ pub fn plan_nodes(
         modules: super::PlannedModule::of(policy),
         estimate: None,
     };
-    for group in &survey.groups {
-        let group_plan = match prepare::prepare_group(&index, policy, options, group)? {
+    for (group, prepared) in prepared {
+        let group_plan = match prepared {
             Prepared::Disabled(disabled) => disabled,
             Prepared::Ready(start) => planner.plan_group(start)?,
         };
@@ -99,6 +110,10 @@ pub fn plan_nodes(
             .extend(health::drain_blockers(&index, &updated, &options.drain));
     }
     plan.warnings = planner.warnings;
+    options
+        .durations
+        .estimator()
+        .annotate(&mut plan, options.now);
     Ok(plan)
 }
 
@@ -109,8 +124,11 @@ struct Planner<'a> {
     warnings: Vec<String>,
     /// The cluster's health as the snapshot shows it, judged once for the plan.
     health: HealthSummary,
-    /// Simulated time: advances with the pauses hooks ask for.
+    /// Simulated time: advances with the pauses hooks ask for, soaks, and each batch's
+    /// estimate.
     now: i64,
+    /// What the run would have left, for the estimates hooks are told.
+    tally: WorkTally,
     /// The cluster's room for evicted pods, as the rotation goes.
     capacity: Capacity<'a>,
     /// How many nodes the run would likely have set aside so far.
@@ -132,12 +150,25 @@ struct Recording {
     shadow: Vec<ShadowDecision>,
 }
 
+impl Recording {
+    /// A question about this group's next batch.
+    fn asking_batch(&self) -> Asking<'_> {
+        Asking::Batch {
+            group: &self.plan.group.name,
+            role: self.plan.group.role,
+        }
+    }
+}
+
 impl Planner<'_> {
-    fn ctx(&self) -> CallContext {
+    /// The context of a question about `asking`, at the simulated time.
+    fn ctx(&self, asking: Asking) -> CallContext {
+        let estimator = self.options.durations.estimator();
         CallContext {
             now: self.now,
             run_id: self.options.run_id.clone(),
             dry_run: self.options.dry_run,
+            timing: estimator.timing(&self.tally, asking, self.now),
         }
     }
 
@@ -177,7 +208,7 @@ impl Planner<'_> {
             }
             input = match step {
                 Step::Ask(Question::Select) => {
-                    let ctx = self.ctx();
+                    let ctx = self.ctx(Asking::Other);
                     let (info, candidates) = (group.group(), group.candidates());
                     let selected =
                         decide::select(self.hooks, &ctx, info, candidates, &mut self.warnings)?;
@@ -185,7 +216,7 @@ impl Planner<'_> {
                     Input::Selected(selected)
                 }
                 Step::Ask(Question::BatchSize(sizing)) => {
-                    let ctx = self.ctx();
+                    let ctx = self.ctx(rec.asking_batch());
                     let progress = group.progress(&sizing);
                     let decision =
                         decide::batch_size(self.hooks, &ctx, &progress, &mut self.warnings)?;
@@ -202,8 +233,12 @@ impl Planner<'_> {
                 }
                 Step::Do(action) => {
                     let replace = matches!(action, Action::Replace(_));
+                    let batch = replace || matches!(action, Action::Surge { .. });
                     if !self.record(&mut rec, action) {
                         return Ok(rec.plan);
+                    }
+                    if batch {
+                        self.carry_out(&rec.plan);
                     }
                     match rec.plan.batches.last_mut() {
                         Some(batch) if replace => {
@@ -233,6 +268,20 @@ impl Planner<'_> {
         }
     }
 
+    /// The batch just recorded is done: the clock moves by its estimate, and what the run would
+    /// have left by its instances.
+    fn carry_out(&mut self, plan: &GroupPlan) {
+        let Some(batch) = plan.batches.last() else {
+            return;
+        };
+        let (name, role) = (&plan.group.name, plan.group.role);
+        let millis = (self.options.durations.estimator()).carried_out(name, role, batch);
+        self.now += i64::try_from(millis.div_ceil(1000)).unwrap_or(0);
+        if !batch.surge {
+            self.tally.replaced(name, batch.instances.len());
+        }
+    }
+
     /// The instance list, in update order, once the selection is known.
     fn record_selection(&mut self, plan: &mut GroupPlan, group: &GroupLoop) {
         let Some(selected) = group.selected() else {
@@ -258,6 +307,8 @@ impl Planner<'_> {
         if let Some(budget) = group.budget() {
             plan.concurrency = budget.concurrency;
         }
+        let (name, chosen) = (&plan.group.name, selected.chosen.len());
+        self.tally.chose(name, chosen, plan.concurrency as usize);
     }
 
     /// A gate's first answer about each batch is asked and shown; a wait is assumed to clear,
@@ -291,7 +342,10 @@ impl Planner<'_> {
                 health::after_batch(&self.health, done)
             }
         };
-        let ctx = self.ctx();
+        let ctx = match phase {
+            Phase::BeforeBatch => self.ctx(rec.asking_batch()),
+            Phase::BeforeGroup | Phase::AfterBatch => self.ctx(Asking::Other),
+        };
         let decision = decide::gate(self.hooks, &ctx, phase, batch, &summary, &mut self.warnings)?;
         let said = shadow::gate(self.hooks, &ctx, phase, batch, &summary, &decision);
         let step = GateStep::from_decision(phase, decision.clone());

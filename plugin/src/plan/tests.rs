@@ -12,6 +12,7 @@ use crate::snapshot::Snapshot;
 
 mod capi;
 mod drains;
+mod timing;
 
 fn node(name: &str, group: &str, outdated: bool) -> Node {
     let mut labels = Labels::new();

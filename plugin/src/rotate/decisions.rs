@@ -9,6 +9,7 @@ use super::{GroupRun, RotateError, Rotation};
 use crate::kernel::At;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
 use crate::plan::drain::classify;
+use crate::plan::estimate::Asking;
 use crate::plan::group_loop::{BatchStep, GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::{BatchInfo, DecidedBy, HealthSummary, Instances, Phase};
@@ -16,6 +17,16 @@ use crate::plan::prepare;
 use crate::plan::shadow;
 use crate::policy::HookPoint;
 use crate::snapshot::Pod;
+
+impl GroupRun {
+    /// A question about this group's next batch.
+    pub(super) fn asking_batch(&self) -> Asking<'_> {
+        Asking::Batch {
+            group: &self.name,
+            role: self.role,
+        }
+    }
+}
 
 impl Rotation<'_> {
     /// The selection, from the candidates the group started with (read just before).
@@ -27,6 +38,7 @@ impl Rotation<'_> {
             batch: 0,
             attempt: 0,
         };
+        self.kernel.tell(self.estimates.timing(Asking::Other));
         let selected = self.kernel.ask(
             at,
             |hooks, ctx, warnings| {
@@ -69,6 +81,8 @@ impl Rotation<'_> {
             progress.pending = Instances::from(fresh);
         }
         let (batch, attempt) = (sizing.batches_done, sizing.attempt);
+        let timing = self.estimates.timing(run.asking_batch());
+        self.kernel.tell(timing);
         let decision = self
             .kernel
             .ask_size(batch, attempt, |hooks, ctx, warnings| {
@@ -119,6 +133,11 @@ impl Rotation<'_> {
             }
         };
         let (index, attempt) = (batch.index, batch.attempt);
+        let timing = match phase {
+            Phase::BeforeBatch => self.estimates.timing(run.asking_batch()),
+            Phase::BeforeGroup | Phase::AfterBatch => self.estimates.timing(Asking::Other),
+        };
+        self.kernel.tell(timing);
         let decision = self
             .kernel
             .ask_gate(phase, index, attempt, |hooks, ctx, warnings| {
@@ -135,6 +154,7 @@ impl Rotation<'_> {
     pub(super) async fn drain_orders(
         &mut self,
         batch: &BatchStep,
+        asking: Asking<'_>,
     ) -> Result<HashMap<String, Vec<Vec<String>>>, RotateError> {
         let mut orders = HashMap::new();
         if !self.kernel.serves(HookPoint::DrainOrder) {
@@ -159,6 +179,7 @@ impl Rotation<'_> {
                 batch: info.index,
                 attempt: info.attempt,
             };
+            self.kernel.tell(self.estimates.timing(asking));
             let ordered = self.kernel.ask(
                 at,
                 |hooks, ctx, warnings| {

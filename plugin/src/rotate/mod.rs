@@ -409,7 +409,11 @@ impl Rotation<'_> {
         let mut input = Input::Start;
         loop {
             self.kernel.check_lock()?;
+            let selecting = matches!(input, Input::Selected(_));
             let step = machine.step(input);
+            if selecting {
+                self.estimates.chose(&run.name, &machine);
+            }
             // Every step boundary is a safe point: no action is ever cut in half.
             if !matches!(step, Step::Done(_)) {
                 let at = controls::safe_point(&step, &run.name);

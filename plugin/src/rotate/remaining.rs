@@ -10,84 +10,58 @@ use super::Rotation;
 use crate::events::Event;
 use crate::keys;
 use crate::plan::Role;
-use crate::plan::estimate::{Estimator, FixedWaits, History, Stage, WorkLeft};
-use crate::plan::group_loop::GroupStart;
-use crate::policy::StatedDurations;
+use crate::plan::estimate::{Asking, Durations, Stage, WorkTally};
+use crate::plan::group_loop::{GroupLoop, GroupStart};
+use crate::plan::hook::Timing;
 
 /// What the run estimates from, and what it has left.
 #[derive(Debug, Default)]
 pub struct RunEstimates {
     /// The cluster's history as the run read it, with what the run measured since.
-    pub history: History,
-    pub stated: StatedDurations,
-    pub fixed: FixedWaits,
-    /// Per group, in order: instances left to replace, and how many go at once.
-    left: Vec<(WorkLeft, usize, usize)>,
+    pub durations: Durations,
+    tally: WorkTally,
 }
 
 impl RunEstimates {
-    pub fn new(history: History, stated: StatedDurations, fixed: FixedWaits) -> RunEstimates {
+    pub fn new(durations: Durations) -> RunEstimates {
         RunEstimates {
-            history,
-            stated,
-            fixed,
-            left: Vec::new(),
+            durations,
+            tally: WorkTally::default(),
         }
     }
 
-    fn estimator(&self) -> Estimator<'_> {
-        Estimator {
-            history: &self.history,
-            stated: &self.stated,
-            fixed: self.fixed,
-        }
-    }
-
-    /// A group the run will rotate, from its start: its selected instances, its budget's
-    /// concurrency at a time.
+    /// A group the run will rotate, from its start.
     pub(super) fn plan_group(&mut self, group: &str, role: Role, start: &GroupStart) {
-        let instances = start.info.selected as usize;
-        let concurrency = (start.budget.resolve(start.info.selected))
-            .map_or(1, |b| b.concurrency as usize)
-            .max(1);
-        let work = WorkLeft {
-            group: group.to_string(),
-            role,
-            batches: instances.div_ceil(concurrency) as u64,
-        };
-        self.left.push((work, instances, concurrency));
+        self.tally.add(group, role, start);
     }
 
-    /// `replaced` more instances of `group` are done.
-    fn replaced(&mut self, group: &str, replaced: usize) {
-        if let Some((work, instances, concurrency)) =
-            self.left.iter_mut().find(|(w, _, _)| w.group == group)
-        {
-            *instances = instances.saturating_sub(replaced);
-            work.batches = instances.div_ceil(*concurrency) as u64;
+    /// The selection of `group`, which `machine` took, chose its instances.
+    pub(super) fn chose(&mut self, group: &str, machine: &GroupLoop) {
+        if let (Some(chosen), Some(budget)) = (machine.selected(), machine.budget()) {
+            let (instances, at_once) = (chosen.chosen.len(), budget.concurrency as usize);
+            self.tally.chose(group, instances, at_once);
         }
     }
 
-    /// Adds what the run measured in `group` to the history it estimates from.
-    fn learn(&mut self, group: &str, run_id: &str, measured: &[(Stage, u64)]) {
-        let entry = self.history.groups.entry(group.to_string()).or_default();
-        entry.record_all(run_id, measured);
+    /// What the hooks of a question about `asking`, asked now, are told.
+    pub(super) fn timing(&self, asking: Asking) -> Timing {
+        let now = jiff::Timestamp::now().as_second();
+        (self.durations.estimator()).timing(&self.tally, asking, now)
     }
 
     /// The 90th percentile of `stage` in `group`'s own history.
     fn slow_after(&self, group: &str, stage: Stage) -> Option<Duration> {
-        (self.estimator().slow_after(group, stage)).map(Duration::from_millis)
+        (self.durations.estimator().slow_after(group, stage)).map(Duration::from_millis)
     }
 }
 
 impl Rotation<'_> {
     /// Says, and records on the Lease, how long the rest of the run likely takes.
     pub(super) async fn say_estimate(&mut self) {
-        let left: Vec<WorkLeft> = (self.estimates.left.iter())
-            .map(|(w, _, _)| w.clone())
-            .collect();
-        let now = jiff::Timestamp::now().as_second();
-        let e = self.estimates.estimator().remaining(&left, now);
+        let timing = self.estimates.timing(Asking::Other);
+        let Some(e) = timing.remaining else {
+            return;
+        };
         let event = Event::Estimate {
             elapsed_seconds: self.clock.elapsed().as_secs(),
             remaining_seconds: e.seconds,
@@ -105,8 +79,8 @@ impl Rotation<'_> {
     /// Keeps what a replaced batch of `group` measured, for the run's next estimates.
     pub(super) fn learn(&mut self, group: &str, replaced: usize, measured: &[(Stage, u64)]) {
         let run_id = self.settings.plan.run_id.clone();
-        self.estimates.learn(group, &run_id, measured);
-        self.estimates.replaced(group, replaced);
+        self.estimates.durations.learn(group, &run_id, measured);
+        self.estimates.tally.replaced(group, replaced);
     }
 
     /// Runs `work`, the `stage` of a batch of `group`: past the stage's 90th percentile in the

@@ -60,7 +60,7 @@ impl Rotation<'_> {
         }
         let mut set_aside = Vec::new();
         if move_pods {
-            let orders = self.drain_orders(batch).await?;
+            let orders = self.drain_orders(batch, run.asking_batch()).await?;
             let rules = &self.settings.drain.options.rules;
             // An instance that never registered as a node has nothing to cordon or drain.
             let cordons: Vec<(&String, Cordon)> = (batch.instances.iter())

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::execute::{UpdateError, Updater};
 use crate::events::Event;
 use crate::plan::decide::{BatchDecision, GateDecision, Verdict};
-use crate::plan::hook::DecidedBy;
+use crate::plan::hook::{DecidedBy, Timing};
 use crate::plan::rolling_update::flow::{Act, Answer, Ask, Flow, Gating, Outcome, Sizing, Step};
 
 /// A flow as a live run carries it out.
@@ -130,7 +130,11 @@ pub(super) async fn drive<L: Live>(
         input = match step {
             Step::Ask(Ask::Size(sizing)) if with_hooks => {
                 u.timing.step_begins();
-                Answer::Sized(live.size(u, &sizing).await?)
+                u.kernel.tell(u.timing.told(true, machine.steps_left()));
+                let sized = live.size(u, &sizing).await;
+                // Told once, to the size question only.
+                u.kernel.tell(Timing::default());
+                Answer::Sized(sized?)
             }
             Step::Ask(Ask::Size(sizing)) => {
                 u.timing.step_begins();
@@ -139,7 +143,12 @@ pub(super) async fn drive<L: Live>(
             Step::Ask(Ask::Gate(gating)) => {
                 u.step_done().await;
                 let decision = match with_hooks {
-                    true => live.gate(u, &gating).await?,
+                    true => {
+                        u.kernel.tell(u.timing.told(false, machine.steps_left()));
+                        let judged = live.gate(u, &gating).await;
+                        u.kernel.tell(Timing::default());
+                        judged?
+                    }
                     false => GateDecision {
                         verdict: Verdict::Proceed,
                         by: DecidedBy::BuiltIn,

@@ -2,20 +2,23 @@
 //! ([`crate::cluster::history`]): each step, from its sizing to its gate (its pods changed and
 //! Ready again; hooks' holds left out, plans add them as foreseen), and the run's setup, under
 //! the workload's name (`sts/NAMESPACE/NAME`), so that the next plan of its update estimates
-//! from them (the kernel writes them: see [`crate::kernel::Kernel::record_durations`]).
+//! from them (the kernel writes them: see [`crate::kernel::Kernel::record_durations`]); and what
+//! its hooks are told of the steps left, estimated from the cluster's history with the steps
+//! this run measured added.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::execute::Updater;
-use crate::plan::estimate::Stage;
+use crate::plan::estimate::{Stage, StepEstimates};
+use crate::plan::hook::Timing;
 
-/// The update's own times.
+/// The update's own times, and what it estimates from.
 #[derive(Debug)]
 pub struct StepClock {
-    /// The workload's name in the history: `KIND/NAMESPACE/NAME`.
-    workload: String,
+    /// The cluster's history and the workload's name in it (`KIND/NAMESPACE/NAME`).
+    estimates: StepEstimates,
     started: Instant,
     /// The step under way: when it began, and the holds within it.
     step: Option<(Instant, Duration)>,
@@ -24,11 +27,10 @@ pub struct StepClock {
 }
 
 impl StepClock {
-    /// The clock of an update of `workload` (`sts/NAMESPACE/NAME`) whose command started at
-    /// `started`.
-    pub fn new(workload: String, started: Instant) -> StepClock {
+    /// The clock of an update estimated from `estimates`, whose command started at `started`.
+    pub fn new(estimates: StepEstimates, started: Instant) -> StepClock {
         StepClock {
-            workload,
+            estimates,
             started,
             step: None,
             first_step: None,
@@ -61,6 +63,13 @@ impl StepClock {
         Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
     }
 
+    /// What the hooks of a question asked now are told, with `steps_left` to come (a step
+    /// being sized, when `sizing`, included).
+    pub(super) fn told(&self, sizing: bool, steps_left: u32) -> Timing {
+        let now = jiff::Timestamp::now().as_second();
+        self.estimates.timing(sizing, steps_left, now)
+    }
+
     /// The update's setup: its start to its first step, and its last step to now.
     fn setup(&self) -> Option<u64> {
         let setup = self.first_step?.duration_since(self.started) + self.last_step_end?.elapsed();
@@ -73,9 +82,9 @@ impl Updater<'_> {
     pub(super) async fn step_done(&mut self) {
         if let Some(millis) = self.timing.step_ends() {
             let step = [(Stage::Step, millis)];
-            self.kernel
-                .record_durations(&self.timing.workload, &step)
-                .await;
+            let subject = self.timing.estimates.subject.clone();
+            self.kernel.record_durations(&subject, &step).await;
+            (self.timing.estimates).learn(&self.kernel.run_id, &step);
         }
     }
 
@@ -83,9 +92,8 @@ impl Updater<'_> {
     pub(super) async fn update_done(&mut self) {
         if let Some(millis) = self.timing.setup() {
             let setup = [(Stage::Setup, millis)];
-            self.kernel
-                .record_durations(&self.timing.workload, &setup)
-                .await;
+            let subject = &self.timing.estimates.subject;
+            self.kernel.record_durations(subject, &setup).await;
         }
     }
 }

@@ -5,7 +5,8 @@
 use super::render::{Row, Table};
 use super::{Failure, RollingUpdateArgs};
 use crate::cluster::Cluster;
-use crate::plan::hook::{CallContext, Hook};
+use crate::plan::estimate::StepEstimates;
+use crate::plan::hook::Hook;
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::planner::{self, PlanInput, RollingUpdatePlan, Side};
 use crate::plan::rolling_update::pods::PodInfo;
@@ -90,6 +91,7 @@ pub(super) fn plan_from(
     args: &RollingUpdateArgs,
     source: Option<&NextSource>,
     mut hooks: Vec<Box<dyn Hook>>,
+    estimates: &StepEstimates,
 ) -> Result<(RollingUpdatePlan, PairView), Failure> {
     let old = view.find(kind, old_name).ok_or_else(|| {
         Failure::usage(format!(
@@ -130,11 +132,8 @@ pub(super) fn plan_from(
             pair.from.replicas(),
         ),
         cleanup: pair.cleanup,
-        ctx: CallContext {
-            now: jiff::Timestamp::now().as_second(),
-            run_id: "plan".into(),
-            dry_run: true,
-        },
+        ctx: super::plan_context(),
+        estimates: estimates.clone(),
     };
     let plan = planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;
     Ok((plan, pair))

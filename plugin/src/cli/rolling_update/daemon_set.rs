@@ -8,14 +8,15 @@ use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_li
 use super::render::{Row, Table, print};
 use super::{
     Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, estimate_update, history_for_plan,
-    load_hooks, policy_of, read_snapshot,
+    load_hooks, policy_of, read_snapshot, step_estimates,
 };
 use crate::cli::nodes::DryRun;
 use crate::cluster::Cluster;
 use crate::cluster::controllers::Write;
 use crate::hooks::SnapshotObjects;
 use crate::plan::estimate::History;
-use crate::plan::hook::{CallContext, Hook};
+use crate::plan::estimate::StepEstimates;
+use crate::plan::hook::Hook;
 use crate::plan::rolling_update::asks::pods_at_a_time;
 use crate::plan::rolling_update::daemon_set::{
     self, DaemonPod, DaemonSet, Revision, Start, UpdateAction, node_candidate,
@@ -45,15 +46,11 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let fail = |e: String| Failure::usage(format!("snapshot {}: {e}", path.display()));
         let view = from_list(&list, &bytes, &namespace, &name).map_err(fail)?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
-        let mut plan = plan(&view, &action, args, hooks)?;
-        let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
         let workload = format!("ds/{namespace}/{name}");
-        plan.estimate = Some(estimate_update(
-            &History::default(),
-            &policy,
-            &workload,
-            steps,
-        ));
+        let estimates = step_estimates(History::default(), &policy, workload);
+        let mut plan = plan(&view, &action, args, hooks, &estimates)?;
+        let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
+        plan.estimate = Some(estimate_update(&estimates, steps));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
@@ -77,16 +74,19 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
                 revisions,
                 nodes,
             };
-            let mut plan = tokio::task::block_in_place(|| {
-                plan(&view, &action, args, std::mem::take(&mut hooks))
-            })?;
+            let mut unread = Vec::new();
+            let history = history_for_plan(&cluster, &mut unread).await;
+            let workload = format!("ds/{namespace}/{name}");
+            let estimates = step_estimates(history, &policy, workload);
+            let hooks = std::mem::take(&mut hooks);
+            let mut plan =
+                tokio::task::block_in_place(|| plan(&view, &action, args, hooks, &estimates))?;
+            plan.warnings.append(&mut unread);
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &namespace, &view, &action).await?;
             }
-            let history = history_for_plan(&cluster, &mut plan.warnings).await;
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-            let workload = format!("ds/{namespace}/{name}");
-            plan.estimate = Some(estimate_update(&history, &policy, &workload, steps));
+            plan.estimate = Some(estimate_update(&estimates, steps));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Nodes(NodeRequest {
@@ -95,7 +95,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             action,
             max_unavailable: args.max_unavailable,
         });
-        run_live(&cluster, args, hooks, request).await
+        run_live(&cluster, args, &policy, hooks, request).await
     })
 }
 
@@ -136,6 +136,7 @@ fn plan(
     action: &UpdateAction,
     args: &RollingUpdateArgs,
     mut hooks: Vec<Box<dyn Hook>>,
+    estimates: &StepEstimates,
 ) -> Result<NodePlan, Failure> {
     let start = daemon_set::start(&view.set, &view.pods, &view.revisions, action)
         .map_err(Failure::usage)?;
@@ -185,11 +186,8 @@ fn plan(
         candidates: &candidates,
         updated,
         max_unavailable: pods_at_a_time(max, desired),
-        ctx: CallContext {
-            now: jiff::Timestamp::now().as_second(),
-            run_id: "plan".into(),
-            dry_run: true,
-        },
+        ctx: super::plan_context(),
+        estimates: estimates.clone(),
     };
     let mut plan =
         node_planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;

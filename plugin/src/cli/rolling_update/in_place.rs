@@ -172,6 +172,7 @@ pub enum LiveRequest {
 pub async fn run_live(
     cluster: &Cluster,
     args: &RollingUpdateArgs,
+    policy: &Policy,
     mut hooks: Vec<Box<dyn Hook>>,
     request: LiveRequest,
 ) -> Result<(), Failure> {
@@ -199,6 +200,8 @@ pub async fn run_live(
         namespace: namespace.clone(),
     };
     let recorder = EventRecorder::start(cluster, &identity, scope, Arc::clone(&reporter));
+    let subject = format!("{}/{namespace}/{name}", kind.short());
+    let estimates = super::live_estimates(cluster, policy, subject, &recorder).await;
     let workload = match &request {
         LiveRequest::Partition(r) => Workload::StatefulSet(r.name.clone()),
         LiveRequest::Nodes(r) => Workload::DaemonSet(r.name.clone()),
@@ -218,10 +221,7 @@ pub async fn run_live(
             lock: None,
         }),
         pods: Default::default(),
-        timing: StepClock::new(
-            format!("{}/{namespace}/{name}", kind.short()),
-            super::super::command_started(),
-        ),
+        timing: StepClock::new(estimates, super::super::command_started()),
     };
     let run = async {
         match &request {

@@ -27,8 +27,8 @@ use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::kernel::{ControlsAt, Kernel, Parts};
-use crate::plan::estimate::{Estimate, Estimator, FixedWaits, History};
-use crate::plan::hook::Hook;
+use crate::plan::estimate::{Durations, Estimate, FixedWaits, History, StepEstimates};
+use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::controller::{Controller, Kind};
 use crate::plan::rolling_update::planning::StepDecisions;
 use crate::plan::rolling_update::prepare::NextSource;
@@ -251,15 +251,19 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let objects = SnapshotView::from_list(&list, &namespace)
             .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
         let hooks = load_hooks(&policy, Arc::new(SnapshotObjects::new(bytes)))?;
-        let (mut plan, _) = plan_from(&objects, kind, &old_name, args, source.as_ref(), hooks)?;
         let workload = format!("{}/{namespace}/{old_name}", kind.short());
+        let estimates = step_estimates(History::default(), &policy, workload);
+        let (mut plan, _) = plan_from(
+            &objects,
+            kind,
+            &old_name,
+            args,
+            source.as_ref(),
+            hooks,
+            &estimates,
+        )?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-        plan.estimate = Some(estimate_update(
-            &History::default(),
-            &policy,
-            &workload,
-            steps,
-        ));
+        plan.estimate = Some(estimate_update(&estimates, steps));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::tokio_runtime()?;
@@ -282,9 +286,15 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         let mut hooks = tokio::task::block_in_place(|| load_hooks(&policy, objects))?;
         if dry_run != DryRun::None {
             let view = SnapshotView::live(&cluster, kind, &namespace, &old_name, args).await?;
+            let mut unread = Vec::new();
+            let history = history_for_plan(&cluster, &mut unread).await;
+            let workload = format!("{}/{namespace}/{old_name}", kind.short());
+            let estimates = step_estimates(history, &policy, workload);
+            let hooks = std::mem::take(&mut hooks);
             let (mut plan, pair) = tokio::task::block_in_place(|| {
-                plan_from(&view, kind, &old_name, args, source.as_ref(), std::mem::take(&mut hooks))
+                plan_from(&view, kind, &old_name, args, source.as_ref(), hooks, &estimates)
             })?;
+            plan.warnings.append(&mut unread);
             if let Some(minor) = cluster.server_minor_version().await
                 && minor < 22
                 && plan.deletion_order.is_some()
@@ -297,10 +307,8 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             if dry_run == DryRun::Server {
                 server_dry_run(&cluster, &pair, &namespace).await?;
             }
-            let history = history_for_plan(&cluster, &mut plan.warnings).await;
-            let workload = format!("{}/{namespace}/{old_name}", kind.short());
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-            plan.estimate = Some(estimate_update(&history, &policy, &workload, steps));
+            plan.estimate = Some(estimate_update(&estimates, steps));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let settings = Settings {
@@ -328,6 +336,8 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             namespace: request.namespace.clone(),
         };
         let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output));
+        let subject = format!("{}/{}/{}", kind.short(), request.namespace, request.old_name);
+        let estimates = live_estimates(&cluster, &policy, subject, &recorder).await;
         let mut updater = Updater {
             settings: &settings,
             kernel: Kernel::new(Parts {
@@ -342,10 +352,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 lock: None,
             }),
             pods: Default::default(),
-            timing: StepClock::new(
-                format!("{}/{}/{}", kind.short(), request.namespace, request.old_name),
-                super::command_started(),
-            ),
+            timing: StepClock::new(estimates, super::command_started()),
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),
@@ -437,20 +444,51 @@ async fn history_for_plan(cluster: &Cluster, warnings: &mut Vec<String>) -> Hist
     history
 }
 
-/// Fills the estimates of an update's `steps` from `history` of `workload` (`KIND/NS/NAME`);
-/// the update's.
-fn estimate_update<'s>(
-    history: &History,
+/// What an update of the workload `subject` (`KIND/NS/NAME`) is estimated from: `history`,
+/// else the policy's figures, else the defaults.
+fn step_estimates(history: History, policy: &Policy, subject: String) -> StepEstimates {
+    StepEstimates {
+        durations: Durations {
+            history,
+            stated: policy.estimates,
+            fixed: FixedWaits::default(),
+        },
+        subject,
+    }
+}
+
+/// What a live update of `subject` estimates from: the cluster's history (one it cannot read
+/// is said, never a reason to stop), else the policy's figures, else the defaults.
+async fn live_estimates(
+    cluster: &Cluster,
     policy: &Policy,
-    workload: &str,
+    subject: String,
+    reporter: &dyn Reporter,
+) -> StepEstimates {
+    let (history, unread) = cluster.history_or_note().await;
+    if let Some(message) = unread {
+        reporter.report(crate::progress::Event::Warning { message });
+    }
+    step_estimates(history, policy, subject)
+}
+
+/// Fills the estimates of an update's `steps`; the update's.
+fn estimate_update<'s>(
+    estimates: &StepEstimates,
     steps: impl Iterator<Item = &'s mut StepDecisions>,
 ) -> Estimate {
-    let estimator = Estimator {
-        history,
-        stated: &policy.estimates,
-        fixed: FixedWaits::default(),
-    };
-    estimator.update(workload, steps, jiff::Timestamp::now().as_second())
+    let now = jiff::Timestamp::now().as_second();
+    (estimates.durations.estimator()).update(&estimates.subject, steps, now)
+}
+
+/// The context of a plan's hook calls, from now.
+fn plan_context() -> CallContext {
+    CallContext {
+        now: jiff::Timestamp::now().as_second(),
+        run_id: "plan".into(),
+        dry_run: true,
+        timing: Default::default(),
+    }
 }
 
 /// The policy file given, or the built-in policy (no hooks), its registry modules pulled.

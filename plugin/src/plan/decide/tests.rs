@@ -17,7 +17,12 @@ pub struct FakeHook {
     pub gate: Box<GateFn>,
     /// The answer at `drain-order`; none: defer.
     pub drain_order: Option<DrainOrderAnswer>,
+    /// Each call's point (a gate's phase) and context, in order.
+    pub calls: Calls,
 }
+
+/// The calls a [`FakeHook`] took: point (or phase) and context.
+pub type Calls = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, CallContext)>>>;
 
 impl FakeHook {
     pub fn new(name: &str, points: &[HookPoint]) -> Self {
@@ -30,7 +35,12 @@ impl FakeHook {
             batch: Box::new(|_| Ok(BatchAnswer::Defer)),
             gate: Box::new(|_| Ok(GateAnswer::Defer)),
             drain_order: None,
+            calls: Calls::default(),
         }
+    }
+
+    fn took(&self, point: &'static str, ctx: &CallContext) {
+        self.calls.lock().unwrap().push((point, ctx.clone()));
     }
     pub fn boxed(self) -> Box<dyn Hook> {
         Box::new(self)
@@ -52,22 +62,25 @@ impl Hook for FakeHook {
     }
     fn select(
         &mut self,
-        _: &CallContext,
+        ctx: &CallContext,
         _: &GroupInfo,
         c: &Instances,
     ) -> Result<SelectAnswer, HookFault> {
+        self.took("select", ctx);
         (self.select)(c)
     }
-    fn next_batch(&mut self, _: &CallContext, p: &Progress) -> Result<BatchAnswer, HookFault> {
+    fn next_batch(&mut self, ctx: &CallContext, p: &Progress) -> Result<BatchAnswer, HookFault> {
+        self.took("batch", ctx);
         (self.batch)(p)
     }
     fn gate(
         &mut self,
-        _: &CallContext,
-        _: Phase,
+        ctx: &CallContext,
+        phase: Phase,
         b: &BatchInfo,
         _: &HealthSummary,
     ) -> Result<GateAnswer, HookFault> {
+        self.took(phase.as_str(), ctx);
         (self.gate)(b)
     }
     fn drain_order(
@@ -106,6 +119,7 @@ pub fn ctx() -> CallContext {
         now: 0,
         run_id: "r".into(),
         dry_run: true,
+        timing: Default::default(),
     }
 }
 

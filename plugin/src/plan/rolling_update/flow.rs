@@ -111,6 +111,11 @@ pub trait Flow {
     /// # Panics
     /// When `input` does not answer the last step: a driver bug, never a cluster condition.
     fn step(&mut self, input: Answer<Self::Answer>) -> StepOf<Self>;
+
+    /// The steps still to come, a step being sized included, for the estimates hooks are
+    /// told: counted where the flow knows them, estimated where it cannot (a controller
+    /// pair's steps depend on when its new pods become available).
+    fn steps_left(&self) -> u32;
 }
 
 /// What flow `F` needs next.

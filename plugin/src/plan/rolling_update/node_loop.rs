@@ -188,6 +188,11 @@ impl Flow for NodeLoop {
         };
         self.ended(step)
     }
+
+    fn steps_left(&self) -> u32 {
+        let pending = u32::try_from(self.pending.len()).unwrap_or(u32::MAX);
+        pending.div_ceil(self.max_unavailable.max(1))
+    }
 }
 
 #[cfg(test)]

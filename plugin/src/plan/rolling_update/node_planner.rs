@@ -9,6 +9,7 @@ use super::flow::{Gating, Sizing};
 use super::node_loop::{Action, Input, NodeLoop, Question};
 use super::planning::{self, Asked, Asking, InPlacePlan, Notes, Planned, StepDecisions};
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
+use crate::plan::estimate::StepEstimates;
 use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [{"nodes"}, ...]}`.
@@ -42,6 +43,8 @@ pub struct NodeInput<'a> {
     pub updated: Vec<String>,
     pub max_unavailable: u32,
     pub ctx: CallContext,
+    /// What the hooks are told of how long steps take.
+    pub estimates: StepEstimates,
 }
 
 /// The node machine as its plan records it.
@@ -128,7 +131,8 @@ pub fn plan(input: &NodeInput, hooks: &mut [Box<dyn Hook>]) -> Result<NodePlan, 
         }),
         steps_done: 0,
     };
-    recording.plan.warnings = planning::plan_in_place(&mut recording, machine, hooks, &input.ctx)?;
+    recording.plan.warnings =
+        planning::plan_in_place(&mut recording, machine, hooks, &input.ctx, &input.estimates)?;
     Ok(recording.plan)
 }
 
@@ -155,7 +159,9 @@ mod tests {
                 now: 0,
                 run_id: "plan".into(),
                 dry_run: true,
+                timing: Default::default(),
             },
+            estimates: Default::default(),
         };
         let built_in = plan(&input, &mut []).unwrap();
         let steps: Vec<Vec<String>> = built_in.steps.iter().map(|s| s.nodes.clone()).collect();

@@ -210,6 +210,16 @@ impl Flow for PartitionLoop {
         };
         self.ended(step)
     }
+
+    fn steps_left(&self) -> u32 {
+        let left = u32::try_from(self.partition - self.floor).unwrap_or(0);
+        // The canary is still to come until its step lowers the partition.
+        let canary = match self.from == self.partition {
+            true => self.canary.min(left),
+            false => 0,
+        };
+        u32::from(canary > 0) + (left - canary).div_ceil(self.max_unavailable.max(1))
+    }
 }
 
 #[cfg(test)]

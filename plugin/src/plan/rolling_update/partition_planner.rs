@@ -12,6 +12,7 @@ use super::partition_loop::{Action, GateAbout, Input, PartitionLoop};
 use super::planning::{self, Asked, Asking, InPlacePlan, Notes, Planned, StepDecisions};
 use super::pods::PodInfo;
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed};
+use crate::plan::estimate::StepEstimates;
 use crate::plan::hook::{CallContext, DecidedBy, Hook};
 
 /// The plan JSON: `{"kind": "RollingUpdatePlan", "target": {...}, "steps": [...]}`.
@@ -50,6 +51,8 @@ pub struct PartitionInput<'a> {
     /// The StatefulSet's pods, offered to batching hooks as the pending instances.
     pub pods: &'a [PodInfo],
     pub ctx: CallContext,
+    /// What the hooks are told of how long steps take.
+    pub estimates: StepEstimates,
 }
 
 /// The partition machine as its plan records it.
@@ -161,7 +164,8 @@ pub fn plan(
         input.max_unavailable,
         input.canary,
     );
-    recording.plan.warnings = planning::plan_in_place(&mut recording, machine, hooks, &input.ctx)?;
+    recording.plan.warnings =
+        planning::plan_in_place(&mut recording, machine, hooks, &input.ctx, &input.estimates)?;
     Ok(recording.plan)
 }
 
@@ -182,7 +186,9 @@ mod tests {
                 now: 0,
                 run_id: "plan".into(),
                 dry_run: true,
+                timing: Default::default(),
             },
+            estimates: Default::default(),
         }
     }
 
@@ -209,6 +215,49 @@ mod tests {
         );
         assert_eq!(json["steps"][0]["canary"], true);
         assert!(json["steps"][1].get("canary").is_none());
+    }
+
+    #[test]
+    fn hooks_are_told_each_step_and_the_steps_left_as_the_plan_clock_moves() {
+        use crate::plan::decide::tests::FakeHook;
+        use crate::plan::estimate::{GroupHistory, Stage};
+        use crate::policy::HookPoint;
+        let hook = FakeHook::new("h", &[HookPoint::Batch, HookPoint::Gate]);
+        let calls = hook.calls.clone();
+        let mut input = input(5, 5, 2);
+        input.estimates.subject = "sts/shop/web".into();
+        let mut history = GroupHistory::default();
+        history.record("run-1", Stage::Step, 30_000);
+        history.record("run-1", Stage::Step, 50_000);
+        let groups = &mut input.estimates.durations.history.groups;
+        groups.insert("sts/shop/web".into(), history);
+        plan(&input, &mut [hook.boxed()]).unwrap();
+        let calls = calls.lock().unwrap();
+        let told: Vec<(&str, i64, Option<u64>, u64)> = (calls.iter())
+            .map(|(point, ctx)| {
+                let t = &ctx.timing;
+                let step = t.batch.as_ref().map(|e| e.seconds);
+                (*point, ctx.now, step, t.remaining.as_ref().unwrap().seconds)
+            })
+            .collect();
+        // Steps of 1 (the canary), 2 and 2 at the median of 30 s and 50 s; the clock moves by a
+        // step before each gate.
+        assert_eq!(
+            told,
+            [
+                ("batch", 0, Some(30), 90),
+                ("after-batch", 30, None, 60),
+                ("batch", 30, Some(30), 60),
+                ("after-batch", 60, None, 30),
+                ("batch", 60, Some(30), 30),
+                ("after-batch", 90, None, 0),
+            ]
+        );
+        let first = calls[0].1.timing.batch.as_ref().unwrap();
+        assert_eq!(
+            (first.p90_seconds, first.basis.as_str()),
+            (50, "history of 1 run")
+        );
     }
 
     #[test]

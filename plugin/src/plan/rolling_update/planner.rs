@@ -15,6 +15,7 @@ use super::scale_loop::{Action, Input, Question, ScaleLoop, Seen, Told};
 use super::steps::Budgets;
 use crate::plan::PLAN_API_VERSION;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed};
+use crate::plan::estimate::StepEstimates;
 use crate::plan::hook::{CallContext, Candidate, DecidedBy, Hook, Instances};
 use crate::plan::shadow::{self, ShadowDecision};
 
@@ -116,6 +117,8 @@ pub struct PlanInput<'a> {
     pub budgets: Budgets,
     pub cleanup: Cleanup,
     pub ctx: CallContext,
+    /// What the hooks are told of how long steps take.
+    pub estimates: StepEstimates,
 }
 
 /// Plans the scale steps, asking the hooks as a live run would.
@@ -306,6 +309,7 @@ fn simulate(
     let mut asking = Asking {
         hooks,
         ctx,
+        estimates: input.estimates.clone(),
         warnings,
     };
     planning::plan(&mut sim, machine, &mut asking)?;

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use super::flow::{Act, Answer, Ask, Flow, Gating, Held, Outcome, Sizing, Step};
 use crate::plan::decide::{BatchDecision, GateDecision, HookFailed, Verdict};
-use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase};
+use crate::plan::estimate::StepEstimates;
+use crate::plan::hook::{CallContext, DecidedBy, Hook, Phase, Timing};
 use crate::plan::shadow::ShadowDecision;
 use crate::plan::{GateStep, PauseStep, SimulatedPauses};
 
@@ -96,29 +97,42 @@ impl<T, S> InPlacePlan<T, S> {
     }
 }
 
-/// Plans with `hooks`, asked in `ctx`, what `machine` does, as `planned` records it; the
-/// plan's warnings.
+/// Plans with `hooks`, asked in `ctx` and told `estimates`, what `machine` does, as
+/// `planned` records it; the plan's warnings.
 pub fn plan_in_place<P: Planned>(
     planned: &mut P,
     machine: P::Flow,
     hooks: &mut [Box<dyn Hook>],
     ctx: &CallContext,
+    estimates: &StepEstimates,
 ) -> Result<Vec<String>, HookFailed> {
     let mut warnings = Vec::new();
     let mut asking = Asking {
         hooks,
         ctx: ctx.clone(),
+        estimates: estimates.clone(),
         warnings: &mut warnings,
     };
     plan(planned, machine, &mut asking)?;
     Ok(warnings)
 }
 
-/// The hooks, the context of the calls and the plan's warnings.
+/// The hooks, the context of the calls (its clock simulated), what they are told of how long
+/// steps take, and the plan's warnings.
 pub struct Asking<'a> {
     pub hooks: &'a mut [Box<dyn Hook>],
     pub ctx: CallContext,
+    pub estimates: StepEstimates,
     pub warnings: &'a mut Vec<String>,
+}
+
+impl Asking<'_> {
+    /// The next question's hooks are told the estimates of the steps left (and of the step
+    /// `sizing`, when it is one).
+    fn tell(&mut self, sizing: bool, steps_left: u32) {
+        let now = self.ctx.now;
+        self.ctx.timing = self.estimates.timing(sizing, steps_left, now);
+    }
 }
 
 /// A flow as its plan records it.
@@ -191,12 +205,20 @@ pub fn plan<P: Planned>(
         let step: Step<_, _, _, _, _> = machine.step(input);
         input = match step {
             Step::Ask(Ask::Size(sizing)) => {
+                asking.tell(true, machine.steps_left());
                 let (decision, said) = planned.size(asking, &sizing)?;
+                asking.ctx.timing = Timing::default();
                 shadow.extend(said);
                 Answer::Sized(decision)
             }
             Step::Ask(Ask::Gate(gating)) => {
+                // The step just done took its estimate, as a run's would.
+                if gating.attempt == 0 {
+                    asking.ctx.now += asking.estimates.step_seconds();
+                }
+                asking.tell(false, machine.steps_left());
                 let (decision, said) = planned.gate(asking, &gating)?;
+                asking.ctx.timing = Timing::default();
                 if let Some(last) = planned.last_step() {
                     last.gate = GateStep::from_decision(Phase::AfterBatch, decision.clone());
                     last.shadow.extend(said);

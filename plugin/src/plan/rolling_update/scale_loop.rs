@@ -301,6 +301,16 @@ impl Flow for ScaleLoop {
         }
         step
     }
+
+    fn steps_left(&self) -> u32 {
+        let Some(state) = self.observed else {
+            return 0;
+        };
+        let count = |n: i32| u32::try_from(n.max(0)).unwrap_or(0);
+        let per = count(self.budgets.max_surge + self.budgets.max_unavailable).max(1);
+        let (up, down) = (count(self.desired - state.next), count(state.old));
+        up.div_ceil(per) + down.div_ceil(per)
+    }
 }
 
 #[cfg(test)]

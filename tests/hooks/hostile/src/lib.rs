@@ -192,7 +192,7 @@ impl Policy for Hostile {
             "clock" => Err(probe_clock(ctx)),
             "socket" => Err(probe_socket()),
             "trace" => {
-                println!("trace select dry-run={}", ctx.dry_run);
+                println!("trace select {} dry-run={}", told(), ctx.dry_run);
                 Ok(Selection::Defer)
             }
             "print" => {
@@ -220,8 +220,10 @@ impl Policy for Hostile {
             "one" => Ok(BatchSize::size(1, "one at a time")),
             "trace" => {
                 println!(
-                    "trace batch {} dry-run={}",
-                    progress.batches_done, ctx.dry_run
+                    "trace batch {} {} dry-run={}",
+                    progress.batches_done,
+                    told(),
+                    ctx.dry_run
                 );
                 Ok(BatchSize::Defer)
             }
@@ -263,10 +265,11 @@ impl Policy for Hostile {
         match mode.as_str() {
             "trace" => {
                 println!(
-                    "trace gate {} {} attempt={} dry-run={}",
+                    "trace gate {} {} attempt={} {} dry-run={}",
                     phase_name(phase),
                     batch.index,
                     batch.attempt,
+                    told(),
                     ctx.dry_run
                 );
                 Ok(Verdict::Defer)
@@ -321,6 +324,20 @@ fn read_labels(list: &Instances) -> String {
         None => "no first".to_string(),
     };
     format!("len {len}; {first}")
+}
+
+/// What the host estimates, as `told=BATCH/LEFT` in seconds (`-` for none).
+fn told() -> String {
+    let timing = rollout_ext_hooks::host::estimates();
+    let seconds = |e: &Option<rollout_ext_hooks::host::DurationEstimate>| {
+        e.as_ref()
+            .map_or("-".to_string(), |e| e.seconds.to_string())
+    };
+    format!(
+        "told={}/{}",
+        seconds(&timing.batch),
+        seconds(&timing.remaining)
+    )
 }
 
 fn phase_name(phase: Phase) -> &'static str {

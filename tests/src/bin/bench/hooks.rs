@@ -166,6 +166,7 @@ impl Inputs {
             now: 1_795_000_000,
             run_id: "bench".into(),
             dry_run: true,
+            timing: Default::default(),
         };
         let native_ctx =
             rollout_ext_hooks::testing::context(ctx.now, serde_json::json!({"maxPerZone": 1}));

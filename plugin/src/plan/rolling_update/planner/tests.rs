@@ -33,7 +33,9 @@ fn input(old: &Controller, surge: IntOrPercent, unavailable: IntOrPercent) -> Pl
             now: 0,
             run_id: "plan".into(),
             dry_run: true,
+            timing: Default::default(),
         },
+        estimates: Default::default(),
     }
 }
 
