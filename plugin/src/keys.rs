@@ -105,3 +105,8 @@ pub const NODE_DO_NOT_DISRUPT: &[(&str, &str)] = &[
 pub const WAIT_FOR_COMPLETION: &str = "rollout-ext.io/wait-for-completion";
 /// Priority classes whose pods a drain evicts last unless `drain.order` places them.
 pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
+
+/// On a run handed to the cluster (`--in-cluster`): its Job, pods and ConfigMap, the Job's name.
+/// A drain evicts such a pod last (its run resumes in the Job's next pod) rather than waiting
+/// for it to complete as for another Job's.
+pub const RUNNER: &str = "rollout-ext.io/runner";

@@ -131,7 +131,14 @@ pub struct Pod {
 impl Pod {
     /// A Job's pod, or one annotated to be waited for: a drain lets it complete first.
     pub fn runs_to_completion(&self) -> bool {
-        self.wait_for_completion || self.controller.as_ref().is_some_and(|c| c.kind == "Job")
+        let job = self.controller.as_ref().is_some_and(|c| c.kind == "Job");
+        !self.is_runner() && (self.wait_for_completion || job)
+    }
+
+    /// Whether it runs a run handed to the cluster (perhaps this very one): evicted last, and
+    /// resumed by its Job's next pod.
+    pub fn is_runner(&self) -> bool {
+        self.labels.contains_key(crate::keys::RUNNER)
     }
 
     /// `namespace/name`.

@@ -350,3 +350,39 @@ impl Observer {
         (report, checker.fewest_available)
     }
 }
+
+/// The simulated cloud's terminate and detach calls for `group` that changed something (a
+/// repeated termination of an instance already gone does not), as they arrive.
+pub fn cloud_calls(
+    cluster: &TestCluster,
+    group: &str,
+) -> impl futures::Stream<Item = InstanceCall> + Send + 'static {
+    let prefix = format!("{group}-");
+    futures::stream::unfold(cluster.cloud.subscribe(), move |mut feed| {
+        let prefix = prefix.clone();
+        async move {
+            loop {
+                let call = match feed.recv().await {
+                    Ok(call) => call,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        panic!("observer: missed {n} cloud calls")
+                    }
+                    Err(_) => return None,
+                };
+                if !call.target.starts_with(&prefix) || !call.effective {
+                    continue;
+                }
+                let verb = match call.verb.as_str() {
+                    "terminate" => Verb::Terminate,
+                    "detach" => Verb::Detach,
+                    _ => continue,
+                };
+                let heard = InstanceCall {
+                    verb,
+                    node: call.target,
+                };
+                return Some((heard, feed));
+            }
+        }
+    })
+}

@@ -19,7 +19,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
 use rollout_ext_e2e::invariants::{Budget, Pdb, SplitMix64, chaos_seed};
-use rollout_ext_e2e::observer::{InstanceCall, Observer, Verb};
+use rollout_ext_e2e::observer::{InstanceCall, Observer, Verb, cloud_calls};
 use rollout_ext_e2e::plugin_binary;
 use rollout_ext_e2e::workloads::create_namespace;
 use serde_json::json;
@@ -41,42 +41,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The nodes of `group`, as a label selector.
 fn group_nodes(group: &str) -> String {
     format!("{GROUP_LABEL}={group}")
-}
-
-/// The simulated cloud's terminate and detach calls for `group` that changed something (a
-/// repeated termination of an instance already gone does not), as they arrive.
-fn cloud_calls(
-    cluster: &TestCluster,
-    group: &str,
-) -> impl futures::Stream<Item = InstanceCall> + Send + 'static {
-    let prefix = format!("{group}-");
-    futures::stream::unfold(cluster.cloud.subscribe(), move |mut feed| {
-        let prefix = prefix.clone();
-        async move {
-            loop {
-                let call = match feed.recv().await {
-                    Ok(call) => call,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        panic!("observer: missed {n} cloud calls")
-                    }
-                    Err(_) => return None,
-                };
-                if !call.target.starts_with(&prefix) || !call.effective {
-                    continue;
-                }
-                let verb = match call.verb.as_str() {
-                    "terminate" => Verb::Terminate,
-                    "detach" => Verb::Detach,
-                    _ => continue,
-                };
-                let heard = InstanceCall {
-                    verb,
-                    node: call.target,
-                };
-                return Some((heard, feed));
-            }
-        }
-    })
 }
 
 /// The calls [`cloud_calls`] yielded for `group` so far, one line each.

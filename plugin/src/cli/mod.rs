@@ -7,6 +7,7 @@
 mod control;
 mod hooks_cmd;
 mod hooks_test;
+mod in_cluster;
 mod nodes;
 mod output;
 mod release;
@@ -150,6 +151,29 @@ pub fn command_started() -> tokio::time::Instant {
     tokio::time::Instant::from_std(*STARTED.get_or_init(std::time::Instant::now))
 }
 
+/// Resolves when the process is asked to stop: Ctrl-C, or SIGTERM (a pod being stopped, as a
+/// runner pod is when its node is drained).
+pub async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => drop(term.recv().await),
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -202,6 +226,16 @@ pub enum Command {
         /// comes back until the same command resumes the rotation.
         #[arg(long)]
         uncordon: bool,
+    },
+    /// Print the output of a run handed to the cluster (`nodes --yes --in-cluster`; the newest
+    /// in kube-system, or -n, without JOB): each pod of its Job in turn, the one that resumed
+    /// the run after an eviction after the evicted one.
+    Logs {
+        /// The run's Job (`rollout-ext-run-…`).
+        job: Option<String>,
+        /// Follow the output until the run ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Save the cluster's nodes, pods and PodDisruptionBudgets as a v1 List, for offline plans
     /// (and the kinds a policy grants its hooks, or any kind asked for: a snapshot may hold any).
@@ -279,7 +313,9 @@ impl From<crate::cluster::access::AccessError> for Failure {
     fn from(e: crate::cluster::access::AccessError) -> Self {
         use crate::cluster::access::AccessError;
         match e {
-            AccessError::Missing(_) => Failure::failed(e.to_string()),
+            AccessError::Missing(_) | AccessError::MissingForRunner { .. } => {
+                Failure::failed(e.to_string())
+            }
             AccessError::Review(c) => Failure::from(c),
         }
     }
@@ -332,6 +368,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             include,
         } => snapshot(&cli.kube, &output, policy.as_deref(), include),
         Command::Status { output } => status::run(&cli.kube, output),
+        Command::Logs { job, follow } => in_cluster::logs(&cli.kube, job.as_deref(), follow),
         Command::Pause { target, reason } => control::pause(&cli.kube, target.as_deref(), &reason),
         Command::Resume { target } => control::resume(&cli.kube, target.as_deref()),
         Command::Abort {

@@ -192,6 +192,21 @@ pub struct NodesArgs {
     #[arg(long)]
     pub force_unlock: bool,
 
+    /// With --yes: hand the run to the cluster, as a Job in kube-system (or -n) running the
+    /// same command with the runner's ServiceAccount; it outlives this terminal, and its own
+    /// node's rotation (the Job's next pod resumes it).
+    #[arg(long, requires_all = ["yes", "runner_image"], conflicts_with = "release_quarantined")]
+    pub in_cluster: bool,
+
+    /// --in-cluster: the image of this binary that the Job runs (see deploy/Containerfile).
+    #[arg(long, value_name = "IMAGE", requires = "in_cluster")]
+    pub runner_image: Option<String>,
+
+    /// --in-cluster: create (or update) the runner's ServiceAccount, the ClusterRole of
+    /// deploy/clusterrole.yaml and their binding first; without it they are checked.
+    #[arg(long, requires = "in_cluster")]
+    pub create_rbac: bool,
+
     /// Evaluate time-based rules (--max-age, hook windows) at this RFC 3339 instant instead of now.
     #[arg(long, value_name = "TIME", value_parser = parse_instant)]
     pub now: Option<i64>,
@@ -312,6 +327,9 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         return Err(Failure::usage(
             "--fail-on-drain-error=false terminates a node whose drain failed, and drain.undrainable: Quarantine (or --undrainable quarantine) sets it aside: choose one",
         ));
+    }
+    if args.in_cluster {
+        return super::in_cluster::run(kube, args, &policy);
     }
     if args.yes {
         return super::rotate_cmd::run(kube, args, &policy, plan_options(args, &policy));

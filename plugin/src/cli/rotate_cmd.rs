@@ -10,6 +10,7 @@ use crate::cluster::access;
 use crate::cluster::drain::DrainSettings;
 use crate::cluster::lock::{LeaseRef, LockError, LockGuard};
 use crate::cluster::recorder::{EventRecorder, Scope};
+use crate::cluster::runner::{NODE_ENV, POD_ENV, RUNNER_ENV, RunnerPod};
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, LiveObjects};
@@ -34,9 +35,24 @@ pub(super) fn operator() -> String {
     format!("{user}@{host}")
 }
 
-/// Who holds the lock: user, host and process, for the message a second run shows.
+/// Who holds the lock: user, host and process, for the message a second run shows; in a pod of
+/// a run handed to the cluster, its Job and pod (`job/NAMESPACE/NAME/pod-POD`).
 pub(super) fn identity() -> String {
-    format!("{}/pid-{}", operator(), std::process::id())
+    let runner = (std::env::var(RUNNER_ENV).ok()).zip(std::env::var(POD_ENV).ok());
+    match runner {
+        Some((job, pod)) => format!("{job}/pod-{pod}"),
+        None => format!("{}/pid-{}", operator(), std::process::id()),
+    }
+}
+
+/// Whether `holder` is a pod of the same Job as `identity` that no longer runs (evicted with
+/// its node, or gone): the Job's next pod takes the run over where it stopped.
+async fn runner_gone(cluster: &Cluster, holder: &str, identity: &str) -> bool {
+    let (Some(theirs), Some(ours)) = (RunnerPod::of_holder(holder), RunnerPod::of_holder(identity))
+    else {
+        return false;
+    };
+    theirs.job == ours.job && cluster.runner_gone(&theirs).await.unwrap_or(false)
 }
 
 fn lock_failure(e: LockError) -> Failure {
@@ -78,7 +94,9 @@ pub(super) async fn take_lock(
         .await
     {
         Ok(lock) => Ok(lock),
-        Err(LockError::Held { holder, .. }) if holder_is_dead_here(&holder) => {
+        Err(LockError::Held { holder, .. })
+            if holder_is_dead_here(&holder) || runner_gone(cluster, &holder, identity).await =>
+        {
             reporter.report(crate::progress::Event::Warning {
                 message: format!("taking over the lock of {holder}, which is no longer running"),
             });
@@ -91,15 +109,10 @@ pub(super) async fn take_lock(
     }
 }
 
-pub fn run(
-    kube: &KubeFlags,
-    args: &NodesArgs,
-    policy: &Policy,
-    plan: PlanOptions,
-) -> Result<(), Failure> {
-    let started = super::command_started();
-    let providers = match args.provider {
-        Some(arg) => arg.providers(),
+/// The providers that replace instances: the flag's, else the policy's.
+pub(super) fn providers_of(args: &NodesArgs, policy: &Policy) -> Result<Providers, Failure> {
+    match args.provider {
+        Some(arg) => Ok(arg.providers()),
         None => Providers::from_policy(policy)
             .map_err(Failure::usage)?
             .ok_or_else(|| {
@@ -107,8 +120,30 @@ pub fn run(
                     "--yes needs a provider to terminate instances: set spec.provider in the policy file, \
                      or pass --provider delete-node, cluster-api or karpenter",
                 )
-            })?,
-    };
+            }),
+    }
+}
+
+/// Every permission a rotation with `providers` uses.
+pub(super) fn permissions_of(args: &NodesArgs, providers: &Providers) -> Vec<access::Permission> {
+    let mut needed = access::for_rotation(args.cloud_only, args.disable_eviction);
+    if providers.reads_machines() {
+        needed.extend(access::for_cluster_api());
+    }
+    if providers.reads_node_pools() {
+        needed.extend(access::for_karpenter());
+    }
+    needed
+}
+
+pub fn run(
+    kube: &KubeFlags,
+    args: &NodesArgs,
+    policy: &Policy,
+    plan: PlanOptions,
+) -> Result<(), Failure> {
+    let started = super::command_started();
+    let providers = providers_of(args, policy)?;
     use std::io::IsTerminal;
     let reporter: Arc<dyn Reporter> = match args.output {
         OutputFormat::Json => Arc::new(JsonLines),
@@ -122,13 +157,7 @@ pub fn run(
     let runtime = tokio_runtime()?;
     runtime.block_on(async {
         let cluster = providers.inventory(Cluster::connect(&kube.connect_options()?).await?);
-        let mut needed = access::for_rotation(args.cloud_only, args.disable_eviction);
-        if providers.reads_machines() {
-            needed.extend(access::for_cluster_api());
-        }
-        if providers.reads_node_pools() {
-            needed.extend(access::for_karpenter());
-        }
+        let needed = permissions_of(args, &providers);
         // Nothing changes before every permission the run needs is known to be granted, and
         // every hook has loaded. The run's view of the cluster (reads only) starts meanwhile.
         let (access, view) = tokio::join!(cluster.check_access(&needed), LiveView::start(&cluster));
@@ -184,6 +213,26 @@ pub fn run(
     })
 }
 
+/// In a runner pod on a node this run replaces, what becomes of the pod: said when the run
+/// starts.
+async fn own_node_note(view: &LiveView, policy: &Policy, plan: &PlanOptions) -> Option<String> {
+    use crate::plan::prepare::{self, Prepared};
+    let node = std::env::var(NODE_ENV).ok().filter(|n| !n.is_empty())?;
+    let snapshot = view.caught_up().await.ok()?;
+    let index = crate::plan::health::Index::new(&snapshot);
+    let survey = prepare::survey(&snapshot, &index, policy, plan).ok()?;
+    let replaced = survey.groups.iter().find_map(|group| {
+        let Ok(Prepared::Ready(start)) = prepare::prepare_group(&index, policy, plan, group) else {
+            return None;
+        };
+        let outdated = (start.candidates.iter()).any(|c| c.name == node && c.reason.is_some());
+        outdated.then(|| group.name.clone())
+    })?;
+    Some(format!(
+        "this run's pod runs on node {node} of group {replaced}, which the run replaces: when {node} is drained the pod is evicted with the others, and the Job's next pod resumes the run"
+    ))
+}
+
 /// What a rotation runs with, once connected, checked and locked.
 struct Run<'a> {
     cluster: &'a Cluster,
@@ -219,6 +268,9 @@ async fn rotate(
     // defaults: a history that cannot be read is said, never a reason to stop).
     let (history, unread) = cluster.history_or_note().await;
     if let Some(message) = unread {
+        reporter.report(crate::progress::Event::Warning { message });
+    }
+    if let Some(message) = own_node_note(view, policy, &plan).await {
         reporter.report(crate::progress::Event::Warning { message });
     }
     let estimates = RunEstimates::new(crate::plan::estimate::Durations {
@@ -272,7 +324,7 @@ async fn rotate(
     tokio::pin!(run);
     let result = tokio::select! {
         result = &mut run => result,
-        _ = tokio::signal::ctrl_c() => {
+        _ = super::interrupted() => {
             // A termination or surge in progress is finished first, so that the next run does
             // not repeat its provider call; anything else stops where it is. A second Ctrl-C
             // stops at once.
@@ -287,7 +339,7 @@ async fn rotate(
                 _guard = steps.settled() => {
                     return Err(Failure::failed(format!("interrupted; {RESUME}")));
                 }
-                _ = tokio::signal::ctrl_c() => {
+                _ = super::interrupted() => {
                     return Err(Failure::failed(format!(
                         "interrupted during a provider call, which the next run repeats; {RESUME}"
                     )));

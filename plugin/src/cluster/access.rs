@@ -6,7 +6,8 @@
 use std::fmt;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 
@@ -27,7 +28,7 @@ pub struct Permission {
 }
 
 impl Permission {
-    fn new(verb: &'static str, resource: &'static str, namespace: Option<&str>) -> Self {
+    pub fn new(verb: &'static str, resource: &'static str, namespace: Option<&str>) -> Self {
         Permission {
             verb,
             resource,
@@ -72,8 +73,27 @@ pub enum AccessError {
         if .0.len() == 1 { "it" } else { "them" }
     )]
     Missing(Vec<Permission>),
+    /// A run handed to the cluster would lack these under its ServiceAccount.
+    #[error(
+        "the ServiceAccount {account} that in-cluster runs use is missing permission{}: {}; nothing was created (create it and its binding with --create-rbac, or apply deploy/runner.yaml and deploy/clusterrole.yaml)",
+        if .missing.len() == 1 { "" } else { "s" },
+        list(.missing)
+    )]
+    MissingForRunner {
+        account: String,
+        missing: Vec<Permission>,
+    },
     #[error("cannot check permissions up front: {0}")]
     Review(#[source] ClusterError),
+}
+
+/// Whose permissions are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The user this command runs as.
+    Me,
+    /// A ServiceAccount, as its pods' token is judged.
+    ServiceAccount { namespace: String, name: String },
 }
 
 fn list(missing: &[Permission]) -> String {
@@ -205,31 +225,101 @@ pub fn for_daemon_set_update(namespace: &str) -> Vec<Permission> {
 impl Cluster {
     /// Asks the API server about every permission in `needed`; fails naming each one refused.
     pub async fn check_access(&self, needed: &[Permission]) -> Result<(), AccessError> {
-        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
-        let reviews = needed.iter().map(|permission| {
-            let api = api.clone();
-            async move {
+        let missing = self.refused(&Subject::Me, needed).await?;
+        match missing.is_empty() {
+            true => Ok(()),
+            false => Err(AccessError::Missing(missing)),
+        }
+    }
+
+    /// Asks the API server about every permission in `needed` for the ServiceAccount
+    /// `namespace/name`; fails naming each one refused.
+    pub async fn check_runner_access(
+        &self,
+        namespace: &str,
+        name: &str,
+        needed: &[Permission],
+    ) -> Result<(), AccessError> {
+        let subject = Subject::ServiceAccount {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let missing = self.refused(&subject, needed).await?;
+        match missing.is_empty() {
+            true => Ok(()),
+            false => Err(AccessError::MissingForRunner {
+                account: format!("{namespace}/{name}"),
+                missing,
+            }),
+        }
+    }
+
+    /// Whether `subject` may do what `permission` says, as the API server reviews it.
+    async fn allowed(
+        &self,
+        subject: &Subject,
+        permission: &Permission,
+    ) -> Result<bool, AccessError> {
+        let attributes = Some(permission.attributes());
+        let (answer, resource) = match subject {
+            Subject::Me => {
+                let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
                 let review = SelfSubjectAccessReview {
                     spec: SelfSubjectAccessReviewSpec {
-                        resource_attributes: Some(permission.attributes()),
+                        resource_attributes: attributes,
                         ..Default::default()
                     },
                     ..Default::default()
                 };
-                let answer = api
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .map_err(|e| {
-                        let request = Request {
-                            verb: "create",
-                            resource: "selfsubjectaccessreviews.authorization.k8s.io",
-                            namespace: None,
-                        };
-                        AccessError::Review(request.error(&self.server, e))
-                    })?;
-                let allowed = answer.status.is_some_and(|s| s.allowed);
-                Ok::<_, AccessError>((!allowed).then(|| permission.clone()))
+                let answer = api.create(&PostParams::default(), &review).await;
+                let resource = "selfsubjectaccessreviews.authorization.k8s.io";
+                (
+                    answer.map(|a| a.status.is_some_and(|s| s.allowed)),
+                    resource,
+                )
             }
+            Subject::ServiceAccount { namespace, name } => {
+                let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+                let review = SubjectAccessReview {
+                    spec: SubjectAccessReviewSpec {
+                        resource_attributes: attributes,
+                        user: Some(format!("system:serviceaccount:{namespace}:{name}")),
+                        groups: Some(vec![
+                            "system:serviceaccounts".into(),
+                            format!("system:serviceaccounts:{namespace}"),
+                            "system:authenticated".into(),
+                        ]),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let answer = api.create(&PostParams::default(), &review).await;
+                let resource = "subjectaccessreviews.authorization.k8s.io";
+                (
+                    answer.map(|a| a.status.is_some_and(|s| s.allowed)),
+                    resource,
+                )
+            }
+        };
+        answer.map_err(|e| {
+            let request = Request {
+                verb: "create",
+                resource,
+                namespace: None,
+            };
+            AccessError::Review(request.error(&self.server, e))
+        })
+    }
+
+    /// The permissions of `needed` the API server refuses `subject`.
+    async fn refused(
+        &self,
+        subject: &Subject,
+        needed: &[Permission],
+    ) -> Result<Vec<Permission>, AccessError> {
+        let reviews = needed.iter().map(|permission| async move {
+            let allowed = self.allowed(subject, permission).await?;
+            Ok::<_, AccessError>((!allowed).then(|| permission.clone()))
         });
         // A few at a time: each request in flight takes a connection of its own, and a new
         // connection's TLS handshake costs the server more than a review on one already open.
@@ -242,11 +332,7 @@ impl Cluster {
         for answer in answers {
             missing.extend(answer?);
         }
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(AccessError::Missing(missing))
-        }
+        Ok(missing)
     }
 }
 

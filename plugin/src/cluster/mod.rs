@@ -15,6 +15,7 @@ pub mod nodes;
 mod objects;
 pub mod recorder;
 pub mod retry;
+pub mod runner;
 mod transport;
 pub mod validate;
 pub mod view;

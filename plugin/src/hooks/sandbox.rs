@@ -11,7 +11,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
-use crate::metrics::{Metrics, MetricsError, TimeRange};
+use crate::metrics::{Metrics, MetricsError, Sample, TimeRange};
 use crate::plan::hook::{Candidate, Instances, Timing};
 use crate::policy::ContextResource;
 use crate::report;
@@ -258,11 +258,23 @@ impl wit_host::Host for CallState {
         promql: String,
         time: Option<i64>,
     ) -> Result<Vec<wit_host::Sample>, wit_host::MetricsError> {
+        // A plan's clock runs ahead of the present, where no metrics are yet: a time still to
+        // come is answered with the values of now, at the time asked.
+        let ahead = time.map_or(0, |t| t.saturating_sub(present()).max(0));
+        let asked = time.map(|t| t - ahead);
         self.metrics
             .ask(&self.hook, &source, |m, wait| {
-                m.instant(&source, &promql, time, wait)
+                m.instant(&source, &promql, asked, wait)
             })
-            .map(|samples| samples.into_iter().map(convert::sample).collect())
+            .map(|samples| {
+                (samples.into_iter())
+                    .map(|s| Sample {
+                        time: s.time + ahead as f64,
+                        ..s
+                    })
+                    .map(convert::sample)
+                    .collect()
+            })
             .map_err(convert::metrics_error)
     }
 
@@ -272,22 +284,39 @@ impl wit_host::Host for CallState {
         promql: String,
         range: wit_host::TimeRange,
     ) -> Result<Vec<wit_host::Series>, wit_host::MetricsError> {
+        // A range that ends in a plan's future is answered with the same range ending now,
+        // its points at the times asked.
+        let ahead = range.end.saturating_sub(present()).max(0);
         let range = TimeRange {
-            start: range.start,
-            end: range.end,
+            start: range.start.saturating_sub(ahead),
+            end: range.end - ahead,
             step: range.step,
         };
         self.metrics
             .ask(&self.hook, &source, |m, wait| {
                 m.range(&source, &promql, range, wait)
             })
-            .map(|series| series.into_iter().map(convert::series).collect())
+            .map(|series| {
+                (series.into_iter())
+                    .map(|mut s| {
+                        for point in &mut s.points {
+                            point.time += ahead as f64;
+                        }
+                        convert::series(s)
+                    })
+                    .collect()
+            })
             .map_err(convert::metrics_error)
     }
 
     fn estimates(&mut self) -> wit_host::Timing {
         convert::timing(&self.timing)
     }
+}
+
+/// The present, in seconds since the Unix epoch: what metrics are known up to.
+fn present() -> i64 {
+    jiff::Timestamp::now().as_second()
 }
 
 /// Denies memory growth past the limit and remembers that it did, to name the fault.

@@ -151,9 +151,13 @@ pub fn eviction_fate(pod: &Pod, options: &DrainOptions) -> PodFate {
 }
 
 /// Where a pod's eviction comes in a drain: the first `drain.order` rule it matches places it by
-/// its order; the pods no rule matches come after those, and critical ones
-/// (`system-cluster-critical`, `system-node-critical`) last.
+/// its order; the pods no rule matches come after those, critical ones
+/// (`system-cluster-critical`, `system-node-critical`) after them, and a runner of a run handed
+/// to the cluster last of all (its run stops there and resumes in the Job's next pod).
 fn turn_of(pod: &Pod, rules: &[OrderRule]) -> (u8, i32) {
+    if pod.is_runner() {
+        return (3, 0);
+    }
     if let Some(rule) = rules.iter().find(|r| matches_rule(pod, r)) {
         return (0, rule.order);
     }
@@ -367,6 +371,32 @@ mod tests {
             priority_class: priority.map(String::from),
             ..pod(Some("ReplicaSet"))
         }
+    }
+
+    #[test]
+    fn a_runner_pod_is_evicted_last_where_another_jobs_pod_is_waited_for() {
+        let plain = DrainOptions::default();
+        let mut runner = named("rollout-ext-run-1-abc", "kube-system", None);
+        runner.controller = pod(Some("Job")).controller;
+        runner
+            .labels
+            .insert(keys::RUNNER.into(), "rollout-ext-run-1".into());
+        assert!(classify(&runner, &plain).is_evicted());
+        let mut report = named("report", "batch", None);
+        report.controller = runner.controller.clone();
+        assert_eq!(classify(&report, &plain), PodFate::Hold(Hold::Completion));
+        let pods = vec![
+            runner,
+            named("dns", "kube-system", Some("system-node-critical")),
+            named("a", "x", None),
+        ];
+        let turns: Vec<Vec<String>> = (in_turns(pods, &[]).into_iter())
+            .map(|t| t.into_iter().map(|p| p.name).collect())
+            .collect();
+        assert_eq!(
+            turns,
+            [vec!["a"], vec!["dns"], vec!["rollout-ext-run-1-abc"]]
+        );
     }
 
     #[test]

@@ -109,8 +109,10 @@ impl Rotation<'_> {
         self.kernel.reporter.report(Event::Warning {
             message: message.clone(),
         });
-        let _ = self.lock.set_state(keys::SLOW, Some(&message)).await;
-        let out = work.await;
+        // The note is written while the stage goes on: the stage may be in the middle of a
+        // write of the run's state itself, which the note's write waits for.
+        let note = self.lock.set_state(keys::SLOW, Some(&message));
+        let (out, _) = tokio::join!(&mut work, note);
         let _ = self.lock.set_state(keys::SLOW, None).await;
         out
     }

@@ -9,8 +9,10 @@ mod capi;
 mod cloud;
 mod crds;
 mod karpenter;
+mod kubelet_logs;
 mod nodes;
 mod process;
+mod runner_pods;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,7 @@ pub use karpenter::{
 };
 pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec, SimSettings};
 pub use process::Processes;
+pub use runner_pods::{RUNNER_LABEL, RunnerPods};
 
 const K8S_VERSION: &str = "1.20.2";
 const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
@@ -210,6 +213,8 @@ impl TestCluster {
             format!("--token-auth-file={}", tokens.display()),
             "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
+            // Simulated nodes' kubelets (the runner pods' log endpoint) answer on loopback.
+            "--kubelet-preferred-address-types=InternalIP".into(),
         ];
         flags.extend(apiserver_flags);
         processes.spawn(
@@ -428,6 +433,30 @@ impl TestCluster {
         let path = dir.join("policy.yaml");
         std::fs::write(&path, text).expect("the policy is written");
         path
+    }
+
+    /// Runs the pods of runs handed to this cluster (`--in-cluster`) as local processes, as a
+    /// kubelet would run them (see [`RunnerPods`]).
+    pub async fn run_runner_pods(&self) -> std::sync::Arc<RunnerPods> {
+        let dir = self.dir().join("runner-pods");
+        // Made on the cluster's runtime, where the simulator that uses it lives.
+        let kubeconfig = self.kubeconfig.clone();
+        let client = self.spawn(async move { client_for(&kubeconfig).await });
+        let client = client
+            .await
+            .unwrap()
+            .expect("a client from the test kubeconfig");
+        let runners = RunnerPods::new(client, self.server.clone(), dir.clone());
+        let (certs, served) = (dir.join("kubelet"), runners.clone());
+        let serving = self.spawn(async move { kubelet_logs::start(&certs, served).await });
+        let port = serving
+            .await
+            .unwrap()
+            .expect("the kubelet's log endpoint starts");
+        let (nodes, given) = (self.nodes.clone(), runners.clone());
+        let told = self.spawn(async move { nodes.run_runner_pods(given, port).await });
+        told.await.unwrap();
+        runners
     }
 
     /// Writes a kubeconfig for another user of this cluster (for RBAC tests).

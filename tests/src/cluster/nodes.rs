@@ -3,6 +3,7 @@
 //! Ready, and completes the deletion of their terminating pods.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use super::runner_pods::{RunnerPods, is_runner};
 
 /// The node label that names a node's group.
 pub const GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
@@ -137,6 +140,10 @@ pub struct NodeSim {
     settings: SimSettings,
     state: Arc<Mutex<State>>,
     runtime: tokio::runtime::Handle,
+    /// Who runs the pods of runs handed to the cluster, once a test asked for them.
+    runners: Arc<Mutex<Option<Arc<RunnerPods>>>>,
+    /// Where the nodes' kubelet answers the API server (0: nowhere), as their status says.
+    kubelet_port: Arc<AtomicU16>,
 }
 
 fn now() -> String {
@@ -154,10 +161,23 @@ impl NodeSim {
             settings,
             state: Arc::new(Mutex::new(State::default())),
             runtime: tokio::runtime::Handle::current(),
+            runners: Arc::default(),
+            kubelet_port: Arc::default(),
         };
         tokio::spawn(sim.clone().heartbeats());
         tokio::spawn(sim.clone().pods());
         Ok(sim)
+    }
+
+    /// Runner pods bound to simulated nodes run as processes (see [`RunnerPods`]) from now on,
+    /// their output served at `kubelet_port`, which every node's status names from now on.
+    pub async fn run_runner_pods(&self, runners: Arc<RunnerPods>, kubelet_port: u16) {
+        *self.runners.lock().unwrap() = Some(runners);
+        self.kubelet_port.store(kubelet_port, Ordering::SeqCst);
+        let names: Vec<String> = self.state.lock().unwrap().nodes.keys().cloned().collect();
+        for name in names {
+            let _ = self.report_status(&name).await;
+        }
     }
 
     /// Registers a Ready node. Runs on the simulator's runtime, so any test runtime may await it.
@@ -318,6 +338,7 @@ impl NodeSim {
                  "reason": if ready { "KubeletReady" } else { "KubeletNotReady" }, "message": "simulated"},
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port.load(Ordering::SeqCst)}},
             "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version, "osImage": "simulated",
                          "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "sim://1",
                          "kernelVersion": "sim", "machineID": name, "systemUUID": name, "bootID": name},
@@ -367,6 +388,16 @@ impl NodeSim {
             if !state.nodes.contains_key(&node) || !state.handled.insert(key) {
                 return;
             }
+        }
+        let runners = self.runners.lock().unwrap().clone();
+        if let Some(runners) = runners.filter(|_| is_runner(&pod)) {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            match (terminating, phase.unwrap_or("Pending")) {
+                (true, _) => runners.stop(pod),
+                (false, "Pending") => runners.start(pod),
+                _ => {}
+            }
+            return;
         }
         let sim = self.clone();
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());

@@ -231,7 +231,7 @@ pub async fn run_live(
     };
     let result = tokio::select! {
         result = run => result.map_err(failure),
-        _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+        _ = crate::cli::interrupted() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
         // Two runs must never drive one workload: a run that lost its lock stops at once.
         _ = lock.wait_lost() => Err(Failure::failed(format!(
             "the lock {lease} was taken over by another run; stopping here"

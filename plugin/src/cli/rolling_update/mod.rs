@@ -22,6 +22,7 @@ use clap::Args;
 
 use super::nodes::DryRun;
 use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
+use crate::cluster::access;
 use crate::cluster::controls::Workload;
 use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
@@ -111,6 +112,20 @@ pub struct RollingUpdateArgs {
     /// (a run killed on another machine).
     #[arg(long)]
     pub force_unlock: bool,
+
+    /// Hand the update to the cluster: a Job in kube-system runs the same command with the
+    /// runner's ServiceAccount (see `nodes --in-cluster`).
+    #[arg(long, requires = "runner_image", conflicts_with_all = ["dry_run", "from_snapshot"])]
+    pub in_cluster: bool,
+
+    /// --in-cluster: the image of this binary that the Job runs (see deploy/Containerfile).
+    #[arg(long, value_name = "IMAGE", requires = "in_cluster")]
+    pub runner_image: Option<String>,
+
+    /// --in-cluster: create (or update) the runner's ServiceAccount, ClusterRole and binding
+    /// first; without it they are checked.
+    #[arg(long, requires = "in_cluster")]
+    pub create_rbac: bool,
 
     /// `client`: print the plan. `server`: also send the first write (the next controller's
     /// creation; the workload's new template) to the API server as a dry run. `none` (the default): perform the update.
@@ -210,6 +225,9 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
+    if args.in_cluster {
+        return hand_over(kube, args);
+    }
     match in_place::named(&args.name) {
         Some((InPlace::StatefulSet, name)) => return stateful_set::run(kube, args, name),
         Some((InPlace::DaemonSet, name)) => return daemon_set::run(kube, args, name),
@@ -356,7 +374,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         };
         let result = tokio::select! {
             result = updater.run(&request) => result.map_err(failure),
-            _ = tokio::signal::ctrl_c() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
+            _ = crate::cli::interrupted() => Err(Failure::failed(format!("interrupted; {RESUME}"))),
         };
         recorder.finish(None).await;
         result
@@ -489,6 +507,33 @@ fn plan_context() -> CallContext {
         dry_run: true,
         timing: Default::default(),
     }
+}
+
+/// `--in-cluster`: the update handed to the cluster, its runner checked for what the update of
+/// its workload needs.
+fn hand_over(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
+    let target = in_place::named(&args.name);
+    let kind = match target {
+        Some(_) => None,
+        None => Some(Kind::parse_ref(&args.name).map_err(Failure::usage)?.0),
+    };
+    let policy = policy_of(args)?;
+    let hand_over = super::in_cluster::HandOver {
+        namespace: crate::cluster::lock::LOCK_NAMESPACE.into(),
+        image: super::in_cluster::runner_image(args.runner_image.as_deref())?,
+        create_rbac: args.create_rbac,
+        force_unlock: args.force_unlock,
+        policy_path: args.policy.as_deref(),
+        policy: &policy,
+        command_namespace: Some(kube.namespace.clone().unwrap_or_default()),
+        takes_rotation_lock: false,
+    };
+    super::in_cluster::hand(kube, hand_over, |namespace| match (target, kind) {
+        (Some((InPlace::StatefulSet, _)), _) => access::for_stateful_set_update(namespace),
+        (Some((InPlace::DaemonSet, _)), _) => access::for_daemon_set_update(namespace),
+        (None, Some(kind)) => access::for_rolling_update(kind, namespace),
+        (None, None) => Vec::new(),
+    })
 }
 
 /// The policy file given, or the built-in policy (no hooks), its registry modules pulled.
