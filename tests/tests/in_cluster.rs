@@ -361,19 +361,11 @@ async fn a_rolling_update_handed_to_the_cluster_completes_in_its_namespace() {
         sets.get_opt("web").await.unwrap().is_none(),
         "the old controller is gone"
     );
-    let next = sets.get("web-v2").await.unwrap();
-    let image = &next
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .as_ref()
-        .unwrap()
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .image;
-    assert_eq!(image.as_deref(), Some("registry.invalid/app:2"));
-    assert_eq!(next.spec.unwrap().replicas, Some(2));
+    let next = serde_json::to_value(sets.get("web-v2").await.unwrap()).unwrap();
+    let spec = &next["spec"];
+    assert_eq!(
+        spec["template"]["spec"]["containers"][0]["image"],
+        "registry.invalid/app:2"
+    );
+    assert_eq!(spec["replicas"], 2, "{next}");
 }

@@ -307,8 +307,7 @@ impl Planner<'_> {
         if let Some(budget) = group.budget() {
             plan.concurrency = budget.concurrency;
         }
-        let (name, chosen) = (&plan.group.name, selected.chosen.len());
-        self.tally.chose(name, chosen, plan.concurrency as usize);
+        self.tally.chose(&plan.group.name, group);
     }
 
     /// A gate's first answer about each batch is asked and shown; a wait is assumed to clear,

@@ -37,10 +37,7 @@ impl RunEstimates {
 
     /// The selection of `group`, which `machine` took, chose its instances.
     pub(super) fn chose(&mut self, group: &str, machine: &GroupLoop) {
-        if let (Some(chosen), Some(budget)) = (machine.selected(), machine.budget()) {
-            let (instances, at_once) = (chosen.chosen.len(), budget.concurrency as usize);
-            self.tally.chose(group, instances, at_once);
-        }
+        self.tally.chose(group, machine);
     }
 
     /// What the hooks of a question about `asking`, asked now, are told.

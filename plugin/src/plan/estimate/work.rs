@@ -3,7 +3,7 @@
 //! what it would see in the run.
 
 use super::{Bases, Estimator, FixedWaits, History, Span, Stage, WorkLeft, estimate};
-use crate::plan::group_loop::GroupStart;
+use crate::plan::group_loop::{GroupLoop, GroupStart};
 use crate::plan::hook::Timing;
 use crate::plan::{BatchPlan, Role};
 use crate::policy::StatedDurations;
@@ -69,11 +69,15 @@ impl WorkTally {
         });
     }
 
-    /// The selection of `group` chose `instances`, `concurrency` at a time.
-    pub fn chose(&mut self, group: &str, instances: usize, concurrency: usize) {
+    /// The selection `machine` took for `group`: its instances, its budget's concurrency at a
+    /// time (nothing before the selection).
+    pub fn chose(&mut self, group: &str, machine: &GroupLoop) {
+        let (Some(chosen), Some(budget)) = (machine.selected(), machine.budget()) else {
+            return;
+        };
         if let Some(g) = self.groups.iter_mut().find(|g| g.group == group) {
-            g.instances = instances;
-            g.concurrency = concurrency.max(1);
+            g.instances = chosen.chosen.len();
+            g.concurrency = (budget.concurrency as usize).max(1);
         }
     }
 
