@@ -522,7 +522,7 @@ fn seconds(millis: u64) -> i64 {
 
 mod work;
 
-pub use work::{Asking, Durations, StepEstimates, WorkTally};
+pub use work::{AskedAbout, Durations, StepEstimates, WorkTally};
 
 #[cfg(test)]
 mod tests;

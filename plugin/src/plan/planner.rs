@@ -8,7 +8,7 @@
 
 use super::capacity::Capacity;
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
-use super::estimate::{Asking, WorkTally};
+use super::estimate::{AskedAbout, WorkTally};
 use super::forecast::{self, Forecast};
 use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
 use super::groups;
@@ -152,8 +152,8 @@ struct Recording {
 
 impl Recording {
     /// A question about this group's next batch.
-    fn asking_batch(&self) -> Asking<'_> {
-        Asking::Batch {
+    fn asking_batch(&self) -> AskedAbout<'_> {
+        AskedAbout::Batch {
             group: &self.plan.group.name,
             role: self.plan.group.role,
         }
@@ -162,7 +162,7 @@ impl Recording {
 
 impl Planner<'_> {
     /// The context of a question about `asking`, at the simulated time.
-    fn ctx(&self, asking: Asking) -> CallContext {
+    fn ctx(&self, asking: AskedAbout) -> CallContext {
         let estimator = self.options.durations.estimator();
         CallContext {
             now: self.now,
@@ -208,7 +208,7 @@ impl Planner<'_> {
             }
             input = match step {
                 Step::Ask(Question::Select) => {
-                    let ctx = self.ctx(Asking::Other);
+                    let ctx = self.ctx(AskedAbout::Other);
                     let (info, candidates) = (group.group(), group.candidates());
                     let selected =
                         decide::select(self.hooks, &ctx, info, candidates, &mut self.warnings)?;
@@ -343,7 +343,7 @@ impl Planner<'_> {
         };
         let ctx = match phase {
             Phase::BeforeBatch => self.ctx(rec.asking_batch()),
-            Phase::BeforeGroup | Phase::AfterBatch => self.ctx(Asking::Other),
+            Phase::BeforeGroup | Phase::AfterBatch => self.ctx(AskedAbout::Other),
         };
         let decision = decide::gate(self.hooks, &ctx, phase, batch, &summary, &mut self.warnings)?;
         let said = shadow::gate(self.hooks, &ctx, phase, batch, &summary, &decision);

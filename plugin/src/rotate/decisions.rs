@@ -9,7 +9,7 @@ use super::{GroupRun, RotateError, Rotation};
 use crate::kernel::At;
 use crate::plan::decide::{self, BatchDecision, GateDecision, HookFailed, Selected, Verdict};
 use crate::plan::drain::classify;
-use crate::plan::estimate::Asking;
+use crate::plan::estimate::AskedAbout;
 use crate::plan::group_loop::{BatchStep, GroupLoop, Sizing};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::{BatchInfo, DecidedBy, HealthSummary, Instances, Phase};
@@ -20,8 +20,8 @@ use crate::snapshot::Pod;
 
 impl GroupRun {
     /// A question about this group's next batch.
-    pub(super) fn asking_batch(&self) -> Asking<'_> {
-        Asking::Batch {
+    pub(super) fn asking_batch(&self) -> AskedAbout<'_> {
+        AskedAbout::Batch {
             group: &self.name,
             role: self.role,
         }
@@ -38,7 +38,7 @@ impl Rotation<'_> {
             batch: 0,
             attempt: 0,
         };
-        self.kernel.tell(self.estimates.timing(Asking::Other));
+        self.kernel.tell(self.estimates.timing(AskedAbout::Other));
         let selected = self.kernel.ask(
             at,
             |hooks, ctx, warnings| {
@@ -135,7 +135,7 @@ impl Rotation<'_> {
         let (index, attempt) = (batch.index, batch.attempt);
         let timing = match phase {
             Phase::BeforeBatch => self.estimates.timing(run.asking_batch()),
-            Phase::BeforeGroup | Phase::AfterBatch => self.estimates.timing(Asking::Other),
+            Phase::BeforeGroup | Phase::AfterBatch => self.estimates.timing(AskedAbout::Other),
         };
         self.kernel.tell(timing);
         let decision = self
@@ -154,7 +154,7 @@ impl Rotation<'_> {
     pub(super) async fn drain_orders(
         &mut self,
         batch: &BatchStep,
-        asking: Asking<'_>,
+        asking: AskedAbout<'_>,
     ) -> Result<HashMap<String, Vec<Vec<String>>>, RotateError> {
         let mut orders = HashMap::new();
         if !self.kernel.serves(HookPoint::DrainOrder) {

@@ -10,7 +10,7 @@ use super::Rotation;
 use crate::events::Event;
 use crate::keys;
 use crate::plan::Role;
-use crate::plan::estimate::{Asking, Durations, Stage, WorkTally};
+use crate::plan::estimate::{AskedAbout, Durations, Stage, WorkTally};
 use crate::plan::group_loop::{GroupLoop, GroupStart};
 use crate::plan::hook::Timing;
 
@@ -41,7 +41,7 @@ impl RunEstimates {
     }
 
     /// What the hooks of a question about `asking`, asked now, are told.
-    pub(super) fn timing(&self, asking: Asking) -> Timing {
+    pub(super) fn timing(&self, asking: AskedAbout) -> Timing {
         let now = jiff::Timestamp::now().as_second();
         (self.durations.estimator()).timing(&self.tally, asking, now)
     }
@@ -55,7 +55,7 @@ impl RunEstimates {
 impl Rotation<'_> {
     /// Says, and records on the Lease, how long the rest of the run likely takes.
     pub(super) async fn say_estimate(&mut self) {
-        let timing = self.estimates.timing(Asking::Other);
+        let timing = self.estimates.timing(AskedAbout::Other);
         let Some(e) = timing.remaining else {
             return;
         };

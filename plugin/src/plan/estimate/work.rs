@@ -107,7 +107,7 @@ impl WorkTally {
 
 /// What a question is about, for the estimates its hooks are told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asking<'a> {
+pub enum AskedAbout<'a> {
     /// A batch of `group` (its size, a gate before it, its drains' order).
     Batch { group: &'a str, role: Role },
     /// Anything else: a selection, a gate before a group or after a batch.
@@ -117,14 +117,14 @@ pub enum Asking<'a> {
 impl Estimator<'_> {
     /// What the hooks of a question asked at `now` are told: the batch at hand (one budget
     /// wave, nothing foreseen) and the run's remaining work as `tally` counts it.
-    pub fn timing(&self, tally: &WorkTally, asking: Asking, now: i64) -> Timing {
+    pub fn timing(&self, tally: &WorkTally, asking: AskedAbout, now: i64) -> Timing {
         let batch = match asking {
-            Asking::Batch { group, role } => {
+            AskedAbout::Batch { group, role } => {
                 let mut bases = Bases::default();
                 let span = self.replacement(group, role, 1, &mut bases);
                 Some(estimate(span, None, &bases))
             }
-            Asking::Other => None,
+            AskedAbout::Other => None,
         };
         Timing {
             batch,
