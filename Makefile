@@ -5,7 +5,7 @@ WASM_TARGET := wasm32-wasip2
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 WASM_DIR := $(TARGET_DIR)/$(WASM_TARGET)/wasm
 EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
-WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p hostile-hook -p wrong-version-hook
+WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p stage-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
 .PHONY: demo test wasm wasm-target control-plane prometheus registry lint release python-hook js-hook bench

@@ -12,10 +12,10 @@
 import {
   estimates as hostEstimates,
   listObjects as hostListObjects,
-} from 'rollout-ext:policy/host@0.3.5';
+} from 'rollout-ext:policy/host@0.3.6';
 
 // The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-export const WIT_VERSION = '0.3.5';
+export const WIT_VERSION = '0.3.6';
 
 export const DEFER = { tag: 'defer' };
 export const PROCEED = { tag: 'proceed' };

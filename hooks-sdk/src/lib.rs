@@ -2,8 +2,9 @@
 //!
 //! A hook is a WebAssembly component that `kubectl rollout-ext` consults to decide which instances
 //! are replaced and in what order ([`Policy::select`]), how large the next batch is
-//! ([`Policy::next_batch`]) and whether the rotation goes on ([`Policy::check`]). Every method
-//! defers to the built-in behaviour by default, so a hook implements only what it cares about:
+//! ([`Policy::next_batch`]) and whether the rotation goes on ([`Policy::check`]), or a fleet
+//! goes on to its next stage ([`Policy::check_stage`]). Every method defers to the built-in
+//! behaviour by default, so a hook implements only what it cares about:
 //!
 //! ```no_run
 //! use rollout_ext_hooks::{
@@ -103,6 +104,9 @@ pub mod bindings {
 }
 
 pub use bindings::exports::rollout_ext::policy::draining::{DrainOrder, DrainPod};
+pub use bindings::exports::rollout_ext::policy::stage_gates::{
+    ClusterOutcome, ClusterResult, Stage, StageOutcome,
+};
 pub use bindings::rollout_ext::policy::types::{
     Batch, BatchSize, Budget, Choice, Context, Group, HookPoint, Info, Instance, InstanceKind,
     KeyValue, Pause, Phase, Role, Selection, SizedBatch, Taint, ValidationSummary, Verdict,
@@ -116,7 +120,7 @@ pub use objects::{
 pub use progress::Progress;
 
 use bindings::exports::rollout_ext::policy::{
-    batching, draining, flat_selection, gates, metadata, selection,
+    batching, draining, flat_selection, gates, metadata, selection, stage_gates,
 };
 use bindings::rollout_ext::policy::types;
 
@@ -214,6 +218,18 @@ pub trait Policy {
         Ok(Verdict::Defer)
     }
 
+    /// Whether a fleet goes on to `stage`: asked before each stage of a fleet, before its first
+    /// cluster is touched (the gate phase `before-stage`, contract 0.3.6), of a hook that serves
+    /// [`HookPoint::Gate`]. `previous` is the stage before as it ended, none before the first.
+    /// `wait` asks again after the pause with `stage.attempt` one higher; `defer` proceeds.
+    fn check_stage(
+        _ctx: &Context,
+        _stage: &Stage,
+        _previous: Option<&StageOutcome>,
+    ) -> Result<Verdict, String> {
+        Ok(Verdict::Defer)
+    }
+
     /// The turns in which the drain of `node` evicts `pods` (those it evicts; not the ones it
     /// skips or waits for): asked once per drained node when [`Policy::ORDERS_DRAINS`] is set.
     /// Each turn's pods go together and are gone before the next turn; name each pod
@@ -235,6 +251,18 @@ impl DrainPod {
             .iter()
             .find(|kv| kv.key == key)
             .map(|kv| kv.value.as_str())
+    }
+}
+
+impl StageOutcome {
+    /// The clusters that ended with nodes set aside (cordoned with their pods, not replaced), in
+    /// the stage's order: what a gate that stops on them names.
+    pub fn set_aside(&self) -> Vec<&str> {
+        self.clusters
+            .iter()
+            .filter(|c| c.outcome == ClusterOutcome::NodesSetAside)
+            .map(|c| c.cluster.as_str())
+            .collect()
     }
 }
 
@@ -299,6 +327,17 @@ impl<P: Policy> gates::Guest for Exported<P> {
     }
 }
 
+/// The fleet's gate before each stage (contract 0.3.6).
+impl<P: Policy> stage_gates::Guest for Exported<P> {
+    fn check_stage(
+        ctx: Context,
+        stage: Stage,
+        previous: Option<StageOutcome>,
+    ) -> Result<Verdict, String> {
+        P::check_stage(&ctx, &stage, previous.as_ref())
+    }
+}
+
 impl<P: Policy> draining::Guest for Exported<P> {
     fn orders_drains() -> bool {
         P::ORDERS_DRAINS
@@ -357,13 +396,79 @@ mod tests {
         assert_eq!(BatchSize::Defer.count(), None);
     }
 
+    struct Anything;
+    impl Policy for Anything {
+        const NAME: &'static str = "anything";
+        const POINTS: &'static [HookPoint] = &[];
+    }
+
     #[test]
     fn config_is_accepted_by_default() {
-        struct Anything;
-        impl Policy for Anything {
-            const NAME: &'static str = "anything";
-            const POINTS: &'static [HookPoint] = &[];
-        }
         assert_eq!(Anything::validate_config("{\"whatever\": 1}"), Ok(()));
+    }
+
+    #[test]
+    fn a_stage_gate_defers_by_default() {
+        let ctx = testing::context(0, serde_json::json!({}));
+        let dev = testing::stage_outcome("dev", &["dev-a"], 60);
+        let prod = testing::stage(1, "prod", &["prod-a"]);
+        assert_eq!(
+            Anything::check_stage(&ctx, &prod, Some(&dev)),
+            Ok(Verdict::Defer)
+        );
+        assert_eq!(
+            <Exported<Anything> as stage_gates::Guest>::check_stage(ctx, prod, Some(dev)),
+            Ok(Verdict::Defer)
+        );
+    }
+
+    #[test]
+    fn the_export_hands_the_stage_and_the_one_before_to_the_policy() {
+        /// Answers what it was told, so the test sees it arrive.
+        struct Echo;
+        impl Policy for Echo {
+            const NAME: &'static str = "echo";
+            const POINTS: &'static [HookPoint] = &[HookPoint::Gate];
+            fn check_stage(
+                ctx: &Context,
+                stage: &Stage,
+                previous: Option<&StageOutcome>,
+            ) -> Result<Verdict, String> {
+                let after = previous.map_or("none".to_string(), |p| {
+                    format!("{} soaked {}s", p.name, p.soaked_seconds)
+                });
+                Ok(Verdict::Abort(format!(
+                    "{} at {}: {} ({}) of {}, attempt {}, after {after}",
+                    ctx.run_id, ctx.now, stage.name, stage.index, stage.fleet, stage.attempt
+                )))
+            }
+        }
+        let ask = |previous| {
+            let mut prod = testing::stage(1, "prod", &["prod-a"]);
+            prod.attempt = 2;
+            let ctx = testing::context(100, serde_json::json!({}));
+            <Exported<Echo> as stage_gates::Guest>::check_stage(ctx, prod, previous)
+        };
+        assert_eq!(
+            ask(Some(testing::stage_outcome("dev", &["dev-a"], 30))),
+            Ok(Verdict::Abort(
+                "test-run at 100: prod (1) of test-fleet, attempt 2, after dev soaked 30s".into()
+            ))
+        );
+        assert_eq!(
+            ask(None),
+            Ok(Verdict::Abort(
+                "test-run at 100: prod (1) of test-fleet, attempt 2, after none".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn an_outcome_names_the_clusters_that_set_nodes_aside_in_order() {
+        let mut dev = testing::stage_outcome("dev", &["dev-a", "dev-b", "dev-c"], 0);
+        assert_eq!(dev.set_aside(), Vec::<&str>::new());
+        dev.clusters[2].outcome = ClusterOutcome::NodesSetAside;
+        dev.clusters[1].outcome = ClusterOutcome::NodesSetAside;
+        assert_eq!(dev.set_aside(), ["dev-b", "dev-c"]);
     }
 }

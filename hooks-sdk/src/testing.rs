@@ -1,6 +1,7 @@
 //! Builders for unit-testing a policy natively: `cargo test` calls the [`crate::Policy`] methods
 //! directly with these values, no WebAssembly runtime involved. A policy that reads cluster
-//! objects ([`crate::host::pods`], …) is given them by a [`FakeCluster`].
+//! objects ([`crate::host::pods`], …) is given them by a [`FakeCluster`]; a fleet's gate is told
+//! of a [`stage`] and the [`stage_outcome`] before it.
 
 use crate::{
     Batch, Context, Group, Instance, InstanceKind, Instances, LocalInstance, Progress, Role,
@@ -287,10 +288,12 @@ pub fn with_objects<R>(
 
 mod estimates;
 mod metrics;
+mod stages;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use estimates::fake_estimates;
 pub use estimates::{estimate, with_estimates};
 pub use metrics::{FakeMetrics, FakeMetricsGuard};
+pub use stages::{stage, stage_outcome};
 // The host's metrics calls answer from the fake only natively.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use metrics::{fake_query, fake_query_range};

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod duration;
 pub mod error_chain;
 pub mod events;
+pub mod fleet;
 pub mod hooks;
 pub mod kernel;
 pub mod keys;

@@ -247,6 +247,7 @@ pub fn demo_file(name: &str) -> PathBuf {
 }
 
 pub mod capi_rotation;
+pub mod chaos;
 pub mod cluster;
 pub mod daemon;
 pub mod fingerprint;

@@ -1,4 +1,4 @@
-//! The plugin's layers point one way: cli → executors (rotate, workload) → cluster, provider,
+//! The plugin's layers point one way: cli → executors (rotate, workload, fleet) → cluster, provider,
 //! hooks, metrics, progress → events → plan → model. These rules are read from the sources: a
 //! module that imports a layer above it fails here, with the file and the line.
 
@@ -56,32 +56,41 @@ fn layers_point_one_way() {
         (
             "plan",
             &[
-                "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress", "events",
+                "cli", "rotate", "workload", "fleet", "cluster", "provider", "hooks", "progress",
+                "events",
             ],
         ),
         (
             "policy",
             &[
-                "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress",
+                "cli", "rotate", "workload", "fleet", "cluster", "provider", "hooks", "progress",
             ],
         ),
-        ("cluster", &["cli", "rotate", "workload", "progress"]),
+        (
+            "cluster",
+            &["cli", "rotate", "workload", "fleet", "progress"],
+        ),
         (
             "metrics",
             &[
-                "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress", "events",
-                "plan",
+                "cli", "rotate", "workload", "fleet", "cluster", "provider", "hooks", "progress",
+                "events", "plan",
             ],
         ),
-        ("provider", &["cli", "rotate", "workload", "progress"]),
+        (
+            "provider",
+            &["cli", "rotate", "workload", "fleet", "progress"],
+        ),
         (
             "events",
             &[
-                "cli", "rotate", "workload", "cluster", "provider", "hooks", "progress",
+                "cli", "rotate", "workload", "fleet", "cluster", "provider", "hooks", "progress",
             ],
         ),
-        ("rotate", &["cli"]),
-        ("workload", &["cli", "rotate"]),
+        ("rotate", &["cli", "fleet"]),
+        ("workload", &["cli", "rotate", "fleet"]),
+        // The fleet drives rotations as processes of their own, never their executors.
+        ("fleet", &["cli", "rotate", "workload", "progress"]),
     ];
     let broken: Vec<String> = rules
         .iter()

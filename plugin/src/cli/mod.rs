@@ -5,6 +5,7 @@
 //! lock.
 
 mod control;
+mod fleet;
 mod hooks_cmd;
 mod hooks_test;
 mod in_cluster;
@@ -252,6 +253,10 @@ pub enum Command {
         #[arg(long, value_name = "APIVERSION/KIND", value_parser = parse_kind)]
         include: Vec<crate::policy::ContextResource>,
     },
+    /// Rotate a fleet of clusters (kubeconfig contexts) in stages, with a soak between stages
+    /// and the fleet policy's gates before each one: plan, run, status, pause, resume, abort.
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
     /// Work with policy hook modules.
     #[command(subcommand)]
     Hooks(hooks_cmd::HooksCommand),
@@ -362,6 +367,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Nodes(args) => nodes::run(&cli.kube, &args),
         Command::RollingUpdate(args) => rolling_update::run(&cli.kube, &args),
         Command::Hooks(cmd) => hooks_cmd::run(cmd),
+        Command::Fleet(cmd) => fleet::run(&cli.kube, cli.verbose, cmd),
         Command::Snapshot {
             output,
             policy,

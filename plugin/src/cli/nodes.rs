@@ -294,7 +294,7 @@ fn parse_age(text: &str) -> Result<i64, String> {
     crate::policy::parse_duration(text).map(|d| d.as_secs() as i64)
 }
 
-fn parse_instant(text: &str) -> Result<i64, String> {
+pub(super) fn parse_instant(text: &str) -> Result<i64, String> {
     text.parse::<jiff::Timestamp>()
         .map(|t| t.as_second())
         .map_err(|e| {

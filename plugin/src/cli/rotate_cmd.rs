@@ -73,10 +73,20 @@ fn holder_is_dead_here(holder: &str) -> bool {
     else {
         return false;
     };
-    here == there
-        && pid
-            .parse::<u32>()
-            .is_ok_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+    here == there && pid.parse::<u32>().is_ok_and(|pid| !process_runs(pid))
+}
+
+/// Whether process `pid` of this machine still runs: a zombie (killed, not yet reaped by its
+/// new parent, as a fleet's rotation killed with its fleet is for a moment) does not.
+fn process_runs(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state …`: the state follows the last ')' (comm may hold one).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X' | 'x') | None)
 }
 
 /// Takes the lock `lease` for `identity`; a holder that was a process of this machine that
@@ -365,5 +375,33 @@ async fn rotate(
             | crate::rotate::RotateError::CannotSurge(_)),
         ) => Err(Failure::usage(e.to_string())),
         Err(e) => Err(Failure::failed(format!("{e}; {RESUME}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_runs;
+
+    #[test]
+    fn a_zombie_is_not_running() {
+        assert!(process_runs(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // Not reaped yet: a zombie once it has exited.
+        let stat = format!("/proc/{}/stat", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while process_runs(child.id()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                std::fs::read_to_string(&stat)
+            );
+            std::thread::yield_now();
+        }
+        assert!(
+            std::path::Path::new(&stat).exists(),
+            "still there, as a zombie"
+        );
+        child.wait().unwrap();
+        assert!(!process_runs(child.id()));
     }
 }

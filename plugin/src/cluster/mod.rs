@@ -7,6 +7,7 @@ pub mod controllers;
 pub mod controls;
 pub mod drain;
 pub mod eviction;
+pub mod fleet_record;
 pub mod history;
 pub mod lock;
 pub mod machines;
@@ -86,6 +87,10 @@ pub enum ClusterError {
         "the live view of the cluster did not show {what} within {waited} (its watch may be stuck); stopping here"
     )]
     Behind { what: String, waited: String },
+    /// Something we keep on the cluster that cannot be read (edited by hand, or by another
+    /// version): named, never guessed at.
+    #[error("{what} cannot be read: {message} (remove it to start afresh)")]
+    Invalid { what: String, message: String },
 }
 
 /// The API request a [`ClusterError`] is about.

@@ -7,7 +7,7 @@ use super::flat_selection::FlatAnswer;
 use super::{WasmHook, check_size, convert, draining, refused, wit};
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, DrainOrderAnswer, GateAnswer, GroupInfo, HealthSummary,
-    Hook, HookFault, Instances, Phase, Progress, SelectAnswer,
+    Hook, HookFault, Instances, Phase, Progress, SelectAnswer, StageInfo, StageOutcome,
 };
 use crate::policy::{FailurePolicy, HookMode, HookPoint};
 use crate::snapshot::Pod;
@@ -131,21 +131,29 @@ impl Hook for WasmHook {
                 .load(&mut *store, instance)?
                 .call_check(store, wctx, wphase, wbatch, wsummary)
         })?;
-        Ok(match refused(answer)? {
-            wit::Verdict::Defer => GateAnswer::Defer,
-            wit::Verdict::Proceed => GateAnswer::Proceed,
-            wit::Verdict::Wait(p) => {
-                check_size(p.reason.len())?;
-                GateAnswer::Wait {
-                    seconds: p.seconds,
-                    reason: p.reason,
-                }
-            }
-            wit::Verdict::Abort(reason) => {
-                check_size(reason.len())?;
-                GateAnswer::Abort(reason)
-            }
-        })
+        gate_answer(refused(answer)?)
+    }
+
+    fn stage_gate(
+        &mut self,
+        ctx: &CallContext,
+        stage: &StageInfo,
+        previous: Option<&StageOutcome>,
+    ) -> Result<GateAnswer, HookFault> {
+        let wctx = self.context(ctx);
+        let clusters = convert::strs(&stage.clusters);
+        let wstage = convert::stage(stage, &clusters);
+        let results = previous.map(convert::cluster_results).unwrap_or_default();
+        let wprevious = previous.map(|p| convert::stage_outcome(p, &results));
+        let answer = self.call(Some(ctx), self.timeout, |e, instance, store| {
+            let Some(gates) = &e.stage_gates else {
+                return Ok(Ok(wit::Verdict::Defer));
+            };
+            gates
+                .load(&mut *store, instance)?
+                .call_check_stage(store, wctx, wstage, wprevious)
+        })?;
+        gate_answer(refused(answer)?)
     }
 
     fn drain_order(
@@ -183,4 +191,23 @@ impl Hook for WasmHook {
             }
         })
     }
+}
+
+/// A gate's verdict, its reason bounded.
+fn gate_answer(verdict: wit::Verdict) -> Result<GateAnswer, HookFault> {
+    Ok(match verdict {
+        wit::Verdict::Defer => GateAnswer::Defer,
+        wit::Verdict::Proceed => GateAnswer::Proceed,
+        wit::Verdict::Wait(p) => {
+            check_size(p.reason.len())?;
+            GateAnswer::Wait {
+                seconds: p.seconds,
+                reason: p.reason,
+            }
+        }
+        wit::Verdict::Abort(reason) => {
+            check_size(reason.len())?;
+            GateAnswer::Abort(reason)
+        }
+    })
 }

@@ -6,15 +6,15 @@
 
 use super::draining::DrainPod;
 use super::flat_selection::FlatChoices;
-use super::{wit, wit_host};
+use super::{stage_gates, wit, wit_host};
 use crate::labels::Labels;
 use crate::metrics;
 use crate::plan::Role;
 use crate::plan::decide::{not_a_candidate, positions};
 use crate::plan::estimate::Estimate;
 use crate::plan::hook::{
-    BatchInfo, Candidate, Choice, GroupInfo, HealthSummary, HookFault, InstanceKind, Phase, Pick,
-    Progress, Timing,
+    BatchInfo, Candidate, Choice, ClusterOutcome, GroupInfo, HealthSummary, HookFault,
+    InstanceKind, Phase, Pick, Progress, StageInfo, StageOutcome, Timing,
 };
 use crate::policy::HookPoint;
 use crate::snapshot::{Pod, Taint};
@@ -358,6 +358,40 @@ pub fn batch<'a>(b: &BatchInfo, instances: &'a [&'a str]) -> wit::Batch<'a> {
         instances,
         canary: b.canary,
         attempt: b.attempt,
+    }
+}
+
+pub fn stage<'a>(s: &'a StageInfo, clusters: &'a [&'a str]) -> stage_gates::Stage<'a> {
+    stage_gates::Stage {
+        fleet: &s.fleet,
+        index: s.index,
+        name: &s.name,
+        clusters,
+        attempt: s.attempt,
+    }
+}
+
+pub fn cluster_results(o: &StageOutcome) -> Vec<stage_gates::ClusterResult<'_>> {
+    (o.clusters.iter())
+        .map(|c| stage_gates::ClusterResult {
+            cluster: &c.cluster,
+            outcome: match c.outcome {
+                ClusterOutcome::Succeeded => stage_gates::ClusterOutcome::Succeeded,
+                ClusterOutcome::NodesSetAside => stage_gates::ClusterOutcome::NodesSetAside,
+            },
+            finished: c.finished,
+        })
+        .collect()
+}
+
+pub fn stage_outcome<'a>(
+    o: &'a StageOutcome,
+    clusters: &'a [stage_gates::ClusterResult<'a>],
+) -> stage_gates::StageOutcome<'a> {
+    stage_gates::StageOutcome {
+        name: &o.name,
+        clusters,
+        soaked_seconds: o.soaked_seconds,
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::version::{check_version, compatible, compatible_series};
-use super::{Exports, batching, draining, flat_selection, gates, metadata, selection};
+use super::{Exports, batching, draining, flat_selection, gates, metadata, selection, stage_gates};
 use super::{
     HookRuntime, LOAD_TIMEOUT, ModuleInfo, ObjectSource, SnapshotObjects, WIT_PACKAGE, WIT_VERSION,
     WasmHook, first_line, truncate,
@@ -222,6 +222,10 @@ impl HookRuntime {
             draining: match exports_one("draining") {
                 false => None,
                 true => Some(draining::GuestIndices::new(&instance_pre).map_err(not_a_policy)?),
+            },
+            stage_gates: match exports_one("stage-gates") {
+                false => None,
+                true => Some(stage_gates::GuestIndices::new(&instance_pre).map_err(not_a_policy)?),
             },
         };
         let mut hook = WasmHook {

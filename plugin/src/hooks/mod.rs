@@ -35,7 +35,7 @@ use crate::plan::hook::{CallContext, HookFault};
 use crate::policy::{ContextResource, FailurePolicy, HookMode, HookPoint};
 
 pub use load::{LoadError, load_all};
-pub use objects::{ObjectSource, SnapshotObjects};
+pub use objects::{NoObjects, ObjectSource, SnapshotObjects};
 pub use version::{compatible, compatible_series};
 
 use engine::Slots;
@@ -68,14 +68,15 @@ mod bindings {
 }
 
 use bindings::exports::rollout_ext::policy::{
-    batching, draining, flat_selection, gates, metadata, selection,
+    batching, draining, flat_selection, gates, metadata, selection, stage_gates,
 };
 use bindings::rollout_ext::policy::host as wit_host;
 use bindings::rollout_ext::policy::types as wit;
 
 /// Where a module's exported interfaces are, found once at load. `draining` (contract 0.3.1) is
 /// optional: a module without it orders no drains. So is `flat-selection` (0.3.4): a module
-/// with it is asked `select-flat` instead of `select`.
+/// with it is asked `select-flat` instead of `select`. And `stage-gates` (0.3.6): a module
+/// without it is not asked before a fleet's stages.
 struct Exports {
     metadata: metadata::GuestIndices,
     selection: selection::GuestIndices,
@@ -83,6 +84,7 @@ struct Exports {
     batching: batching::GuestIndices,
     gates: gates::GuestIndices,
     draining: Option<draining::GuestIndices>,
+    stage_gates: Option<stage_gates::GuestIndices>,
 }
 
 /// The WIT package this host speaks, read from the same file `bindgen!` reads (see build.rs).

@@ -16,6 +16,23 @@ pub trait ObjectSource: Send + Sync {
     ) -> Result<String, String>;
 }
 
+/// Serves no objects: a fleet's stage gates are asked about no one cluster.
+pub struct NoObjects;
+
+impl ObjectSource for NoObjects {
+    fn list(
+        &self,
+        _: &str,
+        kind: &str,
+        _: Option<&str>,
+        _: Option<&str>,
+    ) -> Result<String, String> {
+        Err(format!(
+            "a fleet's stage gate reads no cluster's objects (asked for {kind})"
+        ))
+    }
+}
+
 /// Serves objects from the snapshot file; parsed in full only when a hook first asks.
 pub struct SnapshotObjects {
     bytes: Vec<u8>,

@@ -16,7 +16,8 @@ use rustc_hash::FxHashMap;
 
 use crate::plan::hook::{
     BatchAnswer, BatchInfo, CallContext, Candidate, Choice, DecidedBy, GateAnswer, GroupInfo,
-    HealthSummary, Hook, HookFault, Instances, Phase, Pick, Progress, SelectAnswer,
+    HealthSummary, Hook, HookFault, Instances, Phase, Pick, Progress, SelectAnswer, StageInfo,
+    StageOutcome,
 };
 use crate::policy::{FailurePolicy, HookMode, HookPoint};
 
@@ -460,6 +461,30 @@ pub fn gate(
     summary: &HealthSummary,
     warnings: &mut Vec<String>,
 ) -> Result<GateDecision, HookFailed> {
+    most_careful(hooks, warnings, |hook| {
+        hook.gate(ctx, phase, batch, summary)
+    })
+}
+
+/// Asks the gates whether a fleet goes on to `stage` (the phase `before-stage`).
+pub fn stage_gate(
+    hooks: &mut [Box<dyn Hook>],
+    ctx: &CallContext,
+    stage: &StageInfo,
+    previous: Option<&StageOutcome>,
+    warnings: &mut Vec<String>,
+) -> Result<GateDecision, HookFailed> {
+    most_careful(hooks, warnings, |hook| {
+        hook.stage_gate(ctx, stage, previous)
+    })
+}
+
+/// The most careful verdict of the gates that decide, each asked with `ask`.
+fn most_careful(
+    hooks: &mut [Box<dyn Hook>],
+    warnings: &mut Vec<String>,
+    mut ask: impl FnMut(&mut dyn Hook) -> Result<GateAnswer, HookFault>,
+) -> Result<GateDecision, HookFailed> {
     let mut decision = GateDecision {
         verdict: Verdict::Proceed,
         by: DecidedBy::BuiltIn,
@@ -468,7 +493,7 @@ pub fn gate(
         if !decides(hook.as_ref(), HookPoint::Gate) {
             continue;
         }
-        let verdict = match ask_gate(hook.as_mut(), ctx, phase, batch, summary) {
+        let verdict = match ask(hook.as_mut()).and_then(checked_verdict) {
             Ok(None) => continue,
             Ok(Some(verdict)) => verdict,
             Err(fault) => {
@@ -494,7 +519,12 @@ pub(crate) fn ask_gate(
     batch: &BatchInfo,
     summary: &HealthSummary,
 ) -> Result<Option<Verdict>, HookFault> {
-    Ok(match hook.gate(ctx, phase, batch, summary)? {
+    checked_verdict(hook.gate(ctx, phase, batch, summary)?)
+}
+
+/// A gate's answer as a verdict (`None` when it defers), its wait bounded.
+fn checked_verdict(answer: GateAnswer) -> Result<Option<Verdict>, HookFault> {
+    Ok(match answer {
         GateAnswer::Defer => None,
         GateAnswer::Proceed => Some(Verdict::Proceed),
         GateAnswer::Wait { seconds, reason } => {

@@ -159,6 +159,47 @@ pub struct BatchInfo {
     pub attempt: u32,
 }
 
+/// The stage of a fleet a `before-stage` gate is asked about (contract 0.3.6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageInfo {
+    /// The fleet's name.
+    pub fleet: String,
+    pub index: u32,
+    pub name: String,
+    /// Its clusters' kubeconfig contexts.
+    pub clusters: Vec<String>,
+    /// How many times the gates have answered `wait` for this stage so far.
+    pub attempt: u32,
+}
+
+/// How a cluster's rotation in a fleet ended, as a stage gate is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterOutcome {
+    Succeeded,
+    /// Done but for nodes it set aside (exit code 6).
+    NodesSetAside,
+}
+
+/// One cluster of the stage before, as it ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterResult {
+    pub cluster: String,
+    pub outcome: ClusterOutcome,
+    /// Seconds since the Unix epoch.
+    pub finished: i64,
+}
+
+/// The stage before the one a gate is asked about, as it ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageOutcome {
+    pub name: String,
+    pub clusters: Vec<ClusterResult>,
+    /// Seconds since its last cluster ended.
+    pub soaked_seconds: u64,
+}
+
 /// A PodDisruptionBudget covering pods of a batch.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -290,6 +331,17 @@ pub trait Hook {
         batch: &BatchInfo,
         summary: &HealthSummary,
     ) -> Result<GateAnswer, HookFault>;
+
+    /// Whether a fleet goes on to `stage` (the gate phase `before-stage`), `previous` being the
+    /// stage before it as it ended. Modules before contract 0.3.6 do not serve it: they defer.
+    fn stage_gate(
+        &mut self,
+        _ctx: &CallContext,
+        _stage: &StageInfo,
+        _previous: Option<&StageOutcome>,
+    ) -> Result<GateAnswer, HookFault> {
+        Ok(GateAnswer::Defer)
+    }
 
     /// The turns in which the drain of `node` evicts `pods`. Modules of contract 0.3.0 do not
     /// serve this point: they defer.

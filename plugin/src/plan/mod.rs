@@ -12,6 +12,7 @@ pub mod capacity;
 pub mod decide;
 pub mod drain;
 pub mod estimate;
+pub mod fleet;
 pub mod forecast;
 pub mod group_loop;
 pub mod groups;

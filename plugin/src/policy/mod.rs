@@ -15,6 +15,7 @@ use crate::quantity::parse_memory;
 
 pub mod drain;
 mod estimates;
+pub mod fleet;
 mod int_or_percent;
 pub mod metrics;
 pub mod module;

@@ -474,6 +474,25 @@ impl Drop for TestCluster {
     }
 }
 
+/// A kubeconfig with a context per cluster, named as `clusters` name them (a fleet's file names
+/// its clusters by context), each as the admin.
+pub fn fleet_kubeconfig(path: &Path, clusters: &[(&str, &TestCluster)]) -> anyhow::Result<()> {
+    let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (name, cluster) in clusters {
+        text += &format!(
+            "- name: {name}\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\n",
+            cluster.server
+        );
+    }
+    text += &format!("users:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n");
+    for (name, _) in clusters {
+        text += &format!("- name: {name}\n  context:\n    cluster: {name}\n    user: admin\n");
+    }
+    text += &format!("current-context: {}\n", clusters[0].0);
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
 fn write_kubeconfig(path: &Path, server: &str, token: &str, user: &str) -> anyhow::Result<()> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n    namespace: default\ncurrent-context: test\n"

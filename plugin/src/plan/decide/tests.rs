@@ -5,6 +5,7 @@ use crate::plan::hook::{Choice, DrainOrderAnswer, InstanceKind};
 type SelectFn = dyn FnMut(&[Candidate]) -> Result<SelectAnswer, HookFault>;
 type BatchFn = dyn FnMut(&Progress) -> Result<BatchAnswer, HookFault>;
 type GateFn = dyn FnMut(&BatchInfo) -> Result<GateAnswer, HookFault>;
+type StageFn = dyn FnMut(&StageInfo, Option<&StageOutcome>) -> Result<GateAnswer, HookFault>;
 
 /// A hook made of closures, for planner tests.
 pub struct FakeHook {
@@ -15,6 +16,8 @@ pub struct FakeHook {
     pub select: Box<SelectFn>,
     pub batch: Box<BatchFn>,
     pub gate: Box<GateFn>,
+    /// Its answer before a fleet's stage.
+    pub stage_gate: Box<StageFn>,
     /// The answer at `drain-order`; none: defer.
     pub drain_order: Option<DrainOrderAnswer>,
     /// Each call's point (a gate's phase) and context, in order.
@@ -34,6 +37,7 @@ impl FakeHook {
             select: Box::new(|_| Ok(SelectAnswer::Defer)),
             batch: Box::new(|_| Ok(BatchAnswer::Defer)),
             gate: Box::new(|_| Ok(GateAnswer::Defer)),
+            stage_gate: Box::new(|_, _| Ok(GateAnswer::Defer)),
             drain_order: None,
             calls: Calls::default(),
         }
@@ -82,6 +86,15 @@ impl Hook for FakeHook {
     ) -> Result<GateAnswer, HookFault> {
         self.took(phase.as_str(), ctx);
         (self.gate)(b)
+    }
+    fn stage_gate(
+        &mut self,
+        ctx: &CallContext,
+        stage: &StageInfo,
+        previous: Option<&StageOutcome>,
+    ) -> Result<GateAnswer, HookFault> {
+        self.took("before-stage", ctx);
+        (self.stage_gate)(stage, previous)
     }
     fn drain_order(
         &mut self,
