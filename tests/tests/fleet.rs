@@ -372,6 +372,23 @@ async fn a_gate_abort_before_the_second_stage_leaves_it_untouched() {
         .collect();
     assert_eq!(states, ["succeeded", "not-started", "not-started"]);
 
+    // A plan now: dev is done, prod is still gated.
+    let plan = run_plugin(fleet_args("plan", &file, &["-o", "json"])).await;
+    let planned: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(
+        planned["finished"],
+        serde_json::json!(["dev"]),
+        "{}",
+        said(&plan)
+    );
+    assert_eq!(planned["steps"][0]["step"], "gate");
+    assert_eq!(planned["steps"][0]["stage"], "prod");
+    assert_eq!(
+        plan.status.code(),
+        Some(3),
+        "the plan stops where the run did"
+    );
+
     // The gate lifted, the same command resumes: dev is not rotated again.
     gate_policy(dir.path(), "{}");
     let out = run_plugin(fleet_args("run", &file, &["-o", "json"])).await;

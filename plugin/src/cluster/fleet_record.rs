@@ -5,12 +5,14 @@
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Serialize};
 
+use super::history::{api, request};
 use super::lock::LOCK_NAMESPACE;
-use super::{Cluster, ClusterError, Request};
+use super::{Cluster, ClusterError};
+use crate::plan::fleet::{Ended, EndedHow, Recorded};
 
 /// The ConfigMap the fleet records live in, in the Lease's namespace.
 pub const FLEET_RECORD_NAME: &str = "rollout-ext-fleet";
@@ -55,6 +57,24 @@ impl std::fmt::Display for RecordState {
     }
 }
 
+impl FleetRecord {
+    /// What the record says of its run, for the fleet's progress.
+    pub fn recorded(&self) -> Recorded {
+        let at = self.ended_at.unwrap_or(self.started_at);
+        match self.state {
+            RecordState::Succeeded => Recorded::Finished(Ended {
+                how: EndedHow::Succeeded,
+                at,
+            }),
+            RecordState::NodesSetAside => Recorded::Finished(Ended {
+                how: EndedHow::NodesSetAside,
+                at,
+            }),
+            RecordState::Running | RecordState::Aborted | RecordState::Failed => Recorded::Started,
+        }
+    }
+}
+
 /// An operator's request to stop a fleet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,18 +83,6 @@ pub struct FleetAbort {
     /// Seconds since the Unix epoch.
     pub at: i64,
     pub reason: String,
-}
-
-fn api(cluster: &Cluster) -> Api<ConfigMap> {
-    Api::namespaced(cluster.client.clone(), LOCK_NAMESPACE)
-}
-
-fn request(verb: &'static str) -> Request<'static> {
-    Request {
-        verb,
-        resource: "configmaps",
-        namespace: Some(LOCK_NAMESPACE),
-    }
 }
 
 /// The value of `key`, read as JSON.

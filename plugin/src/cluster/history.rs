@@ -31,11 +31,13 @@ struct Entry {
     history: GroupHistory,
 }
 
-fn api(cluster: &Cluster) -> Api<ConfigMap> {
+/// The ConfigMaps we keep beside the Lease (the history, the fleets' records).
+pub(super) fn api(cluster: &Cluster) -> Api<ConfigMap> {
     Api::namespaced(cluster.client.clone(), LOCK_NAMESPACE)
 }
 
-fn request(verb: &'static str) -> Request<'static> {
+/// A request about those ConfigMaps, for its errors.
+pub(super) fn request(verb: &'static str) -> Request<'static> {
     Request {
         verb,
         resource: "configmaps",

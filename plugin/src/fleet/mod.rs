@@ -154,7 +154,7 @@ impl FleetRun<'_> {
 
     /// Reads what earlier runs recorded in each cluster, and withdraws an abort they left.
     async fn resume(&self) -> Result<FleetProgress, FleetError> {
-        let mut progress = FleetProgress::default();
+        let mut records = Vec::new();
         for c in self.fleet.clusters() {
             let cluster = self.cluster(&c.context);
             let (record, abort) =
@@ -172,27 +172,9 @@ impl FleetRun<'_> {
                 cluster: c.context.clone(),
                 state: record.state.to_string(),
             });
-            let stage = self.stage_of(&c.context);
-            let ended_at = record.ended_at.unwrap_or(record.started_at);
-            match record.state {
-                RecordState::Succeeded | RecordState::NodesSetAside => {
-                    let how = match record.state {
-                        RecordState::Succeeded => EndedHow::Succeeded,
-                        _ => EndedHow::NodesSetAside,
-                    };
-                    let ended = Ended { how, at: ended_at };
-                    progress
-                        .clusters
-                        .insert(c.context.clone(), ClusterState::Ended(ended));
-                }
-                // Started and not finished: it runs again (resuming from its lock), its stage
-                // past its gates.
-                RecordState::Running | RecordState::Aborted | RecordState::Failed => {
-                    progress.gates_passed.insert(stage);
-                }
-            }
+            records.push((c.context.clone(), record.recorded()));
         }
-        Ok(progress)
+        Ok(FleetProgress::recorded(self.fleet, records))
     }
 
     /// Runs the fleet to its end, or until it stops.

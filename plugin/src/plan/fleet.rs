@@ -61,6 +61,42 @@ impl FleetProgress {
     pub fn state(&self, context: &str) -> &ClusterState {
         self.clusters.get(context).unwrap_or(&ClusterState::Pending)
     }
+
+    /// The progress earlier runs recorded: a cluster that finished stays finished; one started
+    /// and not finished (still running when its run was killed, failed or aborted) is pending
+    /// again, its stage past its gates.
+    pub fn recorded(fleet: &Fleet, records: impl IntoIterator<Item = (String, Recorded)>) -> Self {
+        let mut progress = FleetProgress::default();
+        for (context, record) in records {
+            match record {
+                Recorded::Finished(ended) => {
+                    progress
+                        .clusters
+                        .insert(context, ClusterState::Ended(ended));
+                }
+                Recorded::Started => {
+                    let stage = (fleet.stages.iter())
+                        .position(|s| s.clusters.iter().any(|c| c.context == context));
+                    progress.gates_passed.extend(stage);
+                }
+            }
+        }
+        progress
+    }
+
+    /// The clusters that finished, in the fleet's order.
+    pub fn finished<'a>(&'a self, fleet: &'a Fleet) -> impl Iterator<Item = &'a str> + 'a {
+        (fleet.clusters())
+            .filter(|c| matches!(self.state(&c.context), ClusterState::Ended(e) if e.how.done()))
+            .map(|c| c.context.as_str())
+    }
+}
+
+/// What a cluster's record says of an earlier run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    Finished(Ended),
+    Started,
 }
 
 /// What the fleet does next.
@@ -276,6 +312,9 @@ pub struct FleetPlan {
     pub api_version: &'static str,
     pub kind: &'static str,
     pub fleet: String,
+    /// Clusters an earlier run finished: not rotated again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finished: Vec<String>,
     pub steps: Vec<FleetStep>,
     pub warnings: Vec<String>,
     /// What would stop the fleet (a gate's abort, a cluster's plan stopped).
@@ -299,6 +338,7 @@ pub fn plan(
 ) -> Result<FleetPlan, HookFailed> {
     let start = now;
     let mut now = now;
+    let finished: Vec<String> = progress.finished(fleet).map(String::from).collect();
     let mut steps = Vec::new();
     let mut warnings = Vec::new();
     let mut attempts: BTreeMap<usize, u32> = BTreeMap::new();
@@ -356,7 +396,8 @@ pub fn plan(
                             at: now,
                             plan: Box::new(planned),
                         });
-                        return Ok(FleetPlan::new(fleet, steps, warnings, Some(why), None));
+                        let plan = FleetPlan::new(fleet, steps, warnings, Some(why), None);
+                        return Ok(FleetPlan { finished, ..plan });
                     }
                     estimated &= planned.seconds.is_some();
                     ends.insert(cluster.clone(), now + planned.seconds.unwrap_or(0) as i64);
@@ -401,7 +442,8 @@ pub fn plan(
         }
     };
     let seconds = estimated.then(|| (now - start).max(0) as u64);
-    Ok(FleetPlan::new(fleet, steps, warnings, stopped, seconds))
+    let plan = FleetPlan::new(fleet, steps, warnings, stopped, seconds);
+    Ok(FleetPlan { finished, ..plan })
 }
 
 impl FleetPlan {
@@ -416,6 +458,7 @@ impl FleetPlan {
             api_version: crate::policy::API_VERSION,
             kind: "FleetPlan",
             fleet: fleet.name.clone(),
+            finished: Vec::new(),
             steps,
             warnings,
             seconds: seconds.filter(|_| stopped.is_none()),

@@ -194,6 +194,17 @@ fn stage_hooks(fleet: &Fleet) -> Result<Vec<Box<dyn Hook>>, Failure> {
     Ok(crate::hooks::load_all(runtime, &policy, objects)?)
 }
 
+/// A failure about the cluster of `context`, naming it.
+fn in_cluster<E: Into<Failure>>(context: &str) -> impl Fn(E) -> Failure + Copy + '_ {
+    move |e| {
+        let f = e.into();
+        Failure {
+            message: format!("cluster {context}: {}", f.message),
+            ..f
+        }
+    }
+}
+
 /// A connection to every cluster of the fleet: one that cannot be reached stops the command
 /// before anything is done, naming its context.
 async fn connect_all(
@@ -203,13 +214,9 @@ async fn connect_all(
     let mut clusters = BTreeMap::new();
     for c in fleet.clusters() {
         let options = kube_for(kube, &c.context).connect_options()?;
-        let cluster = Cluster::connect(&options).await.map_err(|e| {
-            let f = Failure::from(e);
-            Failure {
-                message: format!("cluster {}: {}", c.context, f.message),
-                ..f
-            }
-        })?;
+        let cluster = Cluster::connect(&options)
+            .await
+            .map_err(in_cluster(&c.context))?;
         clusters.insert(c.context.clone(), cluster);
     }
     Ok(clusters)
@@ -222,30 +229,25 @@ fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> 
     let start = args
         .now
         .unwrap_or_else(|| jiff::Timestamp::now().as_second());
+    let recorded = recorded(kube, &fleet)?;
     let mut failure = None;
-    let plan = crate::plan::fleet::plan(
-        &fleet,
-        FleetProgress::default(),
-        &mut hooks,
-        start,
-        |context, at| {
-            let cluster = fleet
-                .clusters()
-                .find(|c| c.context == context)
-                .expect("a fleet cluster");
-            match plan_cluster(&program, kube, verbose, cluster, at) {
-                Ok(plan) => plan,
-                Err(message) => {
-                    failure.get_or_insert(message.clone());
-                    ClusterPlan {
-                        seconds: None,
-                        stopped: Some(message),
-                        plan: serde_json::Value::Null,
-                    }
+    let plan = crate::plan::fleet::plan(&fleet, recorded, &mut hooks, start, |context, at| {
+        let cluster = fleet
+            .clusters()
+            .find(|c| c.context == context)
+            .expect("a fleet cluster");
+        match plan_cluster(&program, kube, verbose, cluster, at) {
+            Ok(plan) => plan,
+            Err(message) => {
+                failure.get_or_insert(message.clone());
+                ClusterPlan {
+                    seconds: None,
+                    stopped: Some(message),
+                    plan: serde_json::Value::Null,
                 }
             }
-        },
-    )
+        }
+    })
     .map_err(|e| Failure::failed(e.to_string()))?;
     if let Some(message) = failure {
         return Err(Failure::failed(message));
@@ -268,6 +270,20 @@ fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> 
         }),
         None => Ok(()),
     }
+}
+
+/// What earlier runs of the fleet recorded in its clusters (read only: a plan changes nothing).
+fn recorded(kube: &KubeFlags, fleet: &Fleet) -> Result<FleetProgress, Failure> {
+    tokio_runtime()?.block_on(async {
+        let clusters = connect_all(kube, fleet).await?;
+        let mut records = Vec::new();
+        for (context, cluster) in &clusters {
+            let (record, _) =
+                (cluster.fleet_record(&fleet.name).await).map_err(in_cluster(context))?;
+            records.extend(record.map(|r| (context.clone(), r.recorded())));
+        }
+        Ok(FleetProgress::recorded(fleet, records))
+    })
 }
 
 /// A cluster's `nodes` plan at `at`, read from its JSON.

@@ -18,6 +18,9 @@ pub(super) fn print_plan(fleet: &Fleet, plan: &FleetPlan) {
         fleet.source,
         fleet.stages.len()
     );
+    if !plan.finished.is_empty() {
+        println!("Finished by an earlier run: {}", plan.finished.join(", "));
+    }
     println!("{:<12} {:<22} WHAT", "STAGE", "AT");
     for step in &plan.steps {
         let (stage, at, what) = match step {
@@ -165,13 +168,18 @@ impl FleetOutput for Printer {
             eprintln!("[{cluster}] {line}");
             return;
         }
-        match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(serde_json::Value::Object(mut event)) if self.json => {
-                event.insert("cluster".into(), cluster.into());
-                println!("{}", serde_json::Value::Object(event));
-            }
-            _ => println!("[{cluster}] {line}"),
+        if !self.json {
+            println!("[{cluster}] {line}");
+            return;
         }
+        // JSON lines stay JSON lines: an event gains the cluster, any other line is wrapped.
+        let event = match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(mut event)) => {
+                event.insert("cluster".into(), cluster.into());
+                serde_json::Value::Object(event)
+            }
+            _ => serde_json::json!({"event": "output", "cluster": cluster, "line": line}),
+        };
+        println!("{event}");
     }
 }
-

@@ -2,7 +2,7 @@
 //! in turn.
 
 use super::output::when;
-use super::{FleetArgs, FleetControlArgs, connect_all, load};
+use super::{FleetArgs, FleetControlArgs, connect_all, in_cluster, load};
 use crate::cli::rotate_cmd::operator;
 use crate::cli::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
 use crate::cluster::controls::{Control, ControlRequest};
@@ -36,13 +36,7 @@ pub(super) fn status(kube: &KubeFlags, args: &FleetArgs) -> Result<(), Failure> 
         for stage in &fleet.stages {
             for c in &stage.clusters {
                 let cluster = &clusters[&c.context];
-                let named = |e| {
-                    let f = Failure::from(e);
-                    Failure {
-                        message: format!("cluster {}: {}", c.context, f.message),
-                        ..f
-                    }
-                };
+                let named = in_cluster(&c.context);
                 let (record, abort) = cluster.fleet_record(&fleet.name).await.map_err(named)?;
                 let lease = cluster.controls().await.map_err(named)?.unwrap_or_default();
                 aborts.extend(abort.map(|a| (c.context.clone(), a)));
@@ -130,13 +124,7 @@ pub(super) fn control(kube: &KubeFlags, args: &FleetControlArgs, act: Act) -> Re
         let mut said = Vec::new();
         for c in fleet.clusters() {
             let cluster = &clusters[&c.context];
-            let named = |e| {
-                let f = Failure::from(e);
-                Failure {
-                    message: format!("cluster {}: {}", c.context, f.message),
-                    ..f
-                }
-            };
+            let named = in_cluster(&c.context);
             let lease = cluster.controls().await.map_err(named)?.unwrap_or_default();
             let request = ControlRequest::now(&operator(), &args.reason);
             let line = match act {
@@ -199,4 +187,3 @@ pub(super) fn control(kube: &KubeFlags, args: &FleetControlArgs, act: Act) -> Re
     }
     Ok(())
 }
-

@@ -245,3 +245,30 @@ fn a_gate_that_waits_then_aborts_stops_the_plan_before_the_stage() {
         ]
     );
 }
+
+#[test]
+fn what_earlier_runs_recorded_resumes_the_fleet_past_their_work() {
+    let fleet = fleet();
+    let progress = FleetProgress::recorded(
+        &fleet,
+        [
+            (
+                "dev".to_string(),
+                Recorded::Finished(Ended {
+                    how: EndedHow::Succeeded,
+                    at: 50,
+                }),
+            ),
+            ("us".to_string(), Recorded::Started),
+        ],
+    );
+    assert_eq!(progress.finished(&fleet).collect::<Vec<_>>(), ["dev"]);
+    assert_eq!(
+        next(&fleet, &progress, 10_000),
+        Next::Start {
+            stage: 1,
+            clusters: vec!["eu".into(), "us".into()]
+        },
+        "prod was started: not gated again, its clusters (us again) started"
+    );
+}
