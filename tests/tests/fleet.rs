@@ -120,6 +120,19 @@ fn fleet_file(
     r: &Rotations,
     gates: &Path,
 ) -> PathBuf {
+    fleet_file_with(dir, name, group, soak, r, gates, &[])
+}
+
+/// [`fleet_file`] with `dev_args` for dev's rotation alone.
+fn fleet_file_with(
+    dir: &Path,
+    name: &str,
+    group: &str,
+    soak: &str,
+    r: &Rotations,
+    gates: &Path,
+    dev_args: &[&str],
+) -> PathBuf {
     let args: Vec<String> = ["--instance-group", group, "--kubelet-version", "v1.20.2"]
         .iter()
         .chain(FAST_ROTATION)
@@ -128,10 +141,11 @@ fn fleet_file(
         .collect();
     let policy = |i: usize| r.dirs[i].path().join("policy.yaml").display().to_string();
     let text = format!(
-        "apiVersion: rollout-ext/v1alpha1\nkind: Fleet\nmetadata: {{name: {name}}}\nspec:\n  policy: {}\n  args: [{}]\n  stages:\n  - name: dev\n    soak: {soak}\n    clusters:\n    - {{context: dev, policy: {}}}\n  - name: prod\n    maxParallel: 2\n    clusters:\n    - {{context: eu, policy: {}}}\n    - {{context: us, policy: {}}}\n",
+        "apiVersion: rollout-ext/v1alpha1\nkind: Fleet\nmetadata: {{name: {name}}}\nspec:\n  policy: {}\n  args: [{}]\n  stages:\n  - name: dev\n    soak: {soak}\n    clusters:\n    - {{context: dev, policy: {}, args: [{}]}}\n  - name: prod\n    maxParallel: 2\n    clusters:\n    - {{context: eu, policy: {}}}\n    - {{context: us, policy: {}}}\n",
         gates.display(),
         args.join(", "),
         policy(0),
+        dev_args.join(", "),
         policy(1),
         policy(2)
     );
@@ -586,6 +600,52 @@ async fn an_operator_stops_the_fleet_in_its_soak_pauses_and_resumes_it() {
     assert!(
         seen[..paused].iter().all(|k| k != "cordoned"),
         "prod's rotations held before any change: {seen:?}"
+    );
+    r.judge(group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_handed_its_rotation_is_followed_to_its_end() {
+    let _serial = SERIAL.lock().await;
+    let dev = &trio().clusters[0];
+    let runners = dev.run_runner_pods().await;
+    let group = "handed";
+    let r = rotations(group).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = gate_policy(dir.path(), "{}");
+    let hand_over = [
+        "--in-cluster",
+        "--runner-image",
+        "site/rollout-ext:test",
+        "--create-rbac",
+    ];
+    let file = fleet_file_with(dir.path(), "handed", group, "0s", &r, &gates, &hand_over);
+
+    let out = run_plugin(fleet_args("run", &file, &["-o", "json"])).await;
+    let output = runners.output();
+    assert!(
+        out.status.success(),
+        "{}\nrunner pods:\n{output}",
+        said(&out)
+    );
+    let events = events(&out.stdout);
+    let handed: Vec<&serde_json::Value> = kinds(&events, "handed-over");
+    assert_eq!(handed.len(), 1, "{}", said(&out));
+    assert_eq!(handed[0]["cluster"], "dev");
+    let job = handed[0]["job"].as_str().unwrap().to_string();
+    // The runner's own events, followed through its Job's logs, come through as dev's.
+    let dev_terminated = (kinds(&events, "terminated").iter())
+        .filter(|e| e["cluster"] == "dev")
+        .count();
+    assert_eq!(dev_terminated, 2, "{}\nrunner pods:\n{output}", said(&out));
+    assert_eq!(record(0, "handed").await.unwrap()["state"], "succeeded");
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(dev.client().await, "kube-system");
+    let status = jobs.get(&job).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.succeeded,
+        Some(1),
+        "the run in the cluster succeeded"
     );
     r.judge(group).await;
 }

@@ -43,16 +43,20 @@ fn in_cluster(mut args: Vec<String>, extra: &[&str]) -> Vec<String> {
     args
 }
 
-/// The Job the command said it created, `NAMESPACE/NAME`.
+/// The Job the command said it created (its `handed-over` event, `-o json`): namespace, name.
 fn job_of(out: &Output) -> (String, String) {
+    let event = handed_over(out);
+    let field = |key: &str| event[key].as_str().unwrap_or_default().to_string();
+    (field("namespace"), field("job"))
+}
+
+/// The `handed-over` event a command printed (`-o json`).
+fn handed_over(out: &Output) -> serde_json::Value {
     let said = String::from_utf8_lossy(&out.stdout);
-    let job = said
-        .split_whitespace()
-        .skip_while(|w| *w != "Job")
-        .nth(1)
-        .unwrap_or_else(|| panic!("the command names its Job: {said}"));
-    let (ns, name) = job.split_once('/').unwrap();
-    (ns.to_string(), name.to_string())
+    (said.lines())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "handed-over")
+        .unwrap_or_else(|| panic!("the command names its Job: {said}"))
 }
 
 /// Waits for Job `name` to succeed or fail; whether it succeeded. `runners` tell what its pods
@@ -293,7 +297,17 @@ async fn an_abort_from_the_terminal_stops_the_run_in_the_cluster() {
         .await
         .expect("logs -f ends with the run")
         .unwrap();
-    assert!(followed.status.success(), "{}", text(&followed));
+    assert_eq!(
+        followed.status.code(),
+        Some(3),
+        "logs -f ends with the run's own exit code (aborted): {}",
+        text(&followed)
+    );
+    assert!(
+        text(&followed).contains(&format!("the run of job/{name} ended with exit code 3")),
+        "{}",
+        text(&followed)
+    );
     let said = String::from_utf8_lossy(&followed.stdout);
     assert!(said.contains("stop the handed-over run"), "{said}");
     let terminated = (cluster.cloud.calls().iter())
@@ -344,10 +358,10 @@ async fn a_rolling_update_handed_to_the_cluster_completes_in_its_namespace() {
     ];
     let out = run_plugin(args.map(String::from).to_vec()).await;
     assert!(out.status.success(), "{}", text(&out));
-    let said = String::from_utf8_lossy(&out.stdout);
+    let command = handed_over(&out)["command"].to_string();
     assert!(
-        said.contains("--namespace handed"),
-        "the runner is told the namespace: {said}"
+        command.contains(r#""--namespace","handed""#),
+        "the runner is told the namespace: {command}"
     );
     let (job_ns, name) = job_of(&out);
     assert_eq!(job_ns, "kube-system");

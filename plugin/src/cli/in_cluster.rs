@@ -8,7 +8,7 @@ use std::path::{Component, Path};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::nodes::NodesArgs;
-use super::{Failure, KubeFlags};
+use super::{Failure, KubeFlags, OutputFormat};
 use crate::cluster::Cluster;
 use crate::cluster::access::Permission;
 use crate::cluster::lock::LOCK_NAMESPACE;
@@ -161,6 +161,8 @@ pub struct HandOver<'a> {
     pub command_namespace: Option<String>,
     /// The run takes the rotation's lock: it must be free (or `force_unlock`).
     pub takes_rotation_lock: bool,
+    /// Say the Job as a JSON event (`-o json`), for programs that follow it (a fleet does).
+    pub json: bool,
 }
 
 /// Hands `nodes … --yes` to the cluster and says how to follow it.
@@ -180,6 +182,7 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs, policy: &Policy) -> Result<(), Fa
         policy,
         command_namespace: None,
         takes_rotation_lock: true,
+        json: matches!(args.output, OutputFormat::Json | OutputFormat::Yaml),
     };
     hand(kube, hand_over, |_| needed)
 }
@@ -209,6 +212,7 @@ pub fn hand(
         policy,
         command_namespace,
         takes_rotation_lock,
+        json,
     } = hand_over;
     let files = run_files(policy_path, policy)?;
     let policy_name = policy_path.map(file_name).transpose()?;
@@ -253,6 +257,16 @@ pub fn hand(
             files,
         };
         cluster.start_runner(&runner).await?;
+        if json {
+            let event = serde_json::json!({
+                "event": "handed-over",
+                "namespace": namespace,
+                "job": name,
+                "command": command,
+            });
+            println!("{event}");
+            return Ok(());
+        }
         println!(
             "handed to the cluster: Job {namespace}/{name} runs `kubectl rollout-ext {}` as ServiceAccount {namespace}/{RUNNER_ACCOUNT}",
             command.join(" ")
@@ -313,7 +327,18 @@ pub fn logs(kube: &KubeFlags, job: Option<&str>, follow: bool) -> Result<(), Fai
             }
             let job = cluster.runner_job(&namespace, Some(&name)).await?;
             let status = job.and_then(|j| j.status);
-            let ended = status.is_none_or(|s| s.succeeded.unwrap_or(0) + s.failed.unwrap_or(0) > 0);
+            let failed = status.as_ref().is_some_and(|s| s.failed.unwrap_or(0) > 0);
+            if failed {
+                // The run's own exit code (3 aborted, 4 locked, 6 nodes set aside, …), from its
+                // last pod, so that whoever follows it learns how it ended.
+                let pods = cluster.runner_pods(&namespace, &name).await?;
+                let code = last_exit_code(&pods).unwrap_or(1);
+                return Err(Failure {
+                    code: u8::try_from(code).unwrap_or(1).max(1),
+                    message: format!("the run of job/{name} ended with exit code {code}"),
+                });
+            }
+            let ended = status.is_none_or(|s| s.succeeded.unwrap_or(0) > 0);
             if !follow || ended {
                 return Ok(());
             }
@@ -322,6 +347,18 @@ pub fn logs(kube: &KubeFlags, job: Option<&str>, follow: bool) -> Result<(), Fai
                 .await;
         }
     })
+}
+
+/// The exit code of the newest of `pods` that ended.
+fn last_exit_code(pods: &[Pod]) -> Option<i32> {
+    (pods.iter())
+        .filter_map(|p| {
+            let status = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+            let ended = status.state.as_ref()?.terminated.as_ref()?;
+            Some((p.metadata.creation_timestamp.clone(), ended.exit_code))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, code)| code)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::cluster::fleet_record::{FleetAbort, FleetRecord, RecordState};
+use crate::cluster::runner::RunnerPod;
 use crate::cluster::{Cluster, ClusterError};
 use crate::plan::decide::{HookFailed, Verdict};
 use crate::plan::fleet::{
@@ -24,7 +25,7 @@ use crate::plan::fleet::{
 use crate::plan::hook::Hook;
 use crate::policy::fleet::Fleet;
 
-pub use child::{ChildExit, ClusterCommand};
+pub use child::{ChildExit, ClusterCommand, HandedOver};
 
 /// What a fleet run says, as a line of its output.
 #[derive(Debug, Clone, Serialize)]
@@ -95,8 +96,8 @@ pub enum FleetError {
     },
     #[error(transparent)]
     Hook(#[from] HookFailed),
-    #[error("cluster {context}: cannot start its rotation: {message}")]
-    Spawn { context: String, message: String },
+    #[error("a cluster's rotation task failed: {0}")]
+    Task(String),
 }
 
 /// How a fleet run ended.
@@ -339,10 +340,7 @@ impl FleetRun<'_> {
                         // Nothing runs: the step machine moves on.
                         continue;
                     };
-                    let exit = exit.map_err(|e| FleetError::Spawn {
-                        context: "?".into(),
-                        message: e.to_string(),
-                    })?;
+                    let exit = exit.map_err(|e| FleetError::Task(e.to_string()))?;
                     children.remove(&exit.cluster);
                     let ended = self.ended(&exit).await?;
                     progress
@@ -385,14 +383,29 @@ impl FleetRun<'_> {
             stage: stage_name,
             cluster: context.to_string(),
         });
-        let (child, task) = child::spawn(context, &self.commands[context], self.output.clone())
-            .map_err(|e| FleetError::Spawn {
-                context: context.to_string(),
-                message: e.to_string(),
-            })?;
+        let command = &self.commands[context];
+        let handed = match command.follow {
+            Some(_) => self.handed_over(context).await?,
+            None => None,
+        };
+        let (child, task) = child::spawn(context, command, handed, self.output.clone());
         children.insert(context.to_string(), child);
         running.spawn(task);
         Ok(())
+    }
+
+    /// The run an earlier fleet handed to the cluster of `context` that still holds its lock:
+    /// followed again rather than handed over twice.
+    async fn handed_over(&self, context: &str) -> Result<Option<child::HandedOver>, FleetError> {
+        let lease = (self.cluster(context).controls().await).map_err(Self::failed(context))?;
+        let runner = lease.and_then(|l| RunnerPod::of_holder(&l.holder));
+        Ok(runner.and_then(|r| {
+            let job = r.job.rsplit('/').next()?.to_string();
+            Some(child::HandedOver {
+                namespace: r.namespace,
+                job,
+            })
+        }))
     }
 
     /// Records how a cluster's rotation ended, and says it.

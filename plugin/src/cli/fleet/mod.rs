@@ -76,7 +76,6 @@ const FLEET_OWN_FLAGS: &[&str] = &[
     "-o",
     "--output",
     "--now",
-    "--in-cluster",
     "--from-snapshot",
     "--dry-run",
     "--interactive",
@@ -117,9 +116,10 @@ fn load(path: &Path) -> Result<Fleet, Failure> {
                  rotation go in args)"
             )));
         }
-        let line = ["kubectl rollout-ext", "nodes"]
-            .into_iter()
-            .map(String::from);
+        // As the run reads them (with --yes, which --in-cluster needs).
+        let line = ["kubectl rollout-ext", "nodes", "--yes"]
+            .map(String::from)
+            .into_iter();
         if let Err(e) = Cli::try_parse_from(line.chain(c.args.iter().cloned())) {
             let text = e.to_string();
             let first = text.lines().next().unwrap_or_default();
@@ -145,8 +145,8 @@ fn kube_for(kube: &KubeFlags, context: &str) -> KubeFlags {
     }
 }
 
-/// The command line of a cluster's `nodes`: the global flags, its context, its policy and args.
-fn nodes_args(kube: &KubeFlags, verbose: u8, cluster: &FleetCluster) -> Vec<String> {
+/// The global flags of a command against the cluster of `context`.
+fn global_args(kube: &KubeFlags, verbose: u8, context: &str) -> Vec<String> {
     let mut args = Vec::new();
     if let Some(path) = &kube.kubeconfig {
         args.extend(["--kubeconfig".to_string(), path.display().to_string()]);
@@ -167,7 +167,13 @@ fn nodes_args(kube: &KubeFlags, verbose: u8, cluster: &FleetCluster) -> Vec<Stri
     if verbose > 0 {
         args.push(format!("-{}", "v".repeat(verbose as usize)));
     }
-    args.extend(["--context".to_string(), cluster.context.clone()]);
+    args.extend(["--context".to_string(), context.to_string()]);
+    args
+}
+
+/// The command line of a cluster's `nodes`: the global flags, its context, its policy and args.
+fn nodes_args(kube: &KubeFlags, verbose: u8, cluster: &FleetCluster) -> Vec<String> {
+    let mut args = global_args(kube, verbose, &cluster.context);
     args.push("nodes".into());
     if let Some(policy) = &cluster.policy {
         args.extend(["--policy".to_string(), policy.display().to_string()]);
@@ -272,6 +278,23 @@ fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> 
     }
 }
 
+/// `args` without the flags that hand a run to the cluster.
+fn without_hand_over(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--in-cluster" | "--create-rbac" => {}
+            "--runner-image" => {
+                args.next();
+            }
+            a if a.starts_with("--runner-image=") => {}
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
 /// What earlier runs of the fleet recorded in its clusters (read only: a plan changes nothing).
 fn recorded(kube: &KubeFlags, fleet: &Fleet) -> Result<FleetProgress, Failure> {
     tokio_runtime()?.block_on(async {
@@ -294,7 +317,12 @@ fn plan_cluster(
     cluster: &FleetCluster,
     at: i64,
 ) -> Result<ClusterPlan, String> {
-    let mut args = nodes_args(kube, verbose, cluster);
+    // The plan of a rotation handed to the cluster is the plan of the same rotation.
+    let cluster = FleetCluster {
+        args: without_hand_over(&cluster.args),
+        ..cluster.clone()
+    };
+    let mut args = nodes_args(kube, verbose, &cluster);
     let at = jiff::Timestamp::from_second(at).map_or_else(|_| at.to_string(), |t| t.to_string());
     args.extend(["-o".to_string(), "json".into(), "--now".into(), at]);
     let out = std::process::Command::new(program)
@@ -333,10 +361,15 @@ fn run_fleet(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Fail
     let commands: BTreeMap<String, ClusterCommand> = (fleet.clusters())
         .map(|c| {
             let mut args = nodes_args(kube, verbose, c);
+            // A rotation handed to the cluster says its Job as JSON, to be followed.
+            let in_cluster = c.args.iter().any(|a| a == "--in-cluster");
+            let format = if in_cluster { "json" } else { format };
             args.extend(["--yes".to_string(), "-o".into(), format.into()]);
+            let follow = in_cluster.then(|| global_args(kube, verbose, &c.context));
             let command = ClusterCommand {
                 program: program.clone(),
                 args,
+                follow,
             };
             (c.context.clone(), command)
         })
@@ -412,6 +445,29 @@ mod tests {
                 e.message
             );
         }
+    }
+
+    #[test]
+    fn a_plan_leaves_the_hand_over_out() {
+        let args: Vec<String> = [
+            "--in-cluster",
+            "--runner-image",
+            "img",
+            "--create-rbac",
+            "--runner-image=x",
+            "-n",
+            "ops",
+            "--max-surge",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(without_hand_over(&args), ["-n", "ops", "--max-surge", "1"]);
+        let dir = fleet_with("[--in-cluster, --runner-image, img]");
+        assert!(
+            load(&dir.path().join("fleet.yaml")).is_ok(),
+            "a fleet may hand its rotations over"
+        );
     }
 
     #[test]

@@ -527,6 +527,7 @@ fn hand_over(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> 
         policy: &policy,
         command_namespace: Some(kube.namespace.clone().unwrap_or_default()),
         takes_rotation_lock: false,
+        json: matches!(args.output, OutputFormat::Json | OutputFormat::Yaml),
     };
     super::in_cluster::hand(kube, hand_over, |namespace| match (target, kind) {
         (Some((InPlace::StatefulSet, _)), _) => access::for_stateful_set_update(namespace),
