@@ -199,6 +199,13 @@ fn group_steps(out: &mut String, g: &GroupPlan, wide: bool) {
         if let (true, Some(f)) = (wide, &b.forecast) {
             forecast_lines(out, f);
         }
+        if !b.moves_runner.is_empty() {
+            let _ = writeln!(
+                out,
+                "     moves the runner of a run handed to the cluster (its Job's next pod resumes it): {}",
+                b.moves_runner.join(", ")
+            );
+        }
         if !b.likely_set_aside.is_empty() {
             let _ = writeln!(
                 out,

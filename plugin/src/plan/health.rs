@@ -50,6 +50,18 @@ impl<'a> Index<'a> {
         self.pods_by_node.get(node).map_or(&[], Vec::as_slice)
     }
 
+    /// The runner pods of runs handed to the cluster on `nodes`, as `namespace/pod on node`:
+    /// draining their node moves the run (its Job's next pod resumes it).
+    pub fn runners_on(&self, nodes: &[String]) -> Vec<String> {
+        (nodes.iter())
+            .flat_map(|node| {
+                (self.pods_on(node).iter())
+                    .filter(|p| p.is_runner())
+                    .map(move |p| format!("{} on {node}", p.id()))
+            })
+            .collect()
+    }
+
     /// The budgets that select `pod`. Each is found once: a budget is indexed under one pair
     /// and a pod has one value per key.
     pub fn budgets_of<'p>(&'p self, pod: &'p Pod) -> impl Iterator<Item = &'a Pdb> + 'p {

@@ -249,6 +249,10 @@ pub struct BatchPlan {
     /// drain the forecast sees blocked, up to `maxQuarantined` over the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub likely_set_aside: Vec<String>,
+    /// The runner pods of runs handed to the cluster (`--in-cluster`) on its nodes: their
+    /// drain moves the run, whose Job's next pod resumes it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub moves_runner: Vec<String>,
     /// How long the batch likely takes (with what the plan foresees before it), and when it
     /// ends.
     #[serde(skip_serializing_if = "Option::is_none")]

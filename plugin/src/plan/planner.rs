@@ -242,6 +242,7 @@ impl Planner<'_> {
                     }
                     match rec.plan.batches.last_mut() {
                         Some(batch) if replace => {
+                            batch.moves_runner = self.index.runners_on(&batch.instances);
                             batch.likely_set_aside = self.likely_set_aside(batch);
                             Input::Replaced {
                                 set_aside: batch.likely_set_aside.clone(),
@@ -439,6 +440,7 @@ impl Planner<'_> {
                     after_gate: None,
                     shadow: Vec::new(),
                     likely_set_aside: Vec::new(),
+                    moves_runner: Vec::new(),
                     estimate: None,
                 })
             }
@@ -459,6 +461,7 @@ impl Planner<'_> {
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
                 likely_set_aside: Vec::new(),
+                moves_runner: Vec::new(),
                 estimate: None,
             }),
             Action::Wait(wait) if wait.then == Asked::BatchSize => {
@@ -528,6 +531,7 @@ impl Planner<'_> {
                 after_gate: None,
                 shadow: std::mem::take(&mut rec.shadow),
                 likely_set_aside: Vec::new(),
+                moves_runner: Vec::new(),
                 estimate: None,
             });
         }

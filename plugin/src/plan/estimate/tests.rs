@@ -29,6 +29,7 @@ fn batch(waves: u32, pause_seconds: Option<u64>) -> BatchPlan {
         after_gate: None,
         shadow: Vec::new(),
         likely_set_aside: Vec::new(),
+        moves_runner: Vec::new(),
         estimate: None,
     }
 }

@@ -159,3 +159,36 @@ fn the_plan_asks_the_after_batch_gate_and_its_abort_stops_the_plan_there() {
         p.stopped
     );
 }
+
+#[test]
+fn the_batch_that_drains_the_runners_node_says_it_moves_the_runner() {
+    let mut snapshot = group_of_six(4);
+    let extra = Snapshot::from_json(
+        br#"{"kind": "List", "items": [
+          {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "rollout-ext-run-1-x7", "namespace": "kube-system", "labels": {"rollout-ext.io/runner": "rollout-ext-run-1"}, "ownerReferences": [{"kind": "Job", "name": "rollout-ext-run-1", "controller": true}]}, "spec": {"nodeName": "n3"}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        ]}"#,
+    )
+    .unwrap();
+    snapshot.pods = extra.pods;
+    let p = plan(&snapshot, &options(None, Some(1)));
+    let g = &p.groups[0];
+    let moving: Vec<(String, Vec<String>)> = (g.batches.iter())
+        .map(|b| (b.instances.join(" "), b.moves_runner.clone()))
+        .filter(|(_, m)| !m.is_empty())
+        .collect();
+    assert_eq!(
+        moving,
+        [(
+            "n3".to_string(),
+            vec!["kube-system/rollout-ext-run-1-x7 on n3".to_string()]
+        )]
+    );
+    let json = serde_json::to_value(&p).unwrap();
+    let third = &json["groups"][0]["batches"][2];
+    assert_eq!(third["instances"][0], "n3");
+    assert_eq!(
+        third["movesRunner"][0],
+        "kube-system/rollout-ext-run-1-x7 on n3"
+    );
+    assert!(json["groups"][0]["batches"][0].get("movesRunner").is_none());
+}
