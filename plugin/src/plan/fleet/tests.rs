@@ -272,3 +272,37 @@ fn what_earlier_runs_recorded_resumes_the_fleet_past_their_work() {
         "prod was started: not gated again, its clusters (us again) started"
     );
 }
+
+#[test]
+fn a_stage_gate_that_fails_stops_the_plan_under_fail_and_is_said_under_ignore() {
+    let fleet = fleet();
+    let failing = |policy| {
+        let mut gate = FakeHook::new("broken", &[HookPoint::Gate]);
+        gate.policy = policy;
+        gate.stage_gate =
+            Box::new(|_, _| Err(crate::plan::hook::HookFault::Trap("unreachable".into())));
+        vec![gate.boxed()]
+    };
+    let mut hooks = failing(crate::policy::FailurePolicy::Fail);
+    let stopped = plan(&fleet, FleetProgress::default(), &mut hooks, 0, |_, _| {
+        cluster_plan(1)
+    });
+    let error = stopped.unwrap_err().to_string();
+    assert!(
+        error.contains("hook broken failed at the gate point"),
+        "{error}"
+    );
+
+    let mut hooks = failing(crate::policy::FailurePolicy::Ignore);
+    let planned = plan(&fleet, FleetProgress::default(), &mut hooks, 0, |_, _| {
+        cluster_plan(1)
+    })
+    .unwrap();
+    assert_eq!(planned.stopped, None, "the built-in verdict: proceed");
+    assert_eq!(
+        planned.warnings.len(),
+        2,
+        "said at each stage: {:?}",
+        planned.warnings
+    );
+}
