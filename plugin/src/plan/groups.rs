@@ -134,7 +134,10 @@ pub fn outdated_reason(node: &Node, rules: &Staleness) -> Option<String> {
     if node.annotations.contains_key(keys::DETACHED) {
         reasons.push("detached for surge by an earlier run".to_string());
     }
-    if let Some(want) = &rules.kubelet_version {
+    // A node not Ready whose kubelet has not reported its version yet is still coming up (a
+    // replacement just registered): it is judged once it reports, never replaced unseen.
+    let reported = node.kubelet_version.is_some() || node.ready;
+    if let Some(want) = rules.kubelet_version.as_ref().filter(|_| reported) {
         let have = node.kubelet_version.as_deref().unwrap_or("unknown");
         if have.trim_start_matches('v') != want.trim_start_matches('v') {
             reasons.push(format!("kubelet {have}, want {want}"));
@@ -271,5 +274,23 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(outdated_reason(&node("n", &[]), &fresh), None);
+    }
+
+    #[test]
+    fn a_node_coming_up_before_its_kubelet_reports_is_not_judged_by_its_version() {
+        let rules = Staleness {
+            kubelet_version: Some("v1.20.2".into()),
+            ..Default::default()
+        };
+        let mut coming = node("n", &[]);
+        coming.kubelet_version = None;
+        coming.ready = false;
+        assert_eq!(outdated_reason(&coming, &rules), None);
+        coming.ready = true;
+        assert_eq!(
+            outdated_reason(&coming, &rules).as_deref(),
+            Some("kubelet unknown, want v1.20.2"),
+            "Ready and still silent about its version: judged"
+        );
     }
 }
