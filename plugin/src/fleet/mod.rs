@@ -148,9 +148,7 @@ impl FleetRun<'_> {
     }
 
     fn stage_of(&self, context: &str) -> usize {
-        (self.fleet.stages.iter())
-            .position(|s| s.clusters.iter().any(|c| c.context == context))
-            .expect("every cluster is in a stage")
+        (self.fleet.stage_of(context)).expect("every cluster is in a stage")
     }
 
     /// Reads what earlier runs recorded in each cluster, and withdraws an abort they left.
@@ -224,6 +222,7 @@ impl FleetRun<'_> {
         let mut running: JoinSet<ChildExit> = JoinSet::new();
         let mut children: BTreeMap<String, child::Child> = BTreeMap::new();
         let mut attempts: BTreeMap<usize, u32> = BTreeMap::new();
+        let mut started: BTreeMap<String, i64> = BTreeMap::new();
         let mut soaking = None;
         loop {
             let stopping = stop.borrow().clone();
@@ -254,8 +253,8 @@ impl FleetRun<'_> {
                     how,
                 } => {
                     let (code, what) = match &how {
-                        EndedHow::Aborted(m) => (3, format!("was aborted: {m}")),
-                        EndedHow::Failed(m) => (failed_code(m), format!("failed: {m}")),
+                        EndedHow::Aborted { message } => (3, format!("was aborted: {message}")),
+                        EndedHow::Failed { code, message } => (*code, format!("failed: {message}")),
                         _ => unreachable!("a stop is for a cluster that did not finish"),
                     };
                     let message = format!(
@@ -342,7 +341,8 @@ impl FleetRun<'_> {
                     };
                     let exit = exit.map_err(|e| FleetError::Task(e.to_string()))?;
                     children.remove(&exit.cluster);
-                    let ended = self.ended(&exit).await?;
+                    let started_at = started.remove(&exit.cluster).unwrap_or_else(now);
+                    let ended = self.ended(&exit, started_at).await?;
                     progress
                         .clusters
                         .insert(exit.cluster.clone(), ClusterState::Ended(ended));
@@ -358,14 +358,14 @@ impl FleetRun<'_> {
         FleetEnd::Stopped { code, message }
     }
 
-    /// Records the cluster as running, then starts its rotation.
+    /// Records the cluster as running, then starts its rotation; returns when it started.
     async fn start(
         &self,
         stage: usize,
         context: &str,
         running: &mut JoinSet<ChildExit>,
         children: &mut BTreeMap<String, child::Child>,
-    ) -> Result<(), FleetError> {
+    ) -> Result<i64, FleetError> {
         let stage_name = self.fleet.stages[stage].name.clone();
         let record = FleetRecord {
             stage: stage_name.clone(),
@@ -391,7 +391,7 @@ impl FleetRun<'_> {
         let (child, task) = child::spawn(context, command, handed, self.output.clone());
         children.insert(context.to_string(), child);
         running.spawn(task);
-        Ok(())
+        Ok(record.started_at)
     }
 
     /// The run an earlier fleet handed to the cluster of `context` that still holds its lock:
@@ -409,7 +409,7 @@ impl FleetRun<'_> {
     }
 
     /// Records how a cluster's rotation ended, and says it.
-    async fn ended(&self, exit: &ChildExit) -> Result<Ended, FleetError> {
+    async fn ended(&self, exit: &ChildExit, started_at: i64) -> Result<Ended, FleetError> {
         let context = exit.cluster.as_str();
         let said = || {
             exit.error
@@ -419,29 +419,33 @@ impl FleetRun<'_> {
         let (how, state) = match exit.code {
             Some(0) => (EndedHow::Succeeded, RecordState::Succeeded),
             Some(6) => (EndedHow::NodesSetAside, RecordState::NodesSetAside),
-            Some(3) => (EndedHow::Aborted(said()), RecordState::Aborted),
-            Some(code) => (
-                EndedHow::Failed(format!("exit code {code}: {}", said())),
-                RecordState::Failed,
-            ),
-            None => (
-                EndedHow::Failed(format!("killed by a signal: {}", said())),
-                RecordState::Failed,
-            ),
+            Some(3) => {
+                let message = said();
+                (EndedHow::Aborted { message }, RecordState::Aborted)
+            }
+            Some(code) => {
+                let message = format!("exit code {code}: {}", said());
+                let code = u8::try_from(code).unwrap_or(1).max(1);
+                (EndedHow::Failed { code, message }, RecordState::Failed)
+            }
+            None => {
+                let message = format!("killed by a signal: {}", said());
+                (EndedHow::Failed { code: 1, message }, RecordState::Failed)
+            }
         };
         let stage = self.stage_of(context);
         let ended = Ended { how, at: now() };
         let message = match &ended.how {
-            EndedHow::Aborted(m) | EndedHow::Failed(m) => Some(m.clone()),
+            EndedHow::Aborted { message } | EndedHow::Failed { message, .. } => {
+                Some(message.clone())
+            }
             _ => None,
         };
         let cluster = self.cluster(context);
-        let (record, _) =
-            (cluster.fleet_record(&self.fleet.name).await).map_err(Self::failed(context))?;
         let record = FleetRecord {
             stage: self.fleet.stages[stage].name.clone(),
             state,
-            started_at: record.map_or(ended.at, |r| r.started_at),
+            started_at,
             ended_at: Some(ended.at),
             message: message.clone(),
             by: self.identity.clone(),
@@ -459,14 +463,4 @@ impl FleetRun<'_> {
         });
         Ok(ended)
     }
-}
-
-/// The exit code a fleet stopped by a failed cluster ends with: the cluster's own (a usage
-/// error, a lock held), else 1.
-fn failed_code(message: &str) -> u8 {
-    message
-        .strip_prefix("exit code ")
-        .and_then(|rest| rest.split(':').next())
-        .and_then(|code| code.parse::<u8>().ok())
-        .unwrap_or(1)
 }

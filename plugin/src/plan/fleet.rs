@@ -32,14 +32,21 @@ pub struct Ended {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "outcome", content = "message")]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
 pub enum EndedHow {
     Succeeded,
     /// Done but for nodes it set aside (exit code 6).
     NodesSetAside,
     /// Stopped by a gate or an operator's abort: resumable.
-    Aborted(String),
-    Failed(String),
+    Aborted {
+        message: String,
+    },
+    /// Stopped on an error: `code` is the exit code the fleet ends with (the rotation's own, 1
+    /// when it had none: killed by a signal).
+    Failed {
+        code: u8,
+        message: String,
+    },
 }
 
 impl EndedHow {
@@ -75,9 +82,7 @@ impl FleetProgress {
                         .insert(context, ClusterState::Ended(ended));
                 }
                 Recorded::Started => {
-                    let stage = (fleet.stages.iter())
-                        .position(|s| s.clusters.iter().any(|c| c.context == context));
-                    progress.gates_passed.extend(stage);
+                    progress.gates_passed.extend(fleet.stage_of(&context));
                 }
             }
         }

@@ -176,6 +176,11 @@ impl Fleet {
         })
     }
 
+    /// The stage of the cluster of `context`.
+    pub fn stage_of(&self, context: &str) -> Option<usize> {
+        (self.stages.iter()).position(|s| s.clusters.iter().any(|c| c.context == context))
+    }
+
     /// Every cluster, stage after stage.
     pub fn clusters(&self) -> impl Iterator<Item = &FleetCluster> {
         self.stages.iter().flat_map(|s| &s.clusters)

@@ -105,7 +105,16 @@ fn a_cluster_that_failed_stops_the_fleet_once_its_stage_stops_running() {
     let fleet = fleet();
     let mut progress = with(&[
         ("dev", ended(EndedHow::Succeeded, 0)),
-        ("eu", ended(EndedHow::Failed("exit 1".into()), 5_000)),
+        (
+            "eu",
+            ended(
+                EndedHow::Failed {
+                    code: 1,
+                    message: "exit 1".into(),
+                },
+                5_000,
+            ),
+        ),
         ("us", ClusterState::Running),
     ]);
     assert_eq!(
@@ -121,7 +130,10 @@ fn a_cluster_that_failed_stops_the_fleet_once_its_stage_stops_running() {
         Next::Stop {
             stage: 1,
             cluster: "eu".into(),
-            how: EndedHow::Failed("exit 1".into())
+            how: EndedHow::Failed {
+                code: 1,
+                message: "exit 1".into()
+            }
         }
     );
 }
