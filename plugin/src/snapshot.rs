@@ -5,6 +5,7 @@
 //! one we plan with, so a 150,000-pod snapshot costs little more than reading it. This module does
 //! no I/O: it turns bytes into a [`Snapshot`].
 
+mod kinds;
 mod machines;
 mod node_pools;
 mod pdbs;
@@ -41,8 +42,15 @@ pub enum SnapshotError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("item {index}: {source}")]
+    Unreadable {
+        index: usize,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
+pub use kinds::KindIndex;
 pub use machines::{DEPLOYMENT_LABEL, Machine, MachineRef};
 pub use node_pools::NodePool;
 pub use pdbs::{Pdb, PdbBody, UnhealthyPodEvictionPolicy};

@@ -248,6 +248,7 @@ pub fn demo_file(name: &str) -> PathBuf {
 
 pub mod capi_rotation;
 pub mod chaos;
+pub mod child;
 pub mod cluster;
 pub mod daemon;
 pub mod fingerprint;

@@ -150,13 +150,6 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> anyhow::Result<()> {
-    // The plan section's peer runs as a child process of this binary, like the plugin does.
-    let raw: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, file] = raw.as_slice()
-        && flag == "--parse-json"
-    {
-        return plan::parse_json(std::path::Path::new(file));
-    }
     let args = parse_args()?;
     let work = tempfile::Builder::new()
         .prefix("rollout-ext-bench-")
