@@ -67,7 +67,8 @@ prometheus:
 registry:
 	bash tests/cluster/install-server.sh docker-registry 2.8.2 5000
 
-## control-plane: build (once) and cache etcd, kube-apiserver, controller-manager and scheduler.
+## control-plane: build (once) from their Go modules and cache kube-apiserver, controller-manager,
+## scheduler and etcd of the release tests/cluster/k8s/go.mod requires (needs Go; `demo` does not).
 control-plane:
 	bash tests/cluster/install-control-plane.sh
 

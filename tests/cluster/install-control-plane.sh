@@ -1,99 +1,84 @@
 #!/usr/bin/env bash
-# Builds and caches the real test control plane: kube-apiserver, kube-controller-manager and
-# kube-scheduler 1.20.2 from Debian's source package, plus etcd from Debian.
+# Builds and caches the real test control plane from Go modules: kube-apiserver,
+# kube-controller-manager and kube-scheduler of the release the wrapper module in
+# tests/cluster/k8s/ requires (k8s.io/kubernetes, staging modules at their published versions),
+# and etcd at the version that release requires (go.etcd.io/etcd/server/v3). Static, as upstream
+# ships them, and stamped with the release so that `--version` and the server's /version say it.
 #
+# Needs Go >= the release's go line (1.26 for 1.37) and the Go module proxy; nothing else.
 # Idempotent: when every binary is already cached it prints where and exits in well under a second.
-# Each step says what it does and, on failure, which step broke.
+# Each step says what it does and how long it took; on failure, which step broke.
 #
-# Output: $ROLLOUT_EXT_K8S_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext/k8s-1.20.2)
+# Output: $ROLLOUT_EXT_K8S_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext/k8s-VERSION)
 # holds bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler}.
 set -euo pipefail
 
-K8S_VERSION=1.20.2
+module_dir="$(cd "$(dirname "$0")" && pwd)/k8s"
+K8S_VERSION=$(sed -n 's#^\s*k8s\.io/kubernetes v\([0-9.]*\).*#\1#p' "$module_dir/go.mod")
+[ -n "$K8S_VERSION" ] || { echo "[control-plane] $module_dir/go.mod requires no k8s.io/kubernetes" >&2; exit 1; }
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext"
 dest="${ROLLOUT_EXT_K8S_DIR:-$cache_root/k8s-$K8S_VERSION}"
-bins=(kube-apiserver kube-controller-manager kube-scheduler)
+bins=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 
 step=""
+started=0
 say() { printf '[control-plane] %s\n' "$*" >&2; }
-begin() { step="$*"; say "$step"; }
+done_step() { [ -z "$step" ] || say "  done in $(($(date +%s) - started))s"; }
+begin() { done_step; step="$*"; started=$(date +%s); say "$step"; }
 trap 'rc=$?; [ $rc -eq 0 ] || say "FAILED at step: ${step:-setup} (exit $rc)"' EXIT
 
 cached() {
-  [ -x "$dest/bin/etcd" ] || return 1
   for b in "${bins[@]}"; do [ -x "$dest/bin/$b" ] || return 1; done
 }
 
 if cached; then
-  say "cached in $dest/bin"
+  say "Kubernetes $K8S_VERSION cached in $dest/bin"
   exit 0
 fi
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+begin "check Go"
+# Debian's golang-go (/usr/bin/go) is too old for a current release and may come first on PATH.
+go_bin=""
+for g in "${GO:-}" /usr/local/go/bin/go "$(command -v go || true)"; do
+  [ -n "$g" ] && [ -x "$g" ] || continue
+  have=$("$g" env GOVERSION 2>/dev/null | sed 's/^go//') || continue
+  need=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$module_dir/go.mod")
+  if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" = "$need" ]; then go_bin=$g; break; fi
+done
+[ -n "$go_bin" ] || { say "no Go >= $(sed -n 's/^go //p' "$module_dir/go.mod") found (set GO=/path/to/go)"; exit 1; }
+say "  $("$go_bin" version)"
 
-begin "enable Debian source packages"
-src_list=/etc/apt/sources.list.d/debian-src.sources
-if [ ! -f "$src_list" ] && [ -f /etc/apt/sources.list.d/debian.sources ]; then
-  sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources | as_root tee "$src_list" >/dev/null
-fi
-
-begin "apt-get update"
-as_root apt-get update -qq
-
-begin "install golang-go etcd-server rsync reflect2 sources"
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-  golang-go etcd-server rsync golang-github-modern-go-reflect2-dev >/dev/null
-
-mkdir -p "$dest/bin"
-begin "cache etcd"
-etcd_bin=$(command -v etcd || true)
-[ -n "$etcd_bin" ] || { say "etcd not found after installing etcd-server"; exit 1; }
-cp "$etcd_bin" "$dest/bin/etcd.tmp" && mv "$dest/bin/etcd.tmp" "$dest/bin/etcd"
-
-work="$cache_root/build-k8s-$K8S_VERSION"
-mkdir -p "$work"
-cd "$work"
-
-begin "download the kubernetes $K8S_VERSION source package"
-# Debian ships 1.20.2 as version "1.20.5+really1.20.2".
-shopt -s nullglob
-tarballs=(kubernetes_*.orig.tar.*)
-if [ ${#tarballs[@]} -eq 0 ]; then
-  apt-get source --download-only kubernetes >/dev/null 2>&1
-fi
-tarballs=(kubernetes_*really"$K8S_VERSION".orig.tar.* kubernetes_"$K8S_VERSION".orig.tar.*)
-[ ${#tarballs[@]} -gt 0 ] || { say "Debian's kubernetes source package is not version $K8S_VERSION"; exit 1; }
-orig=${tarballs[0]}
-
-begin "unpack $orig"
-src="$work/src"
-if [ ! -f "$src/Makefile" ]; then
-  rm -rf "$src" && mkdir -p "$src"
-  tar -xf "$orig" -C "$src" --strip-components=1
-fi
-
-begin "replace vendored reflect2 1.0.1 (crashes under Go >= 1.18) with Debian's reflect2"
-reflect2_src=/usr/share/gocode/src/github.com/modern-go/reflect2
-[ -d "$reflect2_src" ] || { say "missing $reflect2_src"; exit 1; }
-rm -rf "$src/vendor/github.com/modern-go/reflect2"
-cp -r "$reflect2_src" "$src/vendor/github.com/modern-go/reflect2"
-
-begin "build ${bins[*]} (several minutes on 2 cores)"
-cd "$src"
-export GOPATH="$src/.go" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-}"
-mkdir -p .go/src/k8s.io
-[ -e .go/src/k8s.io/kubernetes ] || ln -s ../../.. .go/src/k8s.io/kubernetes
-make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler" >"$work/build.log" 2>&1 \
-  || { tail -n 40 "$work/build.log" >&2; exit 1; }
-
-begin "cache the binaries in $dest/bin"
-for b in "${bins[@]}"; do
-  out=$(find _output -type f -name "$b" -perm -u+x | head -n1)
-  [ -n "$out" ] || { say "build produced no $b"; exit 1; }
-  cp "$out" "$dest/bin/$b.tmp" && mv "$dest/bin/$b.tmp" "$dest/bin/$b"
+etcd_version=$(sed -n 's#^\s*go\.etcd\.io/etcd/server/v3 v\([0-9.]*\).*#\1#p' "$module_dir/go.mod")
+minor=${K8S_VERSION#*.}; minor=${minor%%.*}
+commit="rollout-ext-test-build"
+stamp=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  stamp+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  stamp+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$commit"
 done
 
-begin "remove the build tree"
-cd / && rm -rf "$work"
+cd "$module_dir"
+export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath ${GOFLAGS:-}"
+begin "download the modules of Kubernetes $K8S_VERSION and etcd $etcd_version (go mod download)"
+"$go_bin" mod download
+
+build="$dest/bin.partial"
+mkdir -p "$build"
+for c in kube-apiserver kube-controller-manager kube-scheduler; do
+  begin "build $c $K8S_VERSION (minutes on 2 cores)"
+  "$go_bin" build -ldflags "-s -w$stamp" -o "$build/$c" "k8s.io/kubernetes/cmd/$c"
+done
+begin "build etcd $etcd_version"
+"$go_bin" build -ldflags "-s -w" -o "$build/etcd" go.etcd.io/etcd/server/v3
+
+begin "check the versions"
+"$build/kube-apiserver" --version | grep -qx "Kubernetes v$K8S_VERSION" \
+  || { say "kube-apiserver --version says '$("$build/kube-apiserver" --version)', not v$K8S_VERSION"; exit 1; }
+"$build/etcd" --version | grep -q "etcd Version: $etcd_version" \
+  || { say "etcd --version does not say $etcd_version"; exit 1; }
+
+begin "cache the binaries in $dest/bin"
+rm -rf "$dest/bin" && mv "$build" "$dest/bin"
+done_step
 step=""
-say "ready in $dest/bin"
+say "Kubernetes $K8S_VERSION and etcd $etcd_version ready in $dest/bin"

@@ -63,7 +63,7 @@ pub async fn observed(
     // deleted (the deletion goes with the request), for the two minutes the disruption
     // controller keeps such a grant.
     let pods_unavailable = (max_unavailable + max_surge).max(1);
-    budget(&client, ns, "v1beta1", n, pods_unavailable as i32).await;
+    budget(&client, ns, "v1", n, pods_unavailable as i32).await;
     let budget = Budget {
         outdated: outdated.clone(),
         max_unavailable,

@@ -376,12 +376,12 @@ pub async fn workload(
         .unwrap()
         .unwrap();
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
         "poddisruptionbudgets",
     );
     let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let pdb: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "web"},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}}
     }))

@@ -16,7 +16,8 @@ use crate::stateful::{PodHistory, watch_updates};
 const WAIT: Duration = Duration::from_secs(120);
 
 /// Creates the DaemonSet `name` running `image` on the nodes of `group` and waits until its
-/// `nodes` pods are Ready.
+/// `nodes` pods are Ready. Returns the update strategy the server stored, its defaults filled
+/// in (a current server adds `maxSurge`): the strategy a run must leave as it found it.
 pub async fn create_ds(
     client: &Client,
     ns: &str,
@@ -25,7 +26,7 @@ pub async fn create_ds(
     nodes: i32,
     image: &str,
     strategy: Value,
-) {
+) -> Value {
     let api: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     let set: DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -41,8 +42,9 @@ pub async fn create_ds(
         }
     }))
     .unwrap();
-    api.create(&PostParams::default(), &set).await.unwrap();
+    let created = api.create(&PostParams::default(), &set).await.unwrap();
     wait_ds(&api, name, nodes).await;
+    serde_json::to_value(created).unwrap()["spec"]["updateStrategy"].take()
 }
 
 /// Waits until each of the `n` nodes of `name` runs a Ready pod of its current template.

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(120);
 
 /// Creates the StatefulSet `name` running `image` and waits until its `replicas` pods are
-/// Ready.
+/// Ready. Returns the update strategy the server stored, its defaults filled in (a current
+/// server adds `maxUnavailable`): the strategy a run must leave as it found it.
 pub async fn create_sts(
     client: &Client,
     ns: &str,
@@ -26,7 +27,7 @@ pub async fn create_sts(
     replicas: i32,
     image: &str,
     strategy: Value,
-) {
+) -> Value {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let set: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -43,8 +44,9 @@ pub async fn create_sts(
         }
     }))
     .unwrap();
-    api.create(&PostParams::default(), &set).await.unwrap();
+    let created = api.create(&PostParams::default(), &set).await.unwrap();
     wait_all_on(&api, name, replicas).await;
+    serde_json::to_value(created).unwrap()["spec"]["updateStrategy"].take()
 }
 
 /// Waits until every pod of `name` is Ready on its update revision, as its controller says.

@@ -125,12 +125,12 @@ async fn a_rotation_that_sets_a_node_aside_killed_anywhere_stays_safe() {
         .unwrap()
         .unwrap();
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
         "poddisruptionbudgets",
     );
     let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), group, &resource);
     let closed: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "db"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
     }))
@@ -883,7 +883,7 @@ async fn stateful_set_chaos(ns: &'static str, original: serde_json::Value) {
         .unwrap();
     create_namespace(&client, ns).await;
     let on_delete = original["type"] == "OnDelete";
-    create_sts(&client, ns, "db", replicas, V1, original.clone()).await;
+    let original = create_sts(&client, ns, "db", replicas, V1, original).await;
     let history = watch_pods(&client, ns, "db", replicas as usize, V2);
     let args = in_place_args(cluster, ns, "sts/db");
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
@@ -977,7 +977,8 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
     }
     create_namespace(&client, ns).await;
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
-    create_ds(&client, ns, "agent", ns, nodes, V1, original.clone()).await;
+    let original = create_ds(&client, ns, "agent", ns, nodes, V1, original).await;
+    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     let history = watch_nodes(&client, ns, "agent", nodes as usize, V2);
     let args = in_place_args(cluster, ns, "ds/agent");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -1011,7 +1012,6 @@ async fn a_daemon_set_update_killed_anywhere_replaces_each_pod_once_within_its_b
     let (kills, _, last) = outcome.unwrap_or_else(|e| panic!("{e}"));
     assert!(kills >= MIN_UPDATE_KILLS, "{kills} kills");
     assert_eq!(last.code, Some(0), "the last run finishes: {}", last.stderr);
-    let sets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     wait_ds(&sets, "agent", nodes).await;
     let seen = history.lock().unwrap().clone();
     assert!(!seen.updated_twice(), "no pod replaced twice: {seen:?}");

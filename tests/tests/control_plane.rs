@@ -139,8 +139,8 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     let live = cluster.live().await;
     let version = live.policy_version().await.unwrap();
     assert_eq!(
-        version, "v1beta1",
-        "Kubernetes 1.20 serves PodDisruptionBudget and Eviction as policy/v1beta1"
+        version, "v1",
+        "a current server serves PodDisruptionBudget and Eviction as policy/v1 only"
     );
 
     let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "guarded");
@@ -156,12 +156,12 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     .await;
 
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
         "poddisruptionbudgets",
     );
     let pdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "guarded", &resource);
     let pdb: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "web"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
     }))

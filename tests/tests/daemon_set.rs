@@ -1,4 +1,4 @@
-//! `rolling-update ds/NAME` on the real test bed: the 1.20 controller-manager's DaemonSet
+//! `rolling-update ds/NAME` on the real test bed: the controller-manager's DaemonSet
 //! controller starts a new pod on each node whose old one the plugin deleted, in the order the
 //! zone-spread hook gives, and a pod watcher checks the unavailability budget.
 
@@ -87,7 +87,7 @@ async fn six_nodes_in_three_zones_roll_two_at_a_time_in_zone_spread_order() {
     let ns = "ds-zones";
     let client = setup(cluster, ns, &["a", "b", "c"], 2).await;
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
-    create_ds(&client, ns, "agent", ns, 6, V1, original.clone()).await;
+    let original = create_ds(&client, ns, "agent", ns, 6, V1, original).await;
     let dir = tempfile::tempdir().unwrap();
     let policy = zone_spread(dir.path());
     let image = format!("--image={V2}");
@@ -182,7 +182,7 @@ async fn a_gate_abort_leaves_it_on_delete_and_rollback_restores_template_and_str
     let ns = "ds-abort";
     let client = setup(cluster, ns, &["a"], 3).await;
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
-    create_ds(&client, ns, "probe", ns, 3, V1, original.clone()).await;
+    let original = create_ds(&client, ns, "probe", ns, 3, V1, original).await;
     let dir = tempfile::tempdir().unwrap();
     let policy = rollout_ext_e2e::aborting_gate_policy(dir.path());
     let policy = policy.to_str().unwrap();

@@ -4,9 +4,11 @@
 
 use kube::api::Api;
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::workloads::{blocked_group, budget, create_namespace, replica_set};
+use rollout_ext_e2e::workloads::{blocked_group, budget, budgets, create_namespace, replica_set};
 use rollout_ext_e2e::{events, run_plugin};
 use serde_json::Value;
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One rotation at a time in this cluster (the plugin's own lock would refuse the others).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -217,4 +219,151 @@ impl PodsSeen {
             }
         }
     }
+}
+
+/// What the server decides for a Running pod that is not Ready under a budget that allows no
+/// disruption, by the budget's `unhealthyPodEvictionPolicy`: `AlwaysAllow` evicts it,
+/// `IfHealthyBudget` (and the field absent, its default) refuses it while the budget is not met.
+/// The plan forecast the same, and each pod the run evicted carries the `DisruptionTarget`
+/// condition the server sets on an eviction.
+#[tokio::test]
+async fn an_unready_pod_goes_as_its_budgets_unhealthy_pod_eviction_policy_says() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    use kube::api::{ListParams, PostParams};
+    use kube::runtime::wait::await_condition;
+    use kube::runtime::watcher;
+    use std::collections::BTreeSet;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    for (group, policy) in [
+        ("unhealthy-always", Some("AlwaysAllow")),
+        ("unhealthy-ifhealthy", Some("IfHealthyBudget")),
+        ("unhealthy-default", None),
+    ] {
+        cluster.outdated_group(group, 1).await.unwrap();
+        create_namespace(&client, group).await;
+        replica_set(&client, group, "web", 2).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), group);
+        let mut names: Vec<String> = (pods.list(&ListParams::default()).await.unwrap().items)
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect();
+        names.sort();
+        let (unready, ready) = (
+            format!("{group}/{}", names[0]),
+            format!("{group}/{}", names[1]),
+        );
+        cluster
+            .nodes
+            .set_pod_ready(group, &names[0], false)
+            .await
+            .unwrap();
+
+        let pdbs = budgets(&client, group, "v1");
+        let mut spec =
+            serde_json::json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}});
+        if let Some(policy) = policy {
+            spec["unhealthyPodEvictionPolicy"] = policy.into();
+        }
+        let pdb = serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web"}, "spec": spec}))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        // One healthy pod of the two the budget wants: it allows no disruption.
+        let unmet = |p: Option<&kube::api::DynamicObject>| {
+            p.is_some_and(|p| {
+                p.data["status"]["observedGeneration"] == p.metadata.generation.unwrap_or(0)
+                    && p.data["status"]["expectedPods"] == 2
+                    && p.data["status"]["currentHealthy"] == 1
+                    && p.data["status"]["disruptionsAllowed"] == 0
+            })
+        };
+        tokio::time::timeout(WAIT, await_condition(pdbs.clone(), "web", unmet))
+            .await
+            .expect("the budget sees one healthy pod of two")
+            .unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = cluster.rotate_one_at_a_time(dir.path(), group, "", &[]);
+        let at = args.iter().position(|a| a == "--drain-timeout").unwrap();
+        args[at + 1] = "3s".into();
+        let forecast = first_forecast(&args).await;
+        assert_eq!(
+            forecast["blocks"][0]["pdb"],
+            format!("{group}/web"),
+            "{forecast}"
+        );
+        let forecast_blocked = pods_of(&forecast["blocks"][0]);
+
+        // Pods the server marks as disrupted by an eviction, as they go (watched from before
+        // the run: the simulated kubelet removes an evicted pod within a second).
+        let (marked_tx, marked) = tokio::sync::watch::channel(BTreeSet::<String>::new());
+        let listed = std::sync::Arc::new(tokio::sync::Notify::new());
+        let listed_tx = listed.clone();
+        let watch = tokio::spawn(watcher(pods.clone(), watcher::Config::default()).for_each(
+            move |event| {
+                match event.unwrap() {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)
+                        if marked_by_eviction(&pod) =>
+                    {
+                        let name = format!("{}/{}", pod.namespace().unwrap(), pod.name_any());
+                        marked_tx.send_modify(|m| {
+                            m.insert(name);
+                        });
+                    }
+                    watcher::Event::InitDone => listed_tx.notify_one(),
+                    _ => {}
+                }
+                std::future::ready(())
+            },
+        ));
+        tokio::time::timeout(WAIT, listed.notified())
+            .await
+            .expect("the pods are listed");
+        let out = run_plugin(args).await;
+        // The ready pod is refused in every case: the drain times out in the first batch.
+        assert_eq!(out.status.code(), Some(1), "{group}: {out:?}");
+        let refused = refused_by(&out, &format!("{group}/web"));
+        let evicted: BTreeSet<String> = events(&out)
+            .into_iter()
+            .filter(|e| e["event"] == "evicted")
+            .map(|e| e["pod"].as_str().unwrap().to_string())
+            .collect();
+        if policy == Some("AlwaysAllow") {
+            assert_eq!(forecast_blocked, [ready.as_str()], "{group}: {forecast}");
+            assert_eq!(refused, [ready.as_str()], "{group}");
+            assert_eq!(evicted, BTreeSet::from([unready]), "{group}");
+        } else {
+            let both = vec![unready, ready];
+            assert_eq!(forecast_blocked, both, "{group}: {forecast}");
+            assert_eq!(refused, both, "{group}");
+            assert!(evicted.is_empty(), "{group}: {evicted:?}");
+        }
+        // The run's evictions are the server's: each evicted pod was marked by the eviction API.
+        let mut marked = marked;
+        let seen = tokio::time::timeout(WAIT, marked.wait_for(|m| evicted.is_subset(m)))
+            .await
+            .unwrap_or_else(|_| panic!("{group}: evicted pods {evicted:?} marked DisruptionTarget"))
+            .unwrap()
+            .clone();
+        watch.abort();
+        assert_eq!(seen, evicted, "{group}: only evicted pods are marked");
+        assert!(cluster.cloud.terminated(group).is_empty(), "{group}");
+    }
+}
+
+/// Whether the server marked `pod` as disrupted by the eviction API (the `DisruptionTarget`
+/// condition it sets before deleting an evicted pod).
+fn marked_by_eviction(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    (pod.status.as_ref().and_then(|s| s.conditions.as_ref())).is_some_and(|conditions| {
+        conditions.iter().any(|c| {
+            c.type_ == "DisruptionTarget"
+                && c.status == "True"
+                && c.reason.as_deref() == Some("EvictionByEvictionAPI")
+        })
+    })
 }

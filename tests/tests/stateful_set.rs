@@ -1,4 +1,4 @@
-//! `rolling-update sts/NAME` on the real test bed: the 1.20 controller-manager's StatefulSet
+//! `rolling-update sts/NAME` on the real test bed: the controller-manager's StatefulSet
 //! controller updates the pods as the plugin lowers the partition, the scheduler places them
 //! on a simulated node, and a pod watcher checks the order and the unavailability budget.
 
@@ -65,7 +65,7 @@ async fn five_replicas_roll_through_partitions_four_two_zero_highest_ordinals_fi
     let ns = "sts-roll";
     let client = setup(cluster, ns).await;
     let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
-    create_sts(&client, ns, "web", 5, V1, original.clone()).await;
+    let original = create_sts(&client, ns, "web", 5, V1, original).await;
 
     // The plan first: what the run will do, with nothing changed.
     let before = get(&client, ns, "web").await;

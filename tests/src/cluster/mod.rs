@@ -1,5 +1,6 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
-//! kube-scheduler (1.20.2, built and cached by `tests/cluster/install-control-plane.sh`), a node
+//! kube-scheduler (the release of `tests/cluster/k8s/go.mod`, built from its Go modules and cached
+//! by `tests/cluster/install-control-plane.sh`), a node
 //! simulator doing the kubelet's job, a simulated cloud, and Karpenter and Cluster API stand-ins.
 //!
 //! `TestCluster::start()` takes a few seconds; `TestCluster::shared()` starts one per test binary,
@@ -33,7 +34,17 @@ pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec, SimSettings};
 pub use process::Processes;
 pub use runner_pods::{RUNNER_LABEL, RunnerPods};
 
-const K8S_VERSION: &str = "1.20.2";
+/// The Kubernetes release the test control plane runs: the one the wrapper module requires.
+pub fn k8s_version() -> &'static str {
+    static VERSION: OnceLock<String> = OnceLock::new();
+    VERSION.get_or_init(|| {
+        (include_str!("../../cluster/k8s/go.mod").lines())
+            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes v"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("tests/cluster/k8s/go.mod requires k8s.io/kubernetes")
+            .to_string()
+    })
+}
 const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
 /// A user with no permissions of its own, for RBAC tests (bind roles to `operator`).
 pub const OPERATOR_TOKEN: &str = "rollout-ext-test-operator-token";
@@ -49,7 +60,7 @@ pub fn binaries_dir() -> PathBuf {
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
         });
-    cache.join(format!("rollout-ext/k8s-{K8S_VERSION}/bin"))
+    cache.join(format!("rollout-ext/k8s-{}/bin", k8s_version()))
 }
 
 fn binary(name: &str) -> anyhow::Result<PathBuf> {
@@ -201,7 +212,6 @@ impl TestCluster {
             format!("--etcd-servers={etcd_url}"),
             format!("--cert-dir={}", root.join("certs").display()),
             format!("--secure-port={api_port}"),
-            "--insecure-port=0".into(),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             "--endpoint-reconciler-type=none".into(),
@@ -249,7 +259,6 @@ impl TestCluster {
             let mut args = vec![
                 format!("--kubeconfig={}", kubeconfig.display()),
                 "--leader-elect=false".into(),
-                "--port=0".into(),
             ];
             args.extend(extra);
             processes.spawn(

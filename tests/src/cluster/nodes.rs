@@ -16,6 +16,9 @@ use serde_json::json;
 
 use super::runner_pods::{RunnerPods, is_runner};
 
+/// The taint the server puts on a node until the control plane has seen it Ready.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
 /// The node label that names a node's group.
 pub const GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
 
@@ -209,7 +212,27 @@ impl NodeSim {
             self.state.lock().unwrap().nodes.remove(&spec.name);
             return Err(e.into());
         }
-        self.report_status(&spec.name).await
+        self.report_status(&spec.name).await?;
+        // The server taints a new node not-ready (NoSchedule) until the node lifecycle
+        // controller has seen it Ready: only then does the scheduler place pods on it.
+        let schedulable = |node: Option<&Node>| {
+            node.is_some_and(|n| {
+                !(n.spec.as_ref().and_then(|s| s.taints.as_ref()))
+                    .is_some_and(|t| t.iter().any(|t| t.key == NOT_READY_TAINT))
+            })
+        };
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            kube::runtime::wait::await_condition(api, &spec.name, schedulable),
+        )
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "node {} kept its {NOT_READY_TAINT} taint for 60s",
+                spec.name
+            )
+        })??;
+        Ok(())
     }
 
     /// Deletes a node object and stops simulating it.

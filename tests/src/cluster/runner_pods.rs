@@ -4,7 +4,8 @@
 //! TokenRequest API) in a kubeconfig of its own, its ConfigMap volumes written into a directory
 //! (the mount paths in its arguments pointed there) and its env. Its status follows the process
 //! (Running, then Succeeded or Failed with the exit code); a pod deleted (evicted with its node)
-//! has its process stopped with SIGTERM, as a kubelet stops a container, and then goes.
+//! has its process stopped with SIGTERM, as a kubelet stops a container, is Failed or Succeeded
+//! by its exit code, and then goes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -98,7 +99,7 @@ impl RunnerPods {
             None => {
                 self.stopping.lock().unwrap().insert(uid);
                 let me = self.clone();
-                tokio::spawn(async move { me.remove(&pod).await });
+                tokio::spawn(async move { me.finish(&pod, None).await });
             }
         }
     }
@@ -228,21 +229,21 @@ impl RunnerPods {
         Ok(())
     }
 
-    /// The process of `pod` ended with `code` (none: it never ran): a pod being deleted goes,
-    /// another is Succeeded or Failed.
+    /// The process of `pod` ended with `code` (none: it never ran): the pod is Succeeded or
+    /// Failed, as a kubelet reports it (the Job controller waits for that before it starts the
+    /// next pod, and removes its tracking finalizer), and a pod being deleted then goes.
     async fn finish(&self, pod: &Pod, code: Option<i32>) {
         let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let code = code.unwrap_or(128);
+        let phase = if code == 0 { "Succeeded" } else { "Failed" };
+        let state = json!({"terminated": {"exitCode": code, "finishedAt": now()}});
+        self.status(&ns, &name, state, phase).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let deleting = (api.get_opt(&name).await.ok().flatten())
             .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
         if deleting {
             self.remove(pod).await;
-            return;
         }
-        let code = code.unwrap_or(128);
-        let phase = if code == 0 { "Succeeded" } else { "Failed" };
-        let state = json!({"terminated": {"exitCode": code, "finishedAt": now()}});
-        self.status(&ns, &name, state, phase).await;
     }
 
     async fn remove(&self, pod: &Pod) {
@@ -265,9 +266,11 @@ impl RunnerPods {
             "containerStatuses": [{"name": "run", "image": "sim://runner", "imageID": "sim://runner",
                 "ready": running, "restartCount": 0, "started": running, "state": state}],
         }});
+        // Strategic: conditions merge by type, so the server's own (DisruptionTarget on an
+        // evicted pod, which the Job's pod failure policy reads) stay.
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let _ = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
             .await;
     }
 }
