@@ -1,7 +1,7 @@
 //! Test support for rollout-ext: where the built artifacts are, and (in [`cluster`]) a real
 //! Kubernetes control plane on loopback with simulated nodes and a simulated cloud.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Runs the plugin with `args` and collects its output; it is killed if the test stops waiting.
 pub async fn run_plugin(args: Vec<String>) -> std::process::Output {
@@ -244,6 +244,20 @@ pub fn provider_rotation_args(
 /// The demo's snapshot and policy.
 pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)
+}
+
+/// The demo policy copied into `dir` with the freshly built example hooks beside it (under
+/// `dir/hooks`, where its `module` paths point).
+pub fn demo_policy_in(dir: &Path) -> PathBuf {
+    let hooks = dir.join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for name in ["zone-spread", "maintenance-window", "error-budget"] {
+        let module = wasm_module(name);
+        std::fs::copy(&module, hooks.join(module.file_name().unwrap())).unwrap();
+    }
+    let policy = dir.join("policy.yaml");
+    std::fs::copy(demo_file("policy.yaml"), &policy).unwrap();
+    policy
 }
 
 pub mod capi_rotation;

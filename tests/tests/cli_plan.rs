@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module};
+use rollout_ext_e2e::{demo_file, demo_policy_in, plugin_binary, wasm_module};
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
@@ -11,19 +11,6 @@ fn run(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the plugin runs")
-}
-
-/// The demo policy with its hooks pointing at the freshly built modules.
-fn demo_policy(dir: &std::path::Path) -> std::path::PathBuf {
-    let hooks = dir.join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
-    for name in ["zone-spread", "maintenance-window", "error-budget"] {
-        let module = wasm_module(name);
-        std::fs::copy(&module, hooks.join(module.file_name().unwrap())).unwrap();
-    }
-    let policy = dir.join("policy.yaml");
-    std::fs::copy(demo_file("policy.yaml"), &policy).unwrap();
-    policy
 }
 
 fn plan_json(extra: &[&str]) -> Value {
@@ -82,7 +69,7 @@ fn batches(g: &Value) -> Vec<Vec<String>> {
 #[test]
 fn the_demo_plan_is_decided_by_the_hooks() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = demo_policy(dir.path());
+    let policy = demo_policy_in(dir.path());
     let with_hooks = plan_json(&["--policy", policy.to_str().unwrap()]);
     let built_in = plan_json(&["--max-unavailable", "50%"]);
 
@@ -160,7 +147,7 @@ fn pauses(plan: &Value) -> Vec<Option<String>> {
 #[test]
 fn the_maintenance_window_holds_back_a_batch_that_would_outlast_it() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = demo_policy(dir.path());
+    let policy = demo_policy_in(dir.path());
     // Sunday 05:55 UTC: Saturday night's window closes at 06:00, and a batch takes about 7
     // minutes by the defaults (the hook asks the plugin, contract 0.3.5).
     let plan = plan_json_at(
@@ -206,7 +193,7 @@ fn the_maintenance_window_holds_back_a_batch_that_would_outlast_it() {
 #[test]
 fn the_table_and_yaml_outputs_render_the_same_plan() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = demo_policy(dir.path());
+    let policy = demo_policy_in(dir.path());
     let snapshot = demo_file("snapshot.json");
     let base = [
         "nodes",

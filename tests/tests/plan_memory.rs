@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use rollout_ext_e2e::child;
-use rollout_ext_e2e::{demo_file, helper_binary, plugin_binary, wasm_module};
+use rollout_ext_e2e::{demo_policy_in, helper_binary, plugin_binary};
 
 /// Peak RSS of `cmd`, in KiB.
 fn peak_rss(mut cmd: Command, work: &Path) -> u64 {
@@ -22,19 +22,13 @@ fn peak_rss(mut cmd: Command, work: &Path) -> u64 {
 /// The demo policy with its three hooks, granting hooks the budgets (which the snapshot holds)
 /// and the Deployments (which it does not), so that both the hooks and the grants' check run.
 fn policy(work: &Path) -> std::path::PathBuf {
-    let hooks = work.join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
-    for name in ["zone-spread", "maintenance-window", "error-budget"] {
-        let module = wasm_module(name);
-        std::fs::copy(&module, hooks.join(module.file_name().unwrap())).unwrap();
-    }
-    let demo = std::fs::read_to_string(demo_file("policy.yaml")).unwrap();
+    let file = demo_policy_in(work);
+    let demo = std::fs::read_to_string(&file).unwrap();
     let granted = demo.replace(
         "  hooks:\n",
         "  contextResources:\n    - {apiVersion: policy/v1, kind: PodDisruptionBudget}\n    - {apiVersion: apps/v1, kind: Deployment}\n  hooks:\n",
     );
     assert_ne!(granted, demo, "the demo policy has a hooks section");
-    let file = work.join("policy.yaml");
     std::fs::write(&file, granted).unwrap();
     file
 }

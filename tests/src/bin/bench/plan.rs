@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rollout_ext_e2e::{demo_file, helper_binary, plugin_binary, wasm_module};
+use rollout_ext_e2e::{demo_policy_in, helper_binary, plugin_binary};
 
 use crate::Row;
 use crate::measure::{self, Sample, median, show};
 
-const EXAMPLE_HOOKS: &[&str] = &["zone_spread", "maintenance_window", "error_budget"];
 /// The demo's instant: a Friday noon, outside the maintenance window (its pause is simulated).
 const NOW: &str = "2026-11-27T12:00:00Z";
 
@@ -65,13 +64,7 @@ fn rss_row(figure: String, run: &Measured, parse: &Measured) -> Row {
 
 /// The demo policy with the example hooks beside it, and the same policy without hooks.
 fn policies(work: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let hooks_dir = work.join("hooks");
-    std::fs::create_dir_all(&hooks_dir)?;
-    for hook in EXAMPLE_HOOKS {
-        std::fs::copy(wasm_module(hook), hooks_dir.join(format!("{hook}.wasm")))?;
-    }
-    let with_hooks = work.join("policy-hooks.yaml");
-    std::fs::copy(demo_file("policy.yaml"), &with_hooks)?;
+    let with_hooks = demo_policy_in(work);
     let text = std::fs::read_to_string(&with_hooks)?;
     let without: String = text
         .split_once("  hooks:")
