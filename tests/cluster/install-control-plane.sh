@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Builds and caches the real test control plane from Go modules: kube-apiserver,
+# Builds and caches the real test cluster from Go modules: kube-apiserver,
 # kube-controller-manager and kube-scheduler of the release the wrapper module in
 # tests/cluster/k8s/ requires (k8s.io/kubernetes, staging modules at their published versions),
-# and etcd at the version that release requires (go.etcd.io/etcd/server/v3). Static, as upstream
-# ships them, and stamped with the release so that `--version` and the server's /version say it.
+# etcd at the version that release requires (go.etcd.io/etcd/server/v3), and kwok (the node
+# simulator, sigs.k8s.io/kwok at the version in tests/cluster/kwok/VERSION) with the stages its
+# module ships (kustomize/stage/, read from the module cache, never copied into the repo).
+# Static, as upstream ships them, and stamped with the release so that `--version` and the
+# server's /version say it.
 #
 # Needs Go >= the release's go line (1.26 for 1.37) and the Go module proxy; nothing else.
 # Idempotent: when every binary is already cached it prints where and exits in well under a second.
 # Each step says what it does and how long it took; on failure, which step broke.
 #
 # Output: $ROLLOUT_EXT_K8S_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext/k8s-VERSION)
-# holds bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler}.
+# holds bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler};
+# $ROLLOUT_EXT_KWOK_DIR (default: .../rollout-ext/kwok-VERSION) holds bin/kwok and stages/.
 set -euo pipefail
 
 module_dir="$(cd "$(dirname "$0")" && pwd)/k8s"
@@ -19,6 +23,12 @@ K8S_VERSION=$(sed -n 's#^\s*k8s\.io/kubernetes v\([0-9.]*\).*#\1#p' "$module_dir
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext"
 dest="${ROLLOUT_EXT_K8S_DIR:-$cache_root/k8s-$K8S_VERSION}"
 bins=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+KWOK_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/kwok/VERSION")
+kwok_dest="${ROLLOUT_EXT_KWOK_DIR:-$cache_root/kwok-${KWOK_VERSION#v}}"
+# The stages of kwok's module the test cluster runs: nodes Ready at once and kept so through
+# their Lease, pods Running and Ready once bound, terminating pods removed.
+stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml)
 
 step=""
 started=0
@@ -30,9 +40,13 @@ trap 'rc=$?; [ $rc -eq 0 ] || say "FAILED at step: ${step:-setup} (exit $rc)"' E
 cached() {
   for b in "${bins[@]}"; do [ -x "$dest/bin/$b" ] || return 1; done
 }
+kwok_cached() {
+  [ -x "$kwok_dest/bin/kwok" ] || return 1
+  for s in "${stages[@]}"; do [ -f "$kwok_dest/stages/$(basename "$s")" ] || return 1; done
+}
 
-if cached; then
-  say "Kubernetes $K8S_VERSION cached in $dest/bin"
+if cached && kwok_cached; then
+  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest"
   exit 0
 fi
 
@@ -48,37 +62,61 @@ done
 [ -n "$go_bin" ] || { say "no Go >= $(sed -n 's/^go //p' "$module_dir/go.mod") found (set GO=/path/to/go)"; exit 1; }
 say "  $("$go_bin" version)"
 
-etcd_version=$(sed -n 's#^\s*go\.etcd\.io/etcd/server/v3 v\([0-9.]*\).*#\1#p' "$module_dir/go.mod")
-minor=${K8S_VERSION#*.}; minor=${minor%%.*}
-commit="rollout-ext-test-build"
-stamp=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  stamp+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  stamp+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$commit"
-done
+build_kubernetes() {
+  etcd_version=$(sed -n 's#^\s*go\.etcd\.io/etcd/server/v3 v\([0-9.]*\).*#\1#p' "$module_dir/go.mod")
+  minor=${K8S_VERSION#*.}; minor=${minor%%.*}
+  commit="rollout-ext-test-build"
+  stamp=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    stamp+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    stamp+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=$commit"
+  done
 
-cd "$module_dir"
-export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath ${GOFLAGS:-}"
-begin "download the modules of Kubernetes $K8S_VERSION and etcd $etcd_version (go mod download)"
-"$go_bin" mod download
+  cd "$module_dir"
+  export CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath ${GOFLAGS:-}"
+  begin "download the modules of Kubernetes $K8S_VERSION and etcd $etcd_version (go mod download)"
+  "$go_bin" mod download
 
-build="$dest/bin.partial"
-mkdir -p "$build"
-for c in kube-apiserver kube-controller-manager kube-scheduler; do
-  begin "build $c $K8S_VERSION (minutes on 2 cores)"
-  "$go_bin" build -ldflags "-s -w$stamp" -o "$build/$c" "k8s.io/kubernetes/cmd/$c"
-done
-begin "build etcd $etcd_version"
-"$go_bin" build -ldflags "-s -w" -o "$build/etcd" go.etcd.io/etcd/server/v3
+  build="$dest/bin.partial"
+  mkdir -p "$build"
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    begin "build $c $K8S_VERSION (minutes on 2 cores)"
+    "$go_bin" build -ldflags "-s -w$stamp" -o "$build/$c" "k8s.io/kubernetes/cmd/$c"
+  done
+  begin "build etcd $etcd_version"
+  "$go_bin" build -ldflags "-s -w" -o "$build/etcd" go.etcd.io/etcd/server/v3
 
-begin "check the versions"
-"$build/kube-apiserver" --version | grep -qx "Kubernetes v$K8S_VERSION" \
-  || { say "kube-apiserver --version says '$("$build/kube-apiserver" --version)', not v$K8S_VERSION"; exit 1; }
-"$build/etcd" --version | grep -q "etcd Version: $etcd_version" \
-  || { say "etcd --version does not say $etcd_version"; exit 1; }
+  begin "check the versions"
+  "$build/kube-apiserver" --version | grep -qx "Kubernetes v$K8S_VERSION" \
+    || { say "kube-apiserver --version says '$("$build/kube-apiserver" --version)', not v$K8S_VERSION"; exit 1; }
+  "$build/etcd" --version | grep -q "etcd Version: $etcd_version" \
+    || { say "etcd --version does not say $etcd_version"; exit 1; }
 
-begin "cache the binaries in $dest/bin"
-rm -rf "$dest/bin" && mv "$build" "$dest/bin"
-done_step
-step=""
-say "Kubernetes $K8S_VERSION and etcd $etcd_version ready in $dest/bin"
+  begin "cache the binaries in $dest/bin"
+  rm -rf "$dest/bin" && mv "$build" "$dest/bin"
+  done_step
+  step=""
+  say "Kubernetes $K8S_VERSION and etcd $etcd_version ready in $dest/bin"
+}
+
+build_kwok() {
+  mkdir -p "$kwok_dest" && cd "$kwok_dest"
+  begin "build kwok $KWOK_VERSION (go install)"
+  mkdir -p "$kwok_dest/bin.partial"
+  GOBIN="$kwok_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  "$kwok_dest/bin.partial/kwok" --version | grep -q "${KWOK_VERSION#v}" \
+    || { say "kwok --version says '$("$kwok_dest/bin.partial/kwok" --version)', not $KWOK_VERSION"; exit 1; }
+  begin "take kwok's stages from its module"
+  module=$(GOFLAGS= "$go_bin" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$module/kustomize/stage" ] || { say "kwok's module has no kustomize/stage (looked in '$module')"; exit 1; }
+  rm -rf "$kwok_dest/stages" && mkdir -p "$kwok_dest/stages"
+  for s in "${stages[@]}"; do cp "$module/kustomize/stage/$s" "$kwok_dest/stages/"; done
+  chmod u+w "$kwok_dest/stages"/*
+  rm -rf "$kwok_dest/bin" && mv "$kwok_dest/bin.partial" "$kwok_dest/bin"
+  done_step
+  step=""
+  say "kwok $KWOK_VERSION ready in $kwok_dest"
+}
+
+cached || build_kubernetes
+kwok_cached || build_kwok

@@ -16,7 +16,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
-use crate::cluster::{GROUP_LABEL, TestCluster};
+use crate::cluster::{GROUP_LABEL, TERMINATION_LABEL, TestCluster};
 use crate::invariants::{Budget, Pdb, SplitMix64, chaos_seed};
 use crate::observer::{Observer, cloud_calls};
 use crate::plugin_binary;
@@ -223,12 +223,35 @@ pub const LAST_STEPS: usize = 3;
 /// the last step is left. The run that finishes the work exits with `finished_with` (0, or 6
 /// when the work sets a node aside). Returns the number of kills, the phases they landed in (the last event each killed
 /// run printed) and the finishing run; or, when a run fails instead, what it printed.
+/// How long a drain of a chaos round may wait. A run killed while the API server handles its
+/// eviction can leave a budget charged for a pod that is never deleted: the server records the
+/// disruption on the budget whatever happens to the request, then deletes the pod within the
+/// request, which the kill cancels. The budget is short by one until the server forgets the
+/// entry, after its DeletionTimeout of two minutes; a resumed run's drain must be able to wait
+/// that long (the tests' usual 60 s would stop it, resumably, first).
+const CHAOS_DRAIN_TIMEOUT: &str = "150s";
+
+/// `args` with the usual test drain timeout ([`crate::FAST_ROTATION`]) raised to
+/// [`CHAOS_DRAIN_TIMEOUT`]; a timeout a test chose itself is kept.
+pub fn chaos_timeouts(mut args: Vec<String>) -> Vec<String> {
+    let usual = (crate::FAST_ROTATION.iter())
+        .position(|a| *a == "--drain-timeout")
+        .map(|at| crate::FAST_ROTATION[at + 1]);
+    if let Some(at) = args.iter().position(|a| a == "--drain-timeout")
+        && args.get(at + 1).map(String::as_str) == usual
+    {
+        args[at + 1] = CHAOS_DRAIN_TIMEOUT.into();
+    }
+    args
+}
+
 pub async fn chaos_loop(
     args: Vec<String>,
     rng: &mut SplitMix64,
     chaos: Chaos,
     progress: impl Fn() -> (usize, usize),
 ) -> Result<(usize, BTreeMap<String, usize>, Run), String> {
+    let args = chaos_timeouts(args);
     let Chaos {
         events,
         longest,
@@ -359,7 +382,8 @@ pub async fn workload(
     let rs: ReplicaSet = serde_json::from_value(json!({
         "metadata": {"name": "web"},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
+                 // Its pods take their grace period (a second) to go, as a slow container does.
+                 "template": {"metadata": {"labels": {"app": "web", TERMINATION_LABEL: "after-grace"}},
                               "spec": {"nodeSelector": {GROUP_LABEL: group},
                                        "terminationGracePeriodSeconds": 1,
                                        "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}}

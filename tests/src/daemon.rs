@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 
-use crate::cluster::GROUP_LABEL;
+use crate::cluster::{GROUP_LABEL, TERMINATION_LABEL};
 use crate::stateful::{PodHistory, watch_updates};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -34,7 +34,8 @@ pub async fn create_ds(
             "selector": {"matchLabels": {"app": name}},
             "updateStrategy": strategy,
             "template": {
-                "metadata": {"labels": {"app": name}},
+                // Its pods take their grace period (a second) to go, as a slow container does.
+                "metadata": {"labels": {"app": name, TERMINATION_LABEL: "after-grace"}},
                 "spec": {"terminationGracePeriodSeconds": 1,
                          "nodeSelector": {GROUP_LABEL: group},
                          "containers": [{"name": "main", "image": image}]}

@@ -89,7 +89,7 @@ pub struct End {
     pub nodes: Vec<(String, bool, bool)>,
     /// Instances the cloud still runs for the group (registered as nodes or not).
     pub instances: Vec<String>,
-    /// The rotation lock's holder, if the lock still exists.
+    /// The rotation lock's holder and the run state on it, if the lock still exists.
     pub lock: Option<String>,
 }
 
@@ -211,7 +211,7 @@ impl fmt::Display for Violation {
             ),
             Violation::LockNotReleased { holder } => write!(
                 f,
-                "the rotation lock was not released at the end (holder: {holder:?})"
+                "the rotation lock was not released at the end (holder: {holder})"
             ),
             Violation::SetAsideTerminated { node } => write!(
                 f,

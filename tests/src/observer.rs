@@ -322,7 +322,15 @@ impl Observer {
             .get_opt("rollout-ext")
             .await
             .unwrap()
-            .map(|l| l.spec.and_then(|s| s.holder_identity).unwrap_or_default());
+            .map(|l| {
+                // Who holds it, and the run state it still carries.
+                let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+                let state: Vec<String> = (l.metadata.annotations.unwrap_or_default().into_iter())
+                    .filter(|(k, _)| k.starts_with("rollout-ext.io/"))
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                format!("{holder:?}, state: [{}]", state.join(", "))
+            });
         let end = End {
             nodes,
             instances,

@@ -15,6 +15,8 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::cluster::TERMINATION_LABEL;
+
 const WAIT: Duration = Duration::from_secs(120);
 
 /// Creates the StatefulSet `name` running `image` and waits until its `replicas` pods are
@@ -37,7 +39,8 @@ pub async fn create_sts(
             "selector": {"matchLabels": {"app": name}},
             "updateStrategy": strategy,
             "template": {
-                "metadata": {"labels": {"app": name}},
+                // Its pods take their grace period (a second) to go, as a slow container does.
+                "metadata": {"labels": {"app": name, TERMINATION_LABEL: "after-grace"}},
                 "spec": {"terminationGracePeriodSeconds": 1,
                          "containers": [{"name": "main", "image": image}]}
             }

@@ -618,8 +618,8 @@ fn a_killed_test_leaves_no_control_plane_process_behind() {
         .collect();
     assert_eq!(
         pids.len(),
-        4,
-        "etcd, apiserver, controller-manager, scheduler"
+        5,
+        "etcd, apiserver, controller-manager, scheduler, kwok"
     );
     let alive = |pid: &u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -17,7 +17,9 @@ use rollout_ext::cluster::drain::{DrainError, DrainSettings};
 use rollout_ext::plan::drain::DrainOptions;
 use rollout_ext::progress::{Collect, Event, Reporter};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::workloads::{blocking_budget, budget, create_namespace, replica_set};
+use rollout_ext_e2e::workloads::{
+    blocking_budget, budget, create_namespace, replica_set, replica_set_with,
+};
 use serde_json::json;
 
 /// A cordon as a rotation does it by default (out of external load balancers too).
@@ -226,17 +228,32 @@ async fn an_unmanaged_pod_stops_the_drain_before_anything_is_evicted() {
     );
 }
 
-/// Collects events and wakes a waiter at the first refused eviction.
-#[derive(Default)]
-struct FirstBlock {
+/// Collects events and wakes a waiter at the first event it awaits.
+struct Awaited {
     events: Collect,
-    blocked: tokio::sync::Notify,
+    happened: tokio::sync::Notify,
+    awaited: Box<dyn Fn(&Event) -> bool + Send + Sync>,
 }
 
-impl Reporter for FirstBlock {
+impl Awaited {
+    fn new(awaited: impl Fn(&Event) -> bool + Send + Sync + 'static) -> Arc<Awaited> {
+        Arc::new(Awaited {
+            events: Collect::default(),
+            happened: tokio::sync::Notify::new(),
+            awaited: Box::new(awaited),
+        })
+    }
+
+    /// A first refused eviction.
+    fn first_block() -> Arc<Awaited> {
+        Awaited::new(|e| matches!(e, Event::EvictionBlocked { .. }))
+    }
+}
+
+impl Reporter for Awaited {
     fn report(&self, event: Event) {
-        if matches!(event, Event::EvictionBlocked { .. }) {
-            self.blocked.notify_one();
+        if (self.awaited)(&event) {
+            self.happened.notify_one();
         }
         self.events.report(event);
     }
@@ -247,7 +264,7 @@ async fn held_drain(
     live: &Cluster,
     node: &str,
     version: &'static str,
-    watcher: &Arc<FirstBlock>,
+    watcher: &Arc<Awaited>,
 ) -> tokio::task::JoinHandle<Result<(), DrainError>> {
     let drain = {
         let (live, node, watcher) = (live.clone(), node.to_string(), watcher.clone());
@@ -260,7 +277,7 @@ async fn held_drain(
             .await
         })
     };
-    tokio::time::timeout(WAIT, watcher.blocked.notified())
+    tokio::time::timeout(WAIT, watcher.happened.notified())
         .await
         .expect("a budget holds the drain");
     drain
@@ -332,7 +349,7 @@ async fn a_budget_holds_the_drain_visibly_until_relaxed_or_timed_out() {
 
     // Again with time to spare: relaxing the budget lets the drain through.
     uncordon(&client, &nodes[1]).await;
-    let watcher = Arc::new(FirstBlock::default());
+    let watcher = Awaited::first_block();
     let drain = held_drain(&live, &nodes[0], version, &watcher).await;
     relax_and_finish(&pdbs, 1, drain).await;
     assert!(pods_on(&client, "drain-pdb", &nodes[0]).await.is_empty());
@@ -351,7 +368,7 @@ async fn a_pod_bound_to_the_node_while_it_drains_is_drained_too() {
     let version = live.policy_version().await.unwrap();
     replica_set(&client, "drain-late", "web", 2).await;
     let pdbs = blocking_budget(&client, "drain-late", version, 2).await;
-    let watcher = Arc::new(FirstBlock::default());
+    let watcher = Awaited::first_block();
     live.cordon(&nodes[0], cordon(), false, watcher.as_ref())
         .await
         .unwrap();
@@ -513,5 +530,337 @@ async fn a_pod_under_two_budgets_stops_the_drain_at_once_naming_both() {
             .any(|e| matches!(e, Event::Evicted { .. } | Event::EvictionBlocked { .. })),
         "{:?}",
         reporter.events()
+    );
+}
+
+/// The pods of one side of the sidecar comparison, all with a sidecar (an init container that
+/// restarts Always, Kubernetes 1.29+), pinned to the node of `group` (its namespace): a
+/// ReplicaSet, a ReplicaSet whose pods keep an emptyDir, a DaemonSet, and a pod of no controller.
+async fn sidecar_workloads(client: &Client, group: &str) {
+    let sidecar = json!([{"name": "shipper", "image": "registry.invalid/shipper:1", "restartPolicy": "Always"}]);
+    let pinned =
+        json!({"nodeSelector": {"kops.k8s.io/instancegroup": group}, "initContainers": sidecar});
+    replica_set_with(client, group, "web", 2, json!({}), pinned.clone()).await;
+    let mut cache = pinned.clone();
+    cache["volumes"] = json!([{"name": "scratch", "emptyDir": {}}]);
+    replica_set_with(client, group, "cache", 1, json!({}), cache).await;
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}},
+                              "spec": {"nodeSelector": {"kops.k8s.io/instancegroup": group},
+                                       "initContainers": sidecar,
+                                       "containers": [{"name": "main", "image": "registry.invalid/agent:1"}]}}}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), group)
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+    let mut solo = pinned;
+    solo["containers"] = json!([{"name": "sh", "image": "registry.invalid/sh:1"}]);
+    let solo: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "solo", "labels": {"app": "solo"}}, "spec": solo}),
+    )
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), group);
+    pods.create(&PostParams::default(), &solo).await.unwrap();
+    let running = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Running")
+    };
+    tokio::time::timeout(WAIT, await_condition(pods, "solo", running))
+        .await
+        .expect("the pod of no controller runs")
+        .unwrap();
+    let ds_ready = |d: Option<&k8s_openapi::api::apps::v1::DaemonSet>| {
+        d.and_then(|d| d.status.as_ref())
+            .is_some_and(|s| s.number_ready == 1)
+    };
+    let sets = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), group);
+    tokio::time::timeout(WAIT, await_condition(sets, "agent", ds_ready))
+        .await
+        .expect("the DaemonSet's pod runs")
+        .unwrap();
+}
+
+/// The apps of the pods on `node` (of namespace `group`), sorted: what a drain left there.
+async fn apps_on(client: &Client, group: &str, node: &str) -> Vec<String> {
+    let mut apps: Vec<String> = (pods_on(client, group, node).await.iter())
+        .map(|p| p.labels()["app"].clone())
+        .collect();
+    apps.sort();
+    apps
+}
+
+/// A node whose pods carry sidecars drains as the real `kubectl drain` of the installed kubectl
+/// drains a twin node: both refuse while a pod of no controller is there (evicting nothing),
+/// then both evict the ReplicaSets' pods (the emptyDir's too, as told) and leave the DaemonSet's.
+#[tokio::test]
+async fn a_node_with_sidecar_pods_drains_as_kubectl_drain_drains_it() {
+    let cluster = TestCluster::shared();
+    let (client, live, ours) = setup("side-ours", 1).await;
+    let (_, _, theirs) = setup("side-kubectl", 1).await;
+    sidecar_workloads(&client, "side-ours").await;
+    sidecar_workloads(&client, "side-kubectl").await;
+    let version = live.policy_version().await.unwrap();
+    let options = DrainOptions {
+        delete_emptydir_data: true,
+        ..Default::default()
+    };
+    let kubectl_drain = |node: &str| {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args([
+                "drain",
+                node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=60s",
+            ])
+            .output()
+            .expect("kubectl runs")
+    };
+    let everything = ["agent", "cache", "solo", "web", "web"];
+
+    // The pod of no controller: both refuse, naming it, and evict nothing.
+    let reporter = Collect::default();
+    live.cordon(&ours[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
+    let err = live
+        .drain(
+            &ours[0],
+            &settings(version, WAIT, options.clone()),
+            &reporter,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, DrainError::Refused { pods, .. } if pods.len() == 1 && pods[0].contains("side-ours/solo")),
+        "{err}"
+    );
+    let out = kubectl_drain(&theirs[0]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("side-kubectl/solo"),
+        "{stderr}"
+    );
+    assert_eq!(apps_on(&client, "side-ours", &ours[0]).await, everything);
+    assert_eq!(
+        apps_on(&client, "side-kubectl", &theirs[0]).await,
+        everything
+    );
+
+    // Without it: both leave the DaemonSet's pod and nothing else.
+    for group in ["side-ours", "side-kubectl"] {
+        Api::<Pod>::namespaced(client.clone(), group)
+            .delete("solo", &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    live.drain(&ours[0], &settings(version, WAIT, options), &reporter)
+        .await
+        .expect("our drain finishes");
+    let out = kubectl_drain(&theirs[0]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = apps_on(&client, "side-kubectl", &theirs[0]).await;
+    assert_eq!(
+        left,
+        ["agent"],
+        "kubectl drain left the DaemonSet's pod only"
+    );
+    assert_eq!(apps_on(&client, "side-ours", &ours[0]).await, left);
+    let evicted = (reporter.events().iter())
+        .filter(|e| matches!(e, Event::Evicted { .. }))
+        .count();
+    assert_eq!(evicted, 3, "the two web pods and the cache pod");
+}
+
+/// While it exists, the API server refuses to delete pods labelled `hold: "true"` in namespaces
+/// labelled `hold-pods: <namespace>`: a namespace whose deletion cannot reach a pod yet.
+async fn hold_pods_of(client: &Client, namespace: &str) -> impl AsyncFnOnce() {
+    use kube::api::DeleteParams;
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": format!("hold-pods-{namespace}")},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                     "operations": ["DELETE"], "resources": ["pods"]}]},
+                 "validations": [{"expression": "!has(oldObject.metadata.labels) || !('hold' in oldObject.metadata.labels)",
+                                  "message": "held by the test"}]}
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": format!("hold-pods-{namespace}")},
+        "spec": {"policyName": format!("hold-pods-{namespace}"), "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"hold-pods": namespace}}}}
+    }))
+    .unwrap();
+    let resource = |kind: &str| {
+        let gvk = kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        Api::<DynamicObject>::all_with(client.clone(), &kube::api::ApiResource::from_gvk(&gvk))
+    };
+    let (policies, bindings) = (
+        resource("ValidatingAdmissionPolicy"),
+        resource("ValidatingAdmissionPolicyBinding"),
+    );
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"hold-pods": namespace}}})),
+        )
+        .await
+        .unwrap();
+    // The policy is enforced once the API server has loaded it: a held pod's deletion is
+    // refused (tried on a pod of no node, made for it).
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "hold-probe", "labels": {"hold": "true"}},
+        "spec": {"nodeSelector": {"no-such-node": "x"}, "containers": [{"name": "c", "image": "registry.invalid/c:1"}]}
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create(&PostParams::default(), &probe).await.unwrap();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let enforced = tokio::time::timeout(WAIT, async {
+        while pods.delete("hold-probe", &dry).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    enforced.await.expect("the API server enforces the policy");
+    let name = format!("hold-pods-{namespace}");
+    async move || {
+        bindings
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        policies
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        // Released once the API server has unloaded it: the probe's deletion is allowed.
+        let released = tokio::time::timeout(WAIT, async {
+            while pods.delete("hold-probe", &dry).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        released.await.expect("the API server lets the policy go");
+    }
+}
+
+/// An eviction in a namespace being deleted, as README says: a pod the deletion has not reached
+/// stops the drain at once, naming the namespace (the server's 403 NamespaceTerminating is not
+/// retried); a pod it has reached is waited for until it is gone, as `kubectl drain` does.
+#[tokio::test]
+async fn an_eviction_in_a_namespace_being_deleted_stops_or_waits_as_the_pod_says() {
+    let cluster = TestCluster::shared();
+    let (client, live, nodes) = setup("ns-gone", 1).await;
+    let version = live.policy_version().await.unwrap();
+    let held = json!({"labels": {"hold": "true"}});
+    let pinned = json!({"nodeSelector": {"kops.k8s.io/instancegroup": "ns-gone"}});
+    replica_set_with(&client, "ns-gone", "kept", 1, held, pinned).await;
+    let release = hold_pods_of(&client, "ns-gone").await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    namespaces
+        .delete("ns-gone", &Default::default())
+        .await
+        .unwrap();
+    let terminating = |n: Option<&k8s_openapi::api::core::v1::Namespace>| {
+        n.and_then(|n| n.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Terminating")
+    };
+    tokio::time::timeout(WAIT, await_condition(namespaces, "ns-gone", terminating))
+        .await
+        .unwrap()
+        .unwrap();
+    let kept = pods_on(&client, "ns-gone", &nodes[0]).await;
+    assert_eq!(kept.len(), 1, "the held pod stays, not being deleted");
+
+    let reporter = Collect::default();
+    live.cordon(&nodes[0], cordon(), false, &reporter)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = live
+        .drain(
+            &nodes[0],
+            &settings(version, WAIT, DrainOptions::default()),
+            &reporter,
+        )
+        .await
+        .unwrap_err();
+    let pod = format!("ns-gone/{}", kept[0].name_any());
+    assert!(
+        matches!(&err, DrainError::NamespaceTerminating { namespace, pod: p, .. } if namespace == "ns-gone" && *p == pod),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < WAIT / 2,
+        "refused at once, not after the drain's timeout"
+    );
+
+    // The deletion reaches the pod while its node's kubelet is stopped: the pod stays
+    // terminating, and the drain waits for it until the kubelet is back and it is gone.
+    cluster.nodes.set_ready(&nodes[0], false).await.unwrap();
+    release().await;
+    Api::<Pod>::namespaced(client.clone(), "ns-gone")
+        .delete(&kept[0].name_any(), &Default::default())
+        .await
+        .unwrap();
+    let waiting = {
+        let pod = pod.clone();
+        Awaited::new(
+            move |e| matches!(e, Event::Warning { message } if message.contains("is being deleted and pod") && message.contains(&pod)),
+        )
+    };
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={}", nodes[0]));
+    let drain = {
+        let (live, node, waiting) = (live.clone(), nodes[0].clone(), waiting.clone());
+        let pods = Api::<Pod>::namespaced(client.clone(), "ns-gone");
+        tokio::spawn(async move {
+            let settings = settings(version, WAIT, DrainOptions::default());
+            let drained = live.drain(&node, &settings, waiting.as_ref()).await;
+            // What was on the node when the drain returned, terminating pods too.
+            let left = pods.list(&on_node).await.unwrap().items;
+            (
+                drained,
+                left.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+            )
+        })
+    };
+    tokio::time::timeout(WAIT, waiting.happened.notified())
+        .await
+        .expect("the drain says it waits for the pod the deletion reached");
+    cluster.nodes.set_ready(&nodes[0], true).await.unwrap();
+    let (drained, left) = tokio::time::timeout(WAIT, drain)
+        .await
+        .expect("the drain finishes once the pod is gone")
+        .unwrap();
+    drained.expect("the drain succeeds");
+    assert!(left.is_empty(), "the drain returned before {left:?} went");
+    let events = waiting.events.events();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "{events:?}"
     );
 }

@@ -3,10 +3,12 @@
 //! forecast pending are the ones the scheduler cannot place until the replacement comes.
 
 use kube::api::Api;
-use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
-use rollout_ext_e2e::workloads::{blocked_group, budget, budgets, create_namespace, replica_set};
+use rollout_ext_e2e::cluster::{NodeSpec, READINESS_LABEL, TestCluster};
+use rollout_ext_e2e::workloads::{
+    blocked_group, budget, budgets, create_namespace, replica_set, replica_set_with,
+};
 use rollout_ext_e2e::{events, run_plugin};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -85,7 +87,11 @@ async fn a_rotation_waits_on_a_budget_where_its_plan_forecast_the_wait() {
     cluster.outdated_group("serial", 1).await.unwrap();
     let client = cluster.client().await;
     create_namespace(&client, "serial").await;
-    replica_set(&client, "serial", "web", 2).await;
+    // Its pods start slowly: an evicted pod's replacement is not Ready when the next eviction
+    // comes, so the budget refuses it.
+    let slow = json!({"labels": {READINESS_LABEL: "slow"}});
+    let pinned = json!({"nodeSelector": {"kops.k8s.io/instancegroup": "serial"}});
+    replica_set_with(&client, "serial", "web", 2, slow, pinned).await;
     let version = cluster.live().await.policy_version().await.unwrap();
     budget(&client, "serial", version, 2, 1).await;
     // Both pods run on the outdated node; an up-to-date node of the group, added after them,

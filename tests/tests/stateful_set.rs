@@ -228,8 +228,18 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
     wait_all_on(&api, "db", 3).await;
     assert!(images(&client, ns, "db").await.values().all(|i| i == V1));
 
-    // Requests that cannot work: exit 2, the object as it was.
-    let version = back["metadata"]["resourceVersion"].clone();
+    // Requests that cannot work: exit 2, the object as it was (what a client writes: its spec,
+    // labels and annotations; its controller goes on reporting status).
+    let written = |set: &Value| {
+        let meta = &set["metadata"];
+        json!([
+            meta["generation"],
+            meta["labels"],
+            meta["annotations"],
+            set["spec"]
+        ])
+    };
+    let before = written(&get(&client, ns, "db").await);
     for (args, says) in [
         (vec!["sts/db", "--rollback"], "no update in progress"),
         (vec!["sts/db", "--image", V1], "nothing to update"),
@@ -252,10 +262,7 @@ async fn a_gate_abort_stops_at_its_partition_and_rollback_restores_the_old_templ
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
-    assert_eq!(
-        get(&client, ns, "db").await["metadata"]["resourceVersion"],
-        version
-    );
+    assert_eq!(written(&get(&client, ns, "db").await), before);
 
     // The whole roll of an OnDelete StatefulSet: the tool deletes each step's pods, highest
     // ordinal first; OnDelete all along.
@@ -618,9 +625,8 @@ async fn an_abort_while_new_pods_are_awaited_stops_the_update_at_once() {
     );
 }
 
-/// A StatefulSet with its own `rollingUpdate.maxUnavailable` (a field of servers from 1.24,
-/// which this test control plane does not serve: planned from a snapshot, as the API documents
-/// it): its steps take that many pods, unless `--max-unavailable` says otherwise.
+/// A StatefulSet with its own `rollingUpdate.maxUnavailable`, planned from a snapshot: its steps
+/// take that many pods, unless `--max-unavailable` says otherwise (live: the next test).
 #[test]
 fn a_plan_takes_the_sets_own_max_unavailable_unless_told_otherwise() {
     let pod = |i: i32| {
@@ -659,6 +665,74 @@ fn a_plan_takes_the_sets_own_max_unavailable_unless_told_otherwise() {
     };
     assert_eq!(steps(&[]), [2, 2, 1]);
     assert_eq!(steps(&["--max-unavailable=1"]), [1, 1, 1, 1, 1]);
+}
+
+/// A StatefulSet with its own `rollingUpdate.maxUnavailable: 2`, which a 1.37 server honours
+/// (MaxUnavailableStatefulSet, on by default): the plan, with no `--max-unavailable`, takes its
+/// steps two pods at a time after the canary; the run sets the same partitions, and the server's
+/// controller replaces the two pods of a step at once (two unavailable, never more).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sets_own_max_unavailable_rolls_as_its_plan_said() {
+    let cluster = TestCluster::shared();
+    let ns = "sts-own-budget";
+    let client = setup(cluster, ns).await;
+    let original =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 2}});
+    let original = create_sts(&client, ns, "web", 5, V1, original).await;
+    assert_eq!(original["rollingUpdate"]["maxUnavailable"], 2, "{original}");
+    let image = format!("--image={V2}");
+    let out = run(plugin(
+        cluster,
+        ns,
+        &["sts/web", &image, "--dry-run", "-o", "json"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned: Vec<(Value, Value)> = (plan["steps"].as_array().unwrap().iter())
+        .map(|s| (s["partition"].clone(), s["pods"].clone()))
+        .collect();
+    let expected = [
+        (json!(4), json!(["web-4"])),
+        (json!(2), json!(["web-3", "web-2"])),
+        (json!(0), json!(["web-1", "web-0"])),
+    ];
+    assert_eq!(planned, expected);
+
+    let seen = watch_pods(&client, ns, "web", 5, V2);
+    let out = run(plugin(cluster, ns, &["sts/web", &image, "-o", "json"])).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let set: Vec<(Value, Value)> = (events(&out, "partition-set").iter())
+        .map(|e| (e["to"].clone(), e["pods"].clone()))
+        .collect();
+    assert_eq!(set, expected, "the run set the partitions its plan said");
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    wait_all_on(&api, "web", 5).await;
+    let seen = seen.lock().unwrap().clone();
+    // Step by step; within a step, the two pods in the order they became Ready.
+    let mut steps: Vec<Vec<&str>> = [0..1, 1..3, 3..5]
+        .into_iter()
+        .map(|at| seen.updated[at].iter().map(String::as_str).collect())
+        .collect();
+    steps.iter_mut().for_each(|step| step.sort());
+    assert_eq!(
+        steps,
+        [
+            vec!["web-4"],
+            vec!["web-2", "web-3"],
+            vec!["web-0", "web-1"]
+        ],
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.most_unavailable, 2,
+        "the controller replaced a step's two pods at once, never more: {seen:?}"
+    );
+    assert!(!seen.updated_twice(), "{seen:?}");
+    assert_eq!(
+        get(&client, ns, "web").await["spec"]["updateStrategy"],
+        original
+    );
 }
 
 /// An update records each step on the cluster; the plan of the next update of the StatefulSet
@@ -754,5 +828,65 @@ async fn the_next_updates_plan_estimates_from_what_an_update_measured() {
     assert!(
         (0.67..=1.5).contains(&ratio),
         "estimated {seconds}s, took {actual:.1}s (ratio {ratio:.2}): {planned}"
+    );
+}
+
+/// The write that starts an update, made from a read its controller has since overtaken (a
+/// status report): written again onto the set as it is now, and said. Had its spec, labels or
+/// annotations moved instead, it is the server's 409, and nothing is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_overtaken_by_a_status_report_is_written_again_and_a_spec_change_is_a_conflict() {
+    use rollout_ext::cluster::controllers::Write;
+    let cluster = TestCluster::shared();
+    let ns = "sts-overtaken";
+    let client = setup(cluster, ns).await;
+    let original = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}});
+    create_sts(&client, ns, "db", 1, V1, original).await;
+    let live = cluster.live().await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let with_label = |value: &'static str| {
+        move |s: &rollout_ext::plan::rolling_update::stateful_set::StatefulSet| {
+            let mut s = s.clone();
+            s.object["metadata"]["labels"]["touched"] = json!(value);
+            s
+        }
+    };
+    let overtake = |patch: Value, status: bool| {
+        let sets = sets.clone();
+        async move {
+            let params = kube::api::PatchParams::default();
+            let patch = kube::api::Patch::Merge(patch);
+            if status {
+                sets.patch_status("db", &params, &patch).await.unwrap();
+            } else {
+                sets.patch("db", &params, &patch).await.unwrap();
+            }
+        }
+    };
+
+    let read = live.get_stateful_set(ns, "db").await.unwrap().unwrap();
+    overtake(json!({"status": {"collisionCount": 7}}), true).await;
+    let changed = (live.change_stateful_set(ns, &read, with_label("once"), Write::Apply))
+        .await
+        .expect("a status report is no conflict");
+    assert!(changed.rewritten);
+    let now = get(&client, ns, "db").await;
+    assert_eq!(now["metadata"]["labels"]["touched"], "once");
+    assert_eq!(now["status"]["collisionCount"], 7, "the status as reported");
+
+    let read = live.get_stateful_set(ns, "db").await.unwrap().unwrap();
+    overtake(
+        json!({"metadata": {"annotations": {"someone": "else"}}}),
+        false,
+    )
+    .await;
+    let err = (live.change_stateful_set(ns, &read, with_label("twice"), Write::Apply))
+        .await
+        .err()
+        .expect("a change by someone else is a conflict");
+    assert!(err.to_string().contains("409"), "{err}");
+    assert_eq!(
+        get(&client, ns, "db").await["metadata"]["labels"]["touched"],
+        "once"
     );
 }

@@ -53,6 +53,23 @@ fn apps_resource(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", kind))
 }
 
+/// A change written to a workload.
+pub struct Changed<T> {
+    pub object: T,
+    /// Its status had moved since it was read, so the change was written again onto the object
+    /// as it was then.
+    pub rewritten: bool,
+}
+
+impl<T> Changed<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Changed<U> {
+        Changed {
+            object: f(self.object),
+            rewritten: self.rewritten,
+        }
+    }
+}
+
 impl Cluster {
     pub(super) fn apps(&self, kind: AppsKind, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), namespace, &apps_resource(kind.kind()))
@@ -98,6 +115,47 @@ impl Cluster {
             .await
             .map(|o| Self::to_object(kind, o))
             .map_err(|e| kind.request("update", namespace).error(&self.server, e))
+    }
+
+    /// Writes `change(read)`. When the server refuses it because the object moved since `read`
+    /// and only its status moved (its controller reported; same generation, labels and
+    /// annotations), the same change is written once more onto the object as it is now; any
+    /// other move is the 409 it was.
+    async fn change_workload(
+        &self,
+        kind: AppsKind,
+        namespace: &str,
+        read: &Value,
+        change: impl Fn(&Value) -> Value,
+        write: Write,
+    ) -> Result<Changed<Value>, ClusterError> {
+        let conflict = match self
+            .replace_workload(kind, namespace, &change(read), write)
+            .await
+        {
+            Err(e @ ClusterError::Api { code: 409, .. }) => e,
+            done => {
+                return done.map(|object| Changed {
+                    object,
+                    rewritten: false,
+                });
+            }
+        };
+        let name = read["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(now) = self.get_workload(kind, namespace, name).await? else {
+            return Err(conflict);
+        };
+        let same = |key: &str| now["metadata"][key] == read["metadata"][key];
+        if !(same("generation") && same("labels") && same("annotations")) {
+            return Err(conflict);
+        }
+        let object = self
+            .replace_workload(kind, namespace, &change(&now), write)
+            .await?;
+        Ok(Changed {
+            object,
+            rewritten: true,
+        })
     }
 
     /// Merge-patches a workload (its partition, its annotations, its strategy).
@@ -255,6 +313,27 @@ impl Cluster {
         Ok(StatefulSet { object })
     }
 
+    /// [`Cluster::replace_stateful_set`] of `change(read)`, written again onto the set as it is
+    /// now if only its status moved since `read`.
+    pub async fn change_stateful_set(
+        &self,
+        namespace: &str,
+        read: &StatefulSet,
+        change: impl Fn(&StatefulSet) -> StatefulSet,
+        write: Write,
+    ) -> Result<Changed<StatefulSet>, ClusterError> {
+        let changed = self
+            .change_workload(
+                AppsKind::StatefulSet,
+                namespace,
+                &read.object,
+                |o| change(&StatefulSet { object: o.clone() }).object,
+                write,
+            )
+            .await?;
+        Ok(changed.map(|object| StatefulSet { object }))
+    }
+
     pub async fn patch_stateful_set(
         &self,
         namespace: &str,
@@ -291,6 +370,27 @@ impl Cluster {
             .get_workload(AppsKind::DaemonSet, namespace, name)
             .await?;
         Ok(object.map(|object| DaemonSet { object }))
+    }
+
+    /// [`Cluster::replace_daemon_set`] of `change(read)`, written again onto the set as it is now
+    /// if only its status moved since `read`.
+    pub async fn change_daemon_set(
+        &self,
+        namespace: &str,
+        read: &DaemonSet,
+        change: impl Fn(&DaemonSet) -> DaemonSet,
+        write: Write,
+    ) -> Result<Changed<DaemonSet>, ClusterError> {
+        let changed = self
+            .change_workload(
+                AppsKind::DaemonSet,
+                namespace,
+                &read.object,
+                |o| change(&DaemonSet { object: o.clone() }).object,
+                write,
+            )
+            .await?;
+        Ok(changed.map(|object| DaemonSet { object }))
     }
 
     pub async fn replace_daemon_set(

@@ -19,3 +19,11 @@ mod pods;
 mod scale;
 mod start;
 pub mod timing;
+
+/// Said when an update's first write found its workload's status moved since it was read (its
+/// controller reported meanwhile) and wrote the same change onto it as it was then.
+fn status_moved(workload: &str) -> String {
+    format!(
+        "{workload} changed while this run started its update (its status only: same spec, labels and annotations); the update was written again onto it as it is now"
+    )
+}

@@ -155,28 +155,30 @@ impl Updater<'_> {
         let start = daemon_set::start(&seen.set, &seen.pods, &revisions, action)
             .map_err(UpdateError::Invalid)?;
         let set = seen.set;
-        let next = match start {
+        let (template, rollback) = match start {
             Start::Resume => {
                 self.kernel.reporter.report(Event::UpdateContinued {
                     controller: set.display(),
                 });
                 return Ok((set, true));
             }
-            Start::Write(template) => set.begun(template, false),
+            Start::Write(template) => (template, false),
             Start::Revert(revision) => {
                 self.kernel.reporter.report(Event::RollbackStarted {
                     controller: set.display(),
                     replicas: seen.pods.len() as i32,
                 });
-                set.begun(Some(revision.template), true)
+                (Some(revision.template), true)
             }
         };
-        let set = self
-            .kernel
-            .cluster
-            .replace_daemon_set(ns, &next, Write::Apply)
+        let begun = |s: &DaemonSet| s.begun(template.clone(), rollback);
+        let changed = (self.kernel.cluster)
+            .change_daemon_set(ns, &set, begun, Write::Apply)
             .await?;
-        Ok((set, false))
+        if changed.rewritten {
+            self.kernel.warn(super::status_moved(&set.display()));
+        }
+        Ok((changed.object, false))
     }
 
     /// Replaces the old pods node by node, then restores the strategy.

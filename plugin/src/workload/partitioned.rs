@@ -152,11 +152,14 @@ impl Updater<'_> {
         rollback: bool,
     ) -> Result<StatefulSet, UpdateError> {
         use crate::cluster::controllers::Write;
-        Ok(self
-            .kernel
-            .cluster
-            .replace_stateful_set(ns, &set.begun(template, rollback), Write::Apply)
-            .await?)
+        let begun = |s: &StatefulSet| s.begun(template.clone(), rollback);
+        let changed = (self.kernel.cluster)
+            .change_stateful_set(ns, &set, begun, Write::Apply)
+            .await?;
+        if changed.rewritten {
+            self.kernel.warn(super::status_moved(&set.display()));
+        }
+        Ok(changed.object)
     }
 
     /// Steps the partition down to 0 and restores the strategy; `with_hooks` false for a

@@ -1,7 +1,7 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
 //! kube-scheduler (the release of `tests/cluster/k8s/go.mod`, built from its Go modules and cached
-//! by `tests/cluster/install-control-plane.sh`), a node
-//! simulator doing the kubelet's job, a simulated cloud, and Karpenter and Cluster API stand-ins.
+//! by `tests/cluster/install-control-plane.sh`), kwok doing the kubelets' job for the nodes, a
+//! simulated cloud, and Karpenter and Cluster API stand-ins.
 //!
 //! `TestCluster::start()` takes a few seconds; `TestCluster::shared()` starts one per test binary,
 //! which tests share by working in their own namespaces and node groups.
@@ -11,6 +11,7 @@ mod cloud;
 mod crds;
 mod karpenter;
 mod kubelet_logs;
+mod kwok;
 mod nodes;
 mod process;
 mod runner_pods;
@@ -30,7 +31,8 @@ pub use karpenter::{
     KarpenterSim, NODEPOOL_LABEL, NodeClaimDeletion, PROVIDER_PREFIX, TERMINATION_FINALIZER,
     nodeclaims, nodepools,
 };
-pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec, SimSettings};
+pub use kwok::{READINESS_LABEL, TERMINATION_LABEL};
+pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec};
 pub use process::Processes;
 pub use runner_pods::{RUNNER_LABEL, RunnerPods};
 
@@ -50,17 +52,22 @@ const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
 pub const OPERATOR_TOKEN: &str = "rollout-ext-test-operator-token";
 pub const OPERATOR_USER: &str = "operator";
 
-/// Where the control-plane binaries are cached.
-pub fn binaries_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("ROLLOUT_EXT_K8S_DIR") {
-        return PathBuf::from(dir).join("bin");
-    }
+/// Where `install-control-plane.sh` caches what it builds.
+fn cache_root() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
         });
-    cache.join(format!("rollout-ext/k8s-{}/bin", k8s_version()))
+    cache.join("rollout-ext")
+}
+
+/// Where the control-plane binaries are cached.
+pub fn binaries_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ROLLOUT_EXT_K8S_DIR") {
+        return PathBuf::from(dir).join("bin");
+    }
+    cache_root().join(format!("k8s-{}/bin", k8s_version()))
 }
 
 fn binary(name: &str) -> anyhow::Result<PathBuf> {
@@ -109,6 +116,14 @@ fn remove_stale_dirs() {
     }
 }
 
+/// Flags for a test cluster's servers beyond its own.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraFlags {
+    pub apiserver: Vec<String>,
+    pub controller_manager: Vec<String>,
+    pub scheduler: Vec<String>,
+}
+
 /// A running control plane with simulated nodes and cloud.
 pub struct TestCluster {
     dir: tempfile::TempDir,
@@ -132,37 +147,30 @@ impl TestCluster {
         SHARED.get_or_init(|| TestCluster::start().expect("the test cluster starts"))
     }
 
-    /// Starts etcd, the apiserver, the controller-manager and the scheduler; waits until the
-    /// apiserver is ready; starts the node simulator and the simulated cloud.
+    /// Starts etcd, the apiserver, the controller-manager, the scheduler and kwok; waits until
+    /// the apiserver is ready; starts the simulated cloud.
     pub fn start() -> anyhow::Result<TestCluster> {
-        TestCluster::start_with(SimSettings::default())
-    }
-
-    pub fn start_with(settings: SimSettings) -> anyhow::Result<TestCluster> {
-        TestCluster::start_configured(settings, Vec::new())
+        TestCluster::start_with(ExtraFlags::default())
     }
 
     /// A cluster whose kube-apiserver also gets `flags` (say, `--runtime-config=…=false` to
     /// serve a cluster without an API group).
     pub fn start_with_apiserver_flags(flags: &[&str]) -> anyhow::Result<TestCluster> {
-        let flags = flags.iter().map(|f| f.to_string()).collect();
-        TestCluster::start_configured(SimSettings::default(), flags)
+        TestCluster::start_with(ExtraFlags {
+            apiserver: flags.iter().map(|f| f.to_string()).collect(),
+            ..Default::default()
+        })
     }
 
-    fn start_configured(
-        settings: SimSettings,
-        apiserver_flags: Vec<String>,
-    ) -> anyhow::Result<TestCluster> {
+    /// A cluster whose servers also get `flags`.
+    pub fn start_with(flags: ExtraFlags) -> anyhow::Result<TestCluster> {
         // Its own thread, so that it may be called from sync and async tests alike.
-        std::thread::spawn(move || TestCluster::start_here(settings, apiserver_flags))
+        std::thread::spawn(move || TestCluster::start_here(flags))
             .join()
             .map_err(|_| anyhow::anyhow!("starting the test cluster panicked"))?
     }
 
-    fn start_here(
-        settings: SimSettings,
-        apiserver_flags: Vec<String>,
-    ) -> anyhow::Result<TestCluster> {
+    fn start_here(extra: ExtraFlags) -> anyhow::Result<TestCluster> {
         remove_stale_dirs();
         let dir = tempfile::Builder::new()
             .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
@@ -226,7 +234,7 @@ impl TestCluster {
             // Simulated nodes' kubelets (the runner pods' log endpoint) answer on loopback.
             "--kubelet-preferred-address-types=InternalIP".into(),
         ];
-        flags.extend(apiserver_flags);
+        flags.extend(extra.apiserver);
         processes.spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
@@ -245,7 +253,7 @@ impl TestCluster {
             .build()?;
         let client = runtime.block_on(wait_ready(&kubeconfig, &processes, root))?;
 
-        for (name, extra) in [
+        for (name, own, more) in [
             (
                 "kube-controller-manager",
                 vec![
@@ -253,14 +261,20 @@ impl TestCluster {
                     "--controllers=*,-nodeipam".to_string(),
                     "--secure-port=0".into(),
                 ],
+                &extra.controller_manager,
             ),
-            ("kube-scheduler", vec!["--secure-port=0".to_string()]),
+            (
+                "kube-scheduler",
+                vec!["--secure-port=0".to_string()],
+                &extra.scheduler,
+            ),
         ] {
             let mut args = vec![
                 format!("--kubeconfig={}", kubeconfig.display()),
                 "--leader-elect=false".into(),
             ];
-            args.extend(extra);
+            args.extend(own);
+            args.extend(more.iter().cloned());
             processes.spawn(
                 name,
                 &binary(name)?,
@@ -269,7 +283,15 @@ impl TestCluster {
             )?;
         }
 
-        let nodes = runtime.block_on(NodeSim::start(client.clone(), settings))?;
+        let kwok_config = root.join("kwok.yaml");
+        std::fs::write(&kwok_config, kwok::config(&kwok::dir().join("stages"))?)?;
+        processes.spawn(
+            "kwok",
+            &kwok::binary()?,
+            &kwok::args(&kubeconfig, &kwok_config),
+            &root.join("kwok.log"),
+        )?;
+        let nodes = runtime.block_on(NodeSim::start(client.clone()))?;
         let cloud = runtime.block_on(SimCloud::start(root.join("cloud.sock"), nodes.clone()))?;
         runtime.block_on(crds::load_crds(
             &client,

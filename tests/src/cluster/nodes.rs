@@ -1,6 +1,12 @@
-//! The node simulator: the kubelet's job for nodes that have no machine behind them. It registers
-//! nodes, keeps their Ready condition and heartbeats fresh, marks pods bound to them Running and
-//! Ready, and completes the deletion of their terminating pods.
+//! The nodes of the test cluster: registered here as a kubelet registers itself (labels,
+//! capacity, the kubelet's version), then kept by kwok (see [`super::kwok`]): their heartbeats,
+//! their pods Running and Ready, their terminating pods removed.
+//!
+//! What stays here is what kwok cannot do or what a test plays by hand: the instances behind the
+//! nodes (the simulated cloud lists them), a kubelet that stops (kwok leaves the node, which then
+//! reports NotReady), a container whose readiness probe fails or that exits (the pod status a
+//! kubelet would write), and runner pods, run as processes by [`RunnerPods`] with their output
+//! served at the nodes' kubelet port.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -14,34 +20,14 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::runner_pods::{RunnerPods, is_runner};
+use super::kwok::{MANAGED_LABEL, MANAGED_VALUE};
+use super::runner_pods::{RUNNER_LABEL, RunnerPods};
 
 /// The taint the server puts on a node until the control plane has seen it Ready.
 const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// The node label that names a node's group.
 pub const GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
-
-/// How the simulated kubelets behave.
-#[derive(Debug, Clone)]
-pub struct SimSettings {
-    /// From a pod's binding to its Running+Ready status.
-    pub pod_ready_delay: Duration,
-    /// Terminating pods are removed after their grace period, but never later than this.
-    pub max_grace: Duration,
-    /// How often Ready heartbeats are renewed.
-    pub heartbeat: Duration,
-}
-
-impl Default for SimSettings {
-    fn default() -> Self {
-        SimSettings {
-            pod_ready_delay: Duration::from_millis(200),
-            max_grace: Duration::from_secs(1),
-            heartbeat: Duration::from_secs(5),
-        }
-    }
-}
 
 /// A node to register.
 #[derive(Debug, Clone)]
@@ -123,24 +109,18 @@ impl NodeSpec {
     }
 }
 
-#[derive(Debug)]
-struct SimNode {
-    spec: NodeSpec,
-    ready: bool,
-}
-
 #[derive(Default)]
 struct State {
-    nodes: HashMap<String, SimNode>,
-    /// Pods already marked Ready or being finished, by uid.
+    /// The registered nodes, by name: the instances behind them.
+    nodes: HashMap<String, NodeSpec>,
+    /// Runner pods already started or being stopped, by uid.
     handled: HashSet<String>,
 }
 
-/// Handle to the simulator; clones share it.
+/// Handle to the nodes; clones share it.
 #[derive(Clone)]
 pub struct NodeSim {
     client: Client,
-    settings: SimSettings,
     state: Arc<Mutex<State>>,
     runtime: tokio::runtime::Handle,
     /// Who runs the pods of runs handed to the cluster, once a test asked for them.
@@ -156,34 +136,41 @@ fn now() -> String {
         .to_string()
 }
 
+/// How long kwok may take to make a registered node Ready.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
 impl NodeSim {
-    /// Starts the heartbeat and pod loops on the current runtime.
-    pub async fn start(client: Client, settings: SimSettings) -> anyhow::Result<NodeSim> {
+    /// Starts watching for runner pods on the current runtime.
+    pub async fn start(client: Client) -> anyhow::Result<NodeSim> {
         let sim = NodeSim {
             client,
-            settings,
             state: Arc::new(Mutex::new(State::default())),
             runtime: tokio::runtime::Handle::current(),
             runners: Arc::default(),
             kubelet_port: Arc::default(),
         };
-        tokio::spawn(sim.clone().heartbeats());
-        tokio::spawn(sim.clone().pods());
+        tokio::spawn(sim.clone().runner_pods());
         Ok(sim)
     }
 
-    /// Runner pods bound to simulated nodes run as processes (see [`RunnerPods`]) from now on,
-    /// their output served at `kubelet_port`, which every node's status names from now on.
+    /// Runner pods bound to the nodes run as processes (see [`RunnerPods`]) from now on, their
+    /// output served at `kubelet_port`, which every node's status names from now on.
     pub async fn run_runner_pods(&self, runners: Arc<RunnerPods>, kubelet_port: u16) {
         *self.runners.lock().unwrap() = Some(runners);
         self.kubelet_port.store(kubelet_port, Ordering::SeqCst);
         let names: Vec<String> = self.state.lock().unwrap().nodes.keys().cloned().collect();
+        let api: Api<Node> = Api::all(self.client.clone());
+        let endpoint =
+            json!({"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}}});
         for name in names {
-            let _ = self.report_status(&name).await;
+            let _ = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&endpoint))
+                .await;
         }
     }
 
-    /// Registers a Ready node. Runs on the simulator's runtime, so any test runtime may await it.
+    /// Registers a node for kwok to keep, and waits until it is Ready and schedulable. Runs on
+    /// the cluster's runtime, so any test runtime may await it.
     pub async fn add(&self, spec: NodeSpec) -> anyhow::Result<()> {
         let sim = self.clone();
         self.runtime
@@ -193,49 +180,56 @@ impl NodeSim {
 
     async fn register(&self, spec: NodeSpec) -> anyhow::Result<()> {
         let api: Api<Node> = Api::all(self.client.clone());
+        let mut labels = spec.all_labels();
+        labels.insert(MANAGED_LABEL.into(), MANAGED_VALUE.into());
+        let version = &spec.kubelet_version;
+        let name = &spec.name;
+        // As a kubelet registers: its status (capacity, addresses, version) comes with the Node.
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": spec.name, "labels": spec.all_labels(), "annotations": spec.annotations},
-            "spec": {"providerID": spec.provider_id.clone().unwrap_or_else(|| format!("sim:///{}/{}", spec.group, spec.name))},
+            "metadata": {"name": name, "labels": labels, "annotations": spec.annotations},
+            "spec": {"providerID": spec.provider_id.clone().unwrap_or_else(|| format!("sim:///{}/{name}", spec.group))},
+            "status": {
+                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port.load(Ordering::SeqCst)}},
+                "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version, "osImage": "simulated",
+                             "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "sim://1",
+                             "kernelVersion": "sim", "machineID": name, "systemUUID": name, "bootID": name},
+            },
         }))?;
         // The instance exists (for the cloud's `list`) before its Node object does, as in a
         // real cloud: whoever sees the Node can find the instance.
-        self.state.lock().unwrap().nodes.insert(
-            spec.name.clone(),
-            SimNode {
-                spec: spec.clone(),
-                ready: true,
-            },
-        );
+        (self.state.lock().unwrap().nodes).insert(name.clone(), spec.clone());
         if let Err(e) = api.create(&PostParams::default(), &node).await {
-            self.state.lock().unwrap().nodes.remove(&spec.name);
+            self.state.lock().unwrap().nodes.remove(name);
             return Err(e.into());
         }
-        self.report_status(&spec.name).await?;
         // The server taints a new node not-ready (NoSchedule) until the node lifecycle
         // controller has seen it Ready: only then does the scheduler place pods on it.
         let schedulable = |node: Option<&Node>| {
             node.is_some_and(|n| {
-                !(n.spec.as_ref().and_then(|s| s.taints.as_ref()))
-                    .is_some_and(|t| t.iter().any(|t| t.key == NOT_READY_TAINT))
+                is_ready(n)
+                    && !(n.spec.as_ref().and_then(|s| s.taints.as_ref()))
+                        .is_some_and(|t| t.iter().any(|t| t.key == NOT_READY_TAINT))
             })
         };
         tokio::time::timeout(
-            Duration::from_secs(60),
-            kube::runtime::wait::await_condition(api, &spec.name, schedulable),
+            READY_WITHIN,
+            kube::runtime::wait::await_condition(api, name, schedulable),
         )
         .await
         .map_err(|_| {
             anyhow::anyhow!(
-                "node {} kept its {NOT_READY_TAINT} taint for 60s",
-                spec.name
+                "node {name} was not Ready without its {NOT_READY_TAINT} taint within {READY_WITHIN:?} (is kwok running?)"
             )
         })??;
         Ok(())
     }
 
-    /// Deletes a node object and stops simulating it.
+    /// Deletes a node object and its instance.
     pub async fn remove(&self, name: &str) -> anyhow::Result<()> {
         let sim = self.clone();
         let name = name.to_string();
@@ -254,20 +248,45 @@ impl NodeSim {
             .await?
     }
 
-    /// Makes a node report NotReady (or Ready again).
+    /// Makes a node's kubelet stop (kwok leaves it; it reports NotReady), or start again (kwok
+    /// takes it back and makes it Ready; returns once it is).
     pub async fn set_ready(&self, name: &str, ready: bool) -> anyhow::Result<()> {
-        if let Some(node) = self.state.lock().unwrap().nodes.get_mut(name) {
-            node.ready = ready;
-        }
         let sim = self.clone();
         let name = name.to_string();
         self.runtime
-            .spawn(async move { sim.report_status(&name).await })
+            .spawn(async move { sim.switch_kubelet(&name, ready).await })
             .await?
     }
 
+    async fn switch_kubelet(&self, name: &str, on: bool) -> anyhow::Result<()> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let managed = on.then_some(MANAGED_VALUE);
+        let label = json!({"metadata": {"labels": {MANAGED_LABEL: managed}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&label))
+            .await?;
+        if on {
+            let ready = |node: Option<&Node>| node.is_some_and(is_ready);
+            tokio::time::timeout(
+                READY_WITHIN,
+                kube::runtime::wait::await_condition(api, name, ready),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("kwok did not make node {name} Ready again"))??;
+            return Ok(());
+        }
+        // Its last word, as a kubelet that stops says it: NotReady (strategic merge: by type).
+        let t = now();
+        let status = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False", "lastHeartbeatTime": t, "lastTransitionTime": t,
+             "reason": "KubeletNotReady", "message": "the test stopped this node's kubelet"}]}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
+            .await?;
+        Ok(())
+    }
+
     /// Ends a running pod's containers, as its kubelet would when they exit 0: the pod turns
-    /// `Succeeded`.
+    /// `Succeeded`. (kwok's own pod-complete stage, which ends every Job's pod at once, is not
+    /// run: a Job's pod runs until its test ends it.)
     pub async fn complete_pod(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
         let t = now();
         let status = json!({"status": {
@@ -278,7 +297,8 @@ impl NodeSim {
         self.patch_pod_status(namespace, name, status).await
     }
 
-    /// Makes a running pod report not Ready (a failing readiness probe), or Ready again.
+    /// Makes a running pod report not Ready (a failing readiness probe), or Ready again. kwok
+    /// moves only Pending pods, so it leaves this as set.
     pub async fn set_pod_ready(
         &self,
         namespace: &str,
@@ -313,87 +333,29 @@ impl NodeSim {
         Ok(())
     }
 
-    /// The spec a simulated node was registered with.
+    /// The spec a node was registered with.
     pub fn spec_of(&self, name: &str) -> Option<NodeSpec> {
-        self.state
-            .lock()
-            .unwrap()
-            .nodes
-            .get(name)
-            .map(|n| n.spec.clone())
+        self.state.lock().unwrap().nodes.get(name).cloned()
     }
 
-    /// Names of the simulated nodes of `group`, sorted.
+    /// Names of the registered nodes of `group`, sorted.
     pub fn nodes_of(&self, group: &str) -> Vec<String> {
         let state = self.state.lock().unwrap();
-        let mut names: Vec<String> = state
-            .nodes
-            .values()
-            .filter(|n| n.spec.group == group)
-            .map(|n| n.spec.name.clone())
+        let mut names: Vec<String> = (state.nodes.values())
+            .filter(|n| n.group == group)
+            .map(|n| n.name.clone())
             .collect();
         names.sort();
         names
     }
 
-    async fn report_status(&self, name: &str) -> anyhow::Result<()> {
-        let (ready, version) = {
-            let state = self.state.lock().unwrap();
-            match state.nodes.get(name) {
-                Some(n) => (n.ready, n.spec.kubelet_version.clone()),
-                None => return Ok(()),
-            }
-        };
-        let t = now();
-        let condition = |type_: &str, healthy: bool, reason: &str| {
-            json!({"type": type_, "status": if healthy { "False" } else { "True" },
-                   "lastHeartbeatTime": t, "lastTransitionTime": t, "reason": reason, "message": reason})
-        };
-        let status = json!({"status": {
-            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "conditions": [
-                condition("MemoryPressure", true, "KubeletHasSufficientMemory"),
-                condition("DiskPressure", true, "KubeletHasNoDiskPressure"),
-                condition("PIDPressure", true, "KubeletHasSufficientPID"),
-                {"type": "Ready", "status": if ready { "True" } else { "False" },
-                 "lastHeartbeatTime": t, "lastTransitionTime": t,
-                 "reason": if ready { "KubeletReady" } else { "KubeletNotReady" }, "message": "simulated"},
-            ],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port.load(Ordering::SeqCst)}},
-            "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version, "osImage": "simulated",
-                         "operatingSystem": "linux", "architecture": "amd64", "containerRuntimeVersion": "sim://1",
-                         "kernelVersion": "sim", "machineID": name, "systemUUID": name, "bootID": name},
-        }});
-        let api: Api<Node> = Api::all(self.client.clone());
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await?;
-        Ok(())
-    }
-
-    /// Renews every node's heartbeat, as kubelets do.
-    async fn heartbeats(self) {
-        let mut ticker = tokio::time::interval(self.settings.heartbeat);
-        loop {
-            ticker.tick().await;
-            let names: Vec<String> = self.state.lock().unwrap().nodes.keys().cloned().collect();
-            for name in names {
-                let _ = self.report_status(&name).await;
-            }
-        }
-    }
-
-    /// Watches pods: starts the ones bound to simulated nodes, finishes the ones terminating there.
-    async fn pods(self) {
+    /// Watches runner pods: starts the ones bound to the nodes, stops the ones deleted there.
+    async fn runner_pods(self) {
         let api: Api<Pod> = Api::all(self.client.clone());
-        let mut events = watcher(api, watcher::Config::default()).boxed();
+        let config = watcher::Config::default().labels(RUNNER_LABEL);
+        let mut events = watcher(api, config).boxed();
         while let Some(event) = events.next().await {
-            let pods = match event {
-                Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => vec![pod],
-                _ => continue,
-            };
-            for pod in pods {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
                 self.react(pod);
             }
         }
@@ -403,85 +365,31 @@ impl NodeSim {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
             return;
         };
-        let uid = pod.uid().unwrap_or_default();
+        let Some(runners) = self.runners.lock().unwrap().clone() else {
+            return;
+        };
         let terminating = pod.metadata.deletion_timestamp.is_some();
-        let key = format!("{uid}/{}", if terminating { "delete" } else { "start" });
+        let key = format!(
+            "{}/{}",
+            pod.uid().unwrap_or_default(),
+            if terminating { "delete" } else { "start" }
+        );
         {
             let mut state = self.state.lock().unwrap();
             if !state.nodes.contains_key(&node) || !state.handled.insert(key) {
                 return;
             }
         }
-        let runners = self.runners.lock().unwrap().clone();
-        if let Some(runners) = runners.filter(|_| is_runner(&pod)) {
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            match (terminating, phase.unwrap_or("Pending")) {
-                (true, _) => runners.stop(pod),
-                (false, "Pending") => runners.start(pod),
-                _ => {}
-            }
-            return;
-        }
-        let sim = self.clone();
-        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-        if terminating {
-            let grace = Duration::from_secs(
-                pod.metadata
-                    .deletion_grace_period_seconds
-                    .unwrap_or(0)
-                    .max(0) as u64,
-            );
-            let wait = grace.min(self.settings.max_grace);
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
-                let _ = api
-                    .delete(
-                        &name,
-                        &DeleteParams {
-                            grace_period_seconds: Some(0),
-                            ..Default::default()
-                        },
-                    )
-                    .await;
-            });
-        } else if pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or("Pending")
-            == "Pending"
-        {
-            let delay = self.settings.pod_ready_delay;
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let t = now();
-                let cond =
-                    |type_: &str| json!({"type": type_, "status": "True", "lastTransitionTime": t});
-                let containers: Vec<serde_json::Value> = pod
-                    .spec
-                    .as_ref()
-                    .map(|s| {
-                        s.containers
-                            .iter()
-                            .map(|c| {
-                                json!({
-                        "name": c.name, "image": c.image, "imageID": "sim://image", "ready": true,
-                        "restartCount": 0, "started": true, "state": {"running": {"startedAt": t}}})
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let status = json!({"status": {
-                    "phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.1", "startTime": t,
-                    "conditions": [cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
-                    "containerStatuses": containers,
-                }});
-                let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
-                let _ = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            });
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        match (terminating, phase.unwrap_or("Pending")) {
+            (true, _) => runners.stop(pod),
+            (false, "Pending") => runners.start(pod),
+            _ => {}
         }
     }
+}
+
+fn is_ready(node: &Node) -> bool {
+    (node.status.as_ref().and_then(|s| s.conditions.as_ref()))
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

@@ -35,11 +35,6 @@ pub struct RunnerPods {
     outputs: Mutex<HashMap<String, (PathBuf, Arc<AtomicBool>)>>,
 }
 
-/// Whether `pod` belongs to a runner Job.
-pub fn is_runner(pod: &Pod) -> bool {
-    pod.labels().contains_key(RUNNER_LABEL)
-}
-
 impl RunnerPods {
     pub fn new(client: Client, server: String, dir: PathBuf) -> Arc<RunnerPods> {
         Arc::new(RunnerPods {

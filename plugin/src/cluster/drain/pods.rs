@@ -81,12 +81,22 @@ impl Cluster {
                     });
                 }
                 // As kubectl does: a pod the namespace's deletion already reached is waited
-                // for; one it has not is a stop that says why.
+                // for (or gone already); one it has not is a stop that says why.
                 Eviction::NamespaceTerminating { message } => {
-                    if self.pod_now(pod).await?.is_some_and(|p| {
-                        p.metadata.deletion_timestamp.is_some()
-                            && p.metadata.uid.as_deref() == Some(pod.uid.as_str())
-                    }) {
+                    let now = self.pod_now(pod).await?;
+                    let same = now
+                        .as_ref()
+                        .filter(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()));
+                    let Some(now) = same else {
+                        self.writes.gone(
+                            Kind::Pod,
+                            &pod.namespace,
+                            &pod.name,
+                            Some(pod.uid.clone()),
+                        );
+                        return Ok(true);
+                    };
+                    if now.metadata.deletion_timestamp.is_some() {
                         reporter.report(Event::Warning {
                             message: format!(
                                 "draining node {node}: namespace {namespace} is being deleted and pod {id} with it; waiting for it to go"
