@@ -34,7 +34,7 @@ const PODS_PER_NODE: i32 = 2;
 const CREATORS: usize = 16;
 
 /// The audit policy: every request of the operator, nobody else's.
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
@@ -53,7 +53,7 @@ struct Cost {
 }
 
 /// The apiserver's own counters of LIST responses of pods: bytes and count.
-async fn pod_lists(client: &kube::Client) -> anyhow::Result<(f64, f64)> {
+pub async fn pod_lists(client: &kube::Client) -> anyhow::Result<(f64, f64)> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(req).await?;
     let mut sums = (0.0, 0.0);
@@ -79,7 +79,7 @@ async fn pod_lists(client: &kube::Client) -> anyhow::Result<(f64, f64)> {
 }
 
 /// The operator's requests the audit log recorded as received between `from` and `to`.
-fn audited(log: &Path, from: SystemTime, to: SystemTime) -> anyhow::Result<usize> {
+pub fn audited(log: &Path, from: SystemTime, to: SystemTime) -> anyhow::Result<usize> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let (from, to) = (
         jiff::Timestamp::try_from(from)?,
@@ -119,6 +119,19 @@ async fn measured(
         requests: audited(audit_log, from, to)?,
         wall,
     })
+}
+
+/// Makes the operator (whose requests the audit log records) a cluster admin.
+pub async fn make_operator_admin(client: &kube::Client) -> anyhow::Result<()> {
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "name": OPERATOR_USER, "apiGroup": "rbac.authorization.k8s.io"}]
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// A group of four outdated nodes carrying two pods each, in a namespace of the group's name.
@@ -221,14 +234,7 @@ fn one_size(
         .build()?;
     runtime.block_on(async {
         let client = cluster.client().await;
-        let binding: ClusterRoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": "bench-operator"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "User", "name": OPERATOR_USER, "apiGroup": "rbac.authorization.k8s.io"}]
-        }))?;
-        Api::<ClusterRoleBinding>::all(client.clone())
-            .create(&PostParams::default(), &binding)
-            .await?;
+        make_operator_admin(&client).await?;
         let mut groups = vec!["current", "kubectl"];
         if baseline.is_some() {
             groups.push("previous");
@@ -262,7 +268,10 @@ fn one_size(
         }
         costs.insert(
             "kubectl",
-            measured(&client, &audit_log, || kubectl_drain(&kubeconfig, "kubectl")).await?,
+            measured(&client, &audit_log, || {
+                kubectl_drain(&kubeconfig, "kubectl")
+            })
+            .await?,
         );
         Ok(costs)
     })

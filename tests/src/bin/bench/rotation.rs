@@ -32,7 +32,7 @@ const PHASE: &str = "rollout-ext.io/phase";
 
 /// What the watcher saw of each node, by name.
 #[derive(Default)]
-struct Seen {
+pub struct Seen {
     cordoned: HashMap<String, SystemTime>,
     drained: HashMap<String, SystemTime>,
     ready: BTreeMap<String, SystemTime>,
@@ -45,10 +45,10 @@ fn is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Records first sightings of cordons, drained phases and Ready nodes of the group.
-async fn watch(client: kube::Client, seen: Arc<Mutex<Seen>>) {
+/// Records first sightings of cordons, drained phases and Ready nodes of `group`.
+pub async fn watch(client: kube::Client, group: String, seen: Arc<Mutex<Seen>>) {
     let api: Api<Node> = Api::all(client);
-    let config = watcher::Config::default().labels(&format!("kops.k8s.io/instancegroup={GROUP}"));
+    let config = watcher::Config::default().labels(&format!("kops.k8s.io/instancegroup={group}"));
     let mut events = watcher(api, config).applied_objects().boxed();
     while let Some(Ok(node)) = events.next().await {
         let at = SystemTime::now();
@@ -75,7 +75,7 @@ async fn watch(client: kube::Client, seen: Arc<Mutex<Seen>>) {
 
 /// What an observed interval was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
+pub enum Kind {
     Drain,
     Boot,
 }
@@ -84,15 +84,15 @@ enum Kind {
 /// between them, by what came before: the start, a drain's end, a replacement turning Ready,
 /// and the end.
 #[derive(Debug, Default, Clone, Copy)]
-struct Split {
-    covered: Duration,
-    start: Duration,
-    after_drain: Duration,
-    after_boot: Duration,
-    finish: Duration,
+pub struct Split {
+    pub covered: Duration,
+    pub start: Duration,
+    pub after_drain: Duration,
+    pub after_boot: Duration,
+    pub finish: Duration,
 }
 
-fn split(
+pub fn split(
     mut intervals: Vec<(SystemTime, SystemTime, Kind)>,
     begin: SystemTime,
     end: SystemTime,
@@ -205,26 +205,45 @@ pub fn hooks_policy(cluster: &TestCluster, dir: &Path, tracer: bool) -> anyhow::
 }
 
 /// One rotation's figures.
-struct Run {
-    wall: Duration,
-    split: Split,
+pub struct Run {
+    pub wall: Duration,
+    pub split: Split,
     /// Waits and pauses the run reported (a hook's, or an interval's).
-    waits: usize,
+    pub waits: usize,
+    /// The plugin's peak RSS, in KiB.
+    pub max_rss_kib: u64,
 }
 
-/// Rotates the whole group once to the revision `revision` with the plugin `binary` under
-/// `policy`.
-fn rotate(
+/// A rotation of a whole group: which, how many at a time, by which plugin binary under which
+/// policy, as whom.
+pub struct Rotation<'a> {
+    pub group: &'a str,
+    pub nodes: usize,
+    pub max_unavailable: usize,
+    pub binary: &'a Path,
+    pub policy: &'a Path,
+    pub kubeconfig: &'a Path,
+}
+
+/// Rotates the whole group once to the revision `revision`.
+pub fn rotate(
     cluster: &TestCluster,
     seen: &Mutex<Seen>,
-    binary: &Path,
-    policy: &Path,
+    rotation: &Rotation,
     revision: &str,
     work: &Path,
 ) -> anyhow::Result<Run> {
+    let Rotation {
+        group,
+        nodes,
+        max_unavailable,
+        binary,
+        policy,
+        kubeconfig,
+    } = *rotation;
     // Each run wants a new revision of the group: every node is out of date.
     cluster.cloud.set_group_spec(
-        GROUP,
+        group,
         GroupSpec {
             kubelet_version: None,
             labels: BTreeMap::from([("rev".to_string(), revision.to_string())]),
@@ -236,16 +255,18 @@ fn rotate(
     let started = SystemTime::now();
     let mut cmd = Command::new(binary);
     cmd.arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
-        .args(["nodes", "--yes", "--instance-group", GROUP])
+        .arg(kubeconfig)
+        .args(["nodes", "--yes", "--instance-group", group])
         .args(["--expect-label", &format!("rev={revision}")])
-        .args(["--max-unavailable", "1", "--max-surge", "0"])
+        .args(["--max-unavailable", &max_unavailable.to_string()])
+        .args(["--max-surge", "0"])
         .arg("--policy")
         .arg(policy)
         .args(FAST_ROTATION)
         .env("XDG_CACHE_HOME", work.join("cache"));
     let stderr_file = work.join("rotation-stderr.txt");
-    let wall = measure::run(&mut cmd, &stderr_file)?.wall;
+    let sample = measure::run(&mut cmd, &stderr_file)?;
+    let wall = sample.wall;
     let waits = std::fs::read_to_string(&stderr_file)?
         .lines()
         // `<timestamp> waiting <duration>: <reason>`
@@ -261,8 +282,8 @@ fn rotate(
         .map(|c| c.at)
         .collect();
     anyhow::ensure!(
-        terminations.len() == NODES,
-        "revision {revision}: expected {NODES} terminations, the cloud saw {}",
+        terminations.len() == nodes,
+        "revision {revision}: expected {nodes} terminations, the cloud saw {}",
         terminations.len()
     );
     let seen = seen.lock().unwrap();
@@ -294,6 +315,7 @@ fn rotate(
         wall,
         split: split(intervals, started, started + wall),
         waits,
+        max_rss_kib: sample.max_rss_kib,
     })
 }
 
@@ -373,7 +395,7 @@ pub fn run(runs: usize, work: &Path, baseline: Option<&Path>) -> anyhow::Result<
     let plain = cluster.exec_policy(&plain_dir, "");
     let hooked = hooks_policy(cluster, &work.join("rotation-hooks"), false)?;
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let watcher_task = cluster.spawn(watch(client.clone(), seen.clone()));
+    let watcher_task = cluster.spawn(watch(client.clone(), GROUP.into(), seen.clone()));
 
     // Without hooks and with the three demo hooks, by this build and by the baseline's.
     let current = plugin_binary();
@@ -420,7 +442,15 @@ pub fn run(runs: usize, work: &Path, baseline: Option<&Path>) -> anyhow::Result<
     for _ in 0..runs {
         for (what, binary, policy, results) in &mut variants {
             revision += 1;
-            let run = rotate(cluster, &seen, binary, policy, &revision.to_string(), work)?;
+            let rotation = Rotation {
+                group: GROUP,
+                nodes: NODES,
+                max_unavailable: 1,
+                binary,
+                policy,
+                kubeconfig: &cluster.kubeconfig,
+            };
+            let run = rotate(cluster, &seen, &rotation, &revision.to_string(), work)?;
             let overhead = run.wall.saturating_sub(run.split.covered);
             eprintln!(
                 "bench: rotation{what}: overhead {} of {} ({:.2} %)",
