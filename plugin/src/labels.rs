@@ -2,11 +2,11 @@
 //! PodDisruptionBudgets and the string form of `-l`/`--pod-selector` (`app=web,tier!=db,
 //! env in (a,b),!legacy`).
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 
-pub type Labels = BTreeMap<String, String>;
+/// An object's labels (or annotations), sorted by key. A sorted vector: objects carry a few, and
+/// the 150,000 pods of a large snapshot each held a B-tree leaf of half a kilobyte for them.
+pub type Labels = litemap::LiteMap<String, String>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub enum Operator {
@@ -185,5 +185,18 @@ mod tests {
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "db")])));
         assert!(LabelSelector::default().matches(&labels(&[])));
         assert!(!LabelSelector::nothing().matches(&labels(&[])));
+    }
+
+    #[test]
+    fn labels_read_in_any_order_are_sorted_and_the_last_of_a_repeated_key_wins() {
+        let read: Labels =
+            serde_json::from_str(r#"{"zone": "a", "app": "web", "tier": "db", "app": "api"}"#)
+                .unwrap();
+        let pairs: Vec<(&str, &str)> = read.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        assert_eq!(pairs, [("app", "api"), ("tier", "db"), ("zone", "a")]);
+        assert_eq!(
+            serde_json::to_string(&read).unwrap(),
+            r#"{"app":"api","tier":"db","zone":"a"}"#
+        );
     }
 }

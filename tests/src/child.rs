@@ -1,5 +1,5 @@
-//! A child process run to its end, its wall time and its peak RSS read from `wait4`: what the
-//! benchmarks report and what the memory guard compares.
+//! A child process run to its end, its wall time and its peak RSS read from `wait4` (by the
+//! `peak-rss` helper): what the benchmarks report and what the memory guard compares.
 
 use std::fs::File;
 use std::path::Path;
@@ -17,31 +17,43 @@ pub struct Sample {
 }
 
 /// Runs `cmd` to completion with stdout discarded, timing it from spawn to exit and reading its
-/// peak RSS from `wait4`. A failed run is an error carrying the child's stderr.
+/// peak RSS as the `peak-rss` helper saw it from `wait4` (a child spawned from here directly
+/// would report this process's memory as its own). A failed run is an error carrying the child's
+/// stderr.
 pub fn run(cmd: &mut Command, stderr_file: &Path) -> anyhow::Result<Sample> {
     let stderr = File::create(stderr_file)?;
+    let rss_file = stderr_file.with_extension("peak-rss");
+    let mut measured = Command::new(crate::helper_binary("peak-rss"));
+    measured
+        .arg(&rss_file)
+        .arg("--")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => measured.env(key, value),
+            None => measured.env_remove(key),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        measured.current_dir(dir);
+    }
     let started = Instant::now();
-    let child = cmd
+    let status = measured
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
-        .spawn()
+        .status()
         .with_context(|| format!("starting {cmd:?}"))?;
-    let pid = libc::pid_t::try_from(child.id())?;
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for the child we just spawned and reaps it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let wall = started.elapsed();
-    if reaped != pid {
-        bail!("waiting for {cmd:?}: {}", std::io::Error::last_os_error());
-    }
-    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+    if !status.success() {
         let text = std::fs::read_to_string(stderr_file).unwrap_or_default();
-        bail!("{cmd:?} failed (wait status {status}):\n{text}");
+        bail!("{cmd:?} failed ({status}):\n{text}");
     }
+    let peak = std::fs::read_to_string(&rss_file)
+        .with_context(|| format!("reading {}", rss_file.display()))?;
     Ok(Sample {
         wall,
-        max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        max_rss_kib: peak.trim().parse().context("peak-rss wrote no number")?,
     })
 }

@@ -20,7 +20,8 @@ pub trait ObjectSource: Send + Sync {
     ) -> Result<String, String>;
 }
 
-/// Serves no objects: a fleet's stage gates are asked about no one cluster.
+/// Serves no objects: where a policy grants hooks no kind (the sandbox refuses every list before
+/// it gets here), and to a fleet's stage gates, which are asked about no one cluster.
 pub struct NoObjects;
 
 impl ObjectSource for NoObjects {
@@ -32,7 +33,7 @@ impl ObjectSource for NoObjects {
         _: Option<&str>,
     ) -> Result<String, String> {
         Err(format!(
-            "a fleet's stage gate reads no cluster's objects (asked for {kind})"
+            "no objects are served here (asked for {kind}): a fleet's stage gate reads no cluster's, and a policy that grants no kind gives its hooks none"
         ))
     }
 }

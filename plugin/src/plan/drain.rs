@@ -256,7 +256,9 @@ mod tests {
             name: "p".into(),
             uid: "u".into(),
             node_name: Some("n1".into()),
-            labels: [("app".to_string(), "web".to_string())].into(),
+            labels: [("app".to_string(), "web".to_string())]
+                .into_iter()
+                .collect(),
             controller: controller.map(|kind| Owner {
                 kind: kind.into(),
                 name: "owner".into(),

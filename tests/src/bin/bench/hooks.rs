@@ -1,7 +1,6 @@
 //! The cost of a hook: one call with 5,000 candidates on a warm module, a load from the on-disk
 //! compile cache, and a first compile — against the same policy (zone-spread) as native Rust.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,11 +41,13 @@ fn candidates() -> Vec<Candidate> {
             group: "nodes".into(),
             role: Role::Node,
             zone: Some(zone(i)),
-            labels: BTreeMap::from([
+            labels: [
                 ("topology.kubernetes.io/zone".to_string(), zone(i)),
                 ("kops.k8s.io/instancegroup".to_string(), "nodes".to_string()),
-            ]),
-            annotations: BTreeMap::new(),
+            ]
+            .into_iter()
+            .collect(),
+            annotations: Default::default(),
             taints: vec![],
             ready: true,
             unschedulable: false,
