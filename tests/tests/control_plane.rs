@@ -16,6 +16,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::wait::await_condition;
 use rollout_ext::cluster::eviction::Eviction;
+use rollout_ext::plan::rolling_update::pods::PodRef;
+use rollout_ext::snapshot::Pod;
 use rollout_ext_e2e::cluster::{GroupSpec, NodeSpec, TestCluster};
 use rollout_ext_e2e::workloads::create_namespace;
 use rollout_ext_e2e::{helper_binary, plugin_binary};
@@ -133,7 +135,7 @@ async fn daemon_set_pods_run_on_every_simulated_node() {
 async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     let cluster = TestCluster::shared();
     let client = cluster.client().await;
-    add_nodes(cluster, "guarded", 1).await;
+    let node = add_nodes(cluster, "guarded", 1).await.remove(0);
     create_namespace(&client, "guarded").await;
 
     let live = cluster.live().await;
@@ -154,6 +156,33 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
         rs.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
     })
     .await;
+
+    let victim = live.pods_on(&node).await.unwrap();
+    let victim = victim.iter().find(|p| p.namespace == "guarded").unwrap();
+    // An eviction names the pod's uid: one meant for an earlier pod of that name is refused,
+    // and the pod there now stays. (Before any budget: a budget's disruption is counted before
+    // the uid is checked, and stays counted until the disruption controller lets it go.)
+    let earlier = Pod {
+        uid: "an-earlier-pod-of-that-name".into(),
+        ..victim.clone()
+    };
+    let refused = live.evict(version, &earlier, None, false).await.unwrap();
+    assert!(
+        matches!(&refused, Eviction::Conflict { message } if message.contains("UID")),
+        "{refused:?}"
+    );
+    // So is a deletion (an update's), which takes the refusal as the pod meant being gone.
+    let earlier_ref = PodRef {
+        name: victim.name.clone(),
+        uid: earlier.uid.clone(),
+    };
+    live.delete_pod_object("guarded", &earlier_ref)
+        .await
+        .unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "guarded");
+    let still = pods.get(&victim.name).await.unwrap();
+    assert_eq!(still.metadata.uid.as_deref(), Some(victim.uid.as_str()));
+    assert!(still.metadata.deletion_timestamp.is_none());
 
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
@@ -182,13 +211,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     )
     .await;
 
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "guarded");
-    let victim = pods.list(&Default::default()).await.unwrap().items[0].name_any();
-    match live
-        .evict(version, "guarded", &victim, None, false)
-        .await
-        .unwrap()
-    {
+    match live.evict(version, victim, None, false).await.unwrap() {
         Eviction::Blocked { message } => {
             assert!(message.contains("disruption budget"), "{message}")
         }
@@ -204,9 +227,7 @@ async fn a_budget_refuses_an_eviction_until_it_is_relaxed() {
     .unwrap();
     wait_for(pdbs, "web", "the budget to allow 1 disruption", observed(1)).await;
     assert_eq!(
-        live.evict(version, "guarded", &victim, None, false)
-            .await
-            .unwrap(),
+        live.evict(version, victim, None, false).await.unwrap(),
         Eviction::Evicted
     );
 }

@@ -848,6 +848,10 @@ async fn bad_requests_fail_with_a_usage_error_and_change_nothing() {
             vec!["db", &image, "--max-surge=150%"],
             "percentage from 0% to 100%",
         ),
+        (
+            vec!["db", &image, "--now=2026-11-02T09:00:00Z"],
+            "--now sets the time of a plan",
+        ),
     ];
     for (args, expected) in cases {
         let out = run(plugin(cluster, ns, &args)).await;
@@ -879,6 +883,8 @@ async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
         V2,
         "--max-surge=0",
         "--max-unavailable=50%",
+        // Both plans as of one instant, so that their estimates agree to the second.
+        "--now=2026-11-02T09:00:00Z",
         "-o",
         "json",
     ];
@@ -908,6 +914,12 @@ async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
     assert_eq!(steps, expected);
     assert_eq!(live_plan["cleanup"], "rename");
     assert_eq!(live_plan["next"]["exists"], false);
+    let ends = live_plan["estimate"]["endsAt"].as_str().unwrap_or_default();
+    assert!(
+        ends.starts_with("2026-11-02T09:"),
+        "{}",
+        live_plan["estimate"]
+    );
     assert_eq!(
         controller_names(&api).await,
         ["big"],

@@ -85,14 +85,15 @@ pub fn run(
                             PodFate::Evict { .. } => {
                                 let grace = (args.grace_period >= 0).then_some(args.grace_period);
                                 match cluster
-                                    .evict(version, &pod.namespace, &pod.name, grace, true)
+                                    .evict(version, &pod, grace, true)
                                     .await
                                 {
                                     Ok(Eviction::Evicted) => reporter.report(Event::Evicted {
                                         node: node.into(),
                                         pod: id,
                                     }),
-                                    Ok(Eviction::Gone) => {}
+                                    // (409: started again under its name since it was listed.)
+                                    Ok(Eviction::Gone | Eviction::Conflict { .. }) => {}
                                     Ok(Eviction::Blocked { message }) => {
                                         let mut why =
                                             cluster.why_blocked(&pod, version, &message).await;

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{Cluster, ClusterError, Request};
+use crate::snapshot::Pod;
 
 /// Whose turn it is to send an eviction, per namespace; shared by every clone of a [`Cluster`].
 #[derive(Clone, Default)]
@@ -33,6 +34,10 @@ pub enum Eviction {
     Blocked { message: String },
     /// The pod is already gone.
     Gone,
+    /// Refused (409): the uid the request named is not the uid of the pod of that name now
+    /// (deleted and started again under its name), or the server lost a race of writes on it.
+    /// The caller looks at the pod to tell which.
+    Conflict { message: String },
     /// Refused for good (500): more than one PodDisruptionBudget selects the pod, which the
     /// eviction API does not support.
     MultipleBudgets { message: String },
@@ -47,6 +52,7 @@ impl Eviction {
         match status.code {
             429 => Some(Eviction::Blocked { message }),
             404 => Some(Eviction::Gone),
+            409 => Some(Eviction::Conflict { message }),
             500 if message.contains(super::retry::MULTIPLE_BUDGETS) => {
                 Some(Eviction::MultipleBudgets { message })
             }
@@ -63,17 +69,24 @@ impl Eviction {
 }
 
 impl Cluster {
-    /// Asks the server to evict one pod. `grace_period` overrides the pod's own; `dry_run` sends
-    /// `dryRun=All`: the server checks budgets and permissions but changes nothing.
+    /// Asks the server to evict one pod: that object, by its uid, never another started since
+    /// under its name. (The server counts a budget's disruption before it checks the uid, so a
+    /// refusal holds one disruption until the disruption controller lets it go: the price of a
+    /// pod replaced meanwhile, rather than the eviction of its successor.) `grace_period`
+    /// overrides the pod's own; `dry_run` sends `dryRun=All`: the server checks budgets and
+    /// permissions but changes nothing.
     pub async fn evict(
         &self,
         policy_version: &str,
-        namespace: &str,
-        name: &str,
+        pod: &Pod,
         grace_period: Option<i64>,
         dry_run: bool,
     ) -> Result<Eviction, ClusterError> {
+        let (namespace, name) = (pod.namespace.as_str(), pod.name.as_str());
         let mut delete_options = serde_json::Map::new();
+        if !pod.uid.is_empty() {
+            delete_options.insert("preconditions".into(), serde_json::json!({"uid": pod.uid}));
+        }
         if let Some(g) = grace_period {
             delete_options.insert("gracePeriodSeconds".into(), g.into());
         }
@@ -113,14 +126,12 @@ impl Cluster {
     pub async fn evict_guarded(
         &self,
         policy_version: &str,
-        namespace: &str,
-        name: &str,
+        pod: &Pod,
         grace_period: Option<i64>,
     ) -> Result<Eviction, ClusterError> {
-        let turn = self.evictions.of(namespace);
+        let turn = self.evictions.of(&pod.namespace);
         let _turn = turn.lock().await;
-        self.evict(policy_version, namespace, name, grace_period, false)
-            .await
+        self.evict(policy_version, pod, grace_period, false).await
     }
 }
 
@@ -157,11 +168,18 @@ mod tests {
         assert!(
             matches!(Eviction::from_status(&terminating), Some(Eviction::NamespaceTerminating { message }) if message.contains("being terminated"))
         );
-        // Failures stay failures: another 500, a 403 of permissions, a 409.
+        let replaced = status(serde_json::json!({
+            "code": 409, "reason": "Conflict",
+            "message": "Operation cannot be fulfilled on Pod \"web-1\": the UID in the precondition (a) does not match the UID in record (b). The object might have been deleted and then recreated"
+        }));
+        assert!(matches!(
+            Eviction::from_status(&replaced),
+            Some(Eviction::Conflict { .. })
+        ));
+        // Failures stay failures: another 500, a 403 of permissions.
         for failure in [
             serde_json::json!({"code": 500, "message": "etcdserver: request timed out"}),
             serde_json::json!({"code": 403, "message": "pods \"web-1\" is forbidden: User \"x\" cannot create resource \"pods/eviction\""}),
-            serde_json::json!({"code": 409, "message": "conflict"}),
         ] {
             assert_eq!(Eviction::from_status(&status(failure)), None);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::watcher;
 use serde_json::Value;
@@ -16,6 +16,7 @@ use super::controllers::Write;
 use super::{Cluster, ClusterError, Request};
 use crate::plan::rolling_update::daemon_set::{DaemonPod, DaemonSet, Revision};
 use crate::plan::rolling_update::in_place::InPlaceWorkload;
+use crate::plan::rolling_update::pods::PodRef;
 use crate::plan::rolling_update::stateful_set::StatefulSet;
 
 /// The apps/v1 workloads updated in place.
@@ -271,16 +272,30 @@ impl Cluster {
         }))
     }
 
-    /// Deletes pod `name` with its own grace period; gone already is fine.
-    pub async fn delete_pod_named(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+    /// Deletes `pod` with its own grace period. Only that object: the uid is a precondition,
+    /// so a pod its controller started again under the same name (after a run stopped between
+    /// reading and deleting, say) is left alone. Gone or replaced already is fine.
+    pub async fn delete_pod_object(
+        &self,
+        namespace: &str,
+        pod: &PodRef,
+    ) -> Result<(), ClusterError> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             namespace,
             &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Pod")),
         );
-        match api.delete(name, &DeleteParams::default()).await {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name, &params).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            // 409: the uid precondition failed, the pod of that name is another one now.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
             Err(e) => Err(Request {
                 verb: "delete",
                 resource: "pods",

@@ -320,7 +320,7 @@ impl Updater<'_> {
             .filter(|p| nodes.contains(&p.node) && p.hash != hash && !p.terminating)
         {
             (self.kernel.cluster)
-                .delete_pod_named(&daemon.ns, &pod.name)
+                .delete_pod_object(&daemon.ns, &pod.pod_ref())
                 .await?;
         }
         Ok(())

@@ -257,7 +257,7 @@ impl Updater<'_> {
         .await?;
         if set.on_delete() {
             for pod in doomed {
-                self.kernel.cluster.delete_pod_named(ns, &pod).await?;
+                self.kernel.cluster.delete_pod_object(ns, &pod).await?;
             }
             return Ok(());
         }

@@ -132,7 +132,7 @@ pub(super) fn plan_from(
             pair.from.replicas(),
         ),
         cleanup: pair.cleanup,
-        ctx: super::plan_context(),
+        ctx: super::plan_context(args),
         estimates: estimates.clone(),
     };
     let plan = planner::plan(&input, &mut hooks).map_err(|e| Failure::failed(e.to_string()))?;

@@ -50,7 +50,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let estimates = step_estimates(History::default(), &policy, workload);
         let mut plan = plan(&view, &action, args, hooks, &estimates)?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-        plan.estimate = Some(estimate_update(&estimates, steps));
+        plan.estimate = Some(estimate_update(&estimates, steps, args));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
@@ -86,7 +86,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
                 server_dry_run(&cluster, &namespace, &view, &action).await?;
             }
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-            plan.estimate = Some(estimate_update(&estimates, steps));
+            plan.estimate = Some(estimate_update(&estimates, steps, args));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Nodes(NodeRequest {
@@ -186,7 +186,7 @@ fn plan(
         candidates: &candidates,
         updated,
         max_unavailable: pods_at_a_time(max, desired),
-        ctx: super::plan_context(),
+        ctx: super::plan_context(args),
         estimates: estimates.clone(),
     };
     let mut plan =

@@ -115,7 +115,7 @@ pub struct RollingUpdateArgs {
 
     /// Hand the update to the cluster: a Job in kube-system runs the same command with the
     /// runner's ServiceAccount (see `nodes --in-cluster`).
-    #[arg(long, requires = "runner_image", conflicts_with_all = ["dry_run", "from_snapshot"])]
+    #[arg(long, requires = "runner_image", conflicts_with_all = ["dry_run", "from_snapshot", "now"])]
     pub in_cluster: bool,
 
     /// --in-cluster: the image of this binary that the Job runs (see deploy/Containerfile).
@@ -145,6 +145,11 @@ pub struct RollingUpdateArgs {
     #[arg(long, value_enum, default_value_t = OnAbort::Stop)]
     pub on_abort: OnAbort,
 
+    /// Plan as of this RFC 3339 instant instead of now: what hooks are told the time is (their
+    /// windows) and where the estimate starts. Plans only (--dry-run, --from-snapshot).
+    #[arg(long, value_name = "TIME", value_parser = super::nodes::parse_instant)]
+    pub now: Option<i64>,
+
     /// Output format of the plan; a live update with `json` prints its progress as one JSON
     /// event per line.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
@@ -152,6 +157,12 @@ pub struct RollingUpdateArgs {
 }
 
 impl RollingUpdateArgs {
+    /// The instant a plan is made as of: `--now`, else now.
+    fn plan_time(&self) -> i64 {
+        self.now
+            .unwrap_or_else(|| jiff::Timestamp::now().as_second())
+    }
+
     fn max_surge(&self) -> IntOrPercent {
         self.max_surge.unwrap_or(IntOrPercent::Int(1))
     }
@@ -281,7 +292,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             &estimates,
         )?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-        plan.estimate = Some(estimate_update(&estimates, steps));
+        plan.estimate = Some(estimate_update(&estimates, steps, args));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::tokio_runtime()?;
@@ -326,7 +337,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
                 server_dry_run(&cluster, &pair, &namespace).await?;
             }
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-            plan.estimate = Some(estimate_update(&estimates, steps));
+            plan.estimate = Some(estimate_update(&estimates, steps, args));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let settings = Settings {
@@ -404,6 +415,9 @@ fn dry_run_mode(args: &RollingUpdateArgs) -> Result<DryRun, Failure> {
             "--from-snapshot can only be planned: drop --dry-run=none",
         )),
         (None | Some(DryRun::Client), Some(_)) => Ok(DryRun::Client),
+        (None | Some(DryRun::None), None) if args.now.is_some() => Err(Failure::usage(
+            "--now sets the time of a plan: add --dry-run (a live update runs now)",
+        )),
         (mode, None) => Ok(mode.unwrap_or(DryRun::None)),
     }
 }
@@ -494,15 +508,15 @@ async fn live_estimates(
 fn estimate_update<'s>(
     estimates: &StepEstimates,
     steps: impl Iterator<Item = &'s mut StepDecisions>,
+    args: &RollingUpdateArgs,
 ) -> Estimate {
-    let now = jiff::Timestamp::now().as_second();
-    (estimates.durations.estimator()).update(&estimates.subject, steps, now)
+    (estimates.durations.estimator()).update(&estimates.subject, steps, args.plan_time())
 }
 
-/// The context of a plan's hook calls, from now.
-fn plan_context() -> CallContext {
+/// The context of a plan's hook calls, as of the plan's time.
+fn plan_context(args: &RollingUpdateArgs) -> CallContext {
     CallContext {
-        now: jiff::Timestamp::now().as_second(),
+        now: args.plan_time(),
         run_id: "plan".into(),
         dry_run: true,
         timing: Default::default(),

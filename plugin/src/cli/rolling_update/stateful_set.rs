@@ -39,7 +39,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let estimates = step_estimates(History::default(), &policy, workload);
         let mut plan = plan(&set, &pods, &action, args, hooks, &estimates)?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-        plan.estimate = Some(estimate_update(&estimates, steps));
+        plan.estimate = Some(estimate_update(&estimates, steps, args));
         return print(&plan, &plan.warnings, args.output, table);
     }
     let runtime = super::super::tokio_runtime()?;
@@ -74,7 +74,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
                 server_dry_run(&cluster, &namespace, &set, &pods, &action).await?;
             }
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
-            plan.estimate = Some(estimate_update(&estimates, steps));
+            plan.estimate = Some(estimate_update(&estimates, steps, args));
             return print(&plan, &plan.warnings, args.output, table);
         }
         let request = LiveRequest::Partition(PartitionRequest {
@@ -137,7 +137,7 @@ fn plan(
         max_unavailable: pods_at_a_time(set.budget(args.max_unavailable), replicas),
         canary: args.canary.unwrap_or(1),
         pods,
-        ctx: super::plan_context(),
+        ctx: super::plan_context(args),
         estimates: estimates.clone(),
     };
     let mut plan =

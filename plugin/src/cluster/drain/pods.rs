@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod as K8sPod;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::wait::await_condition;
 
 use super::{DrainError, DrainSettings, EVICTION_RETRY, server_error};
@@ -51,13 +51,24 @@ impl Cluster {
         let mut refused_since: Option<Instant> = None;
         let mut delete = settings.options.disable_eviction;
         loop {
-            let (version, namespace, name) = (settings.policy_version, &pod.namespace, &pod.name);
+            let (version, namespace) = (settings.policy_version, &pod.namespace);
             let outcome = if delete {
                 self.delete_pod(pod, grace).await?
             } else if guarded {
-                self.evict_guarded(version, namespace, name, grace).await?
+                self.evict_guarded(version, pod, grace).await?
             } else {
-                self.evict(version, namespace, name, grace, false).await?
+                self.evict(version, pod, grace, false).await?
+            };
+            let outcome = match outcome {
+                // A 409 from a pod deleted and perhaps started again under its name: the pod
+                // meant is gone. Otherwise a lost race of writes, tried again like a refusal.
+                Eviction::Conflict { message } => match self.pod_now(pod).await? {
+                    Some(now) if now.metadata.uid.as_deref() == Some(pod.uid.as_str()) => {
+                        Eviction::Blocked { message }
+                    }
+                    _ => Eviction::Gone,
+                },
+                outcome => outcome,
             };
             let message = match outcome {
                 Eviction::Evicted => {
@@ -72,7 +83,7 @@ impl Cluster {
                         .gone(Kind::Pod, &pod.namespace, &pod.name, Some(pod.uid.clone()));
                     return Ok(true);
                 }
-                Eviction::Blocked { message } => message,
+                Eviction::Blocked { message } | Eviction::Conflict { message } => message,
                 Eviction::MultipleBudgets { message } => {
                     return Err(DrainError::MultipleBudgets {
                         node: node.into(),
@@ -351,11 +362,18 @@ impl Cluster {
         let api: Api<K8sPod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let params = DeleteParams {
             grace_period_seconds: grace.map(|g| g as u32),
+            preconditions: (!pod.uid.is_empty()).then(|| Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         match api.delete(&pod.name, &params).await {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(Eviction::Gone),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Eviction::Conflict {
+                message: status.message,
+            }),
             Err(e) => Err(server_error(
                 self,
                 "delete",

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::in_place::InPlaceWorkload;
-use super::pods::PodInfo;
+use super::pods::{PodInfo, PodRef};
 use super::stateful_set::REVISION_LABEL;
 use crate::plan::hook::{Candidate, InstanceKind};
 use crate::plan::{Role, groups};
@@ -31,6 +31,7 @@ pub struct Revision {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonPod {
     pub name: String,
+    pub uid: String,
     pub node: String,
     pub hash: String,
     pub ready: bool,
@@ -105,10 +106,18 @@ impl Revision {
 }
 
 impl DaemonPod {
+    pub fn pod_ref(&self) -> PodRef {
+        PodRef {
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        }
+    }
+
     /// A pod owned by the DaemonSet with `uid`; `None` for anything else.
     pub fn owned(pod: &PodInfo, uid: &str) -> Option<DaemonPod> {
         (pod.owner_uid.as_deref() == Some(uid)).then(|| DaemonPod {
             name: pod.name.clone(),
+            uid: pod.uid.clone(),
             node: pod.node.clone().unwrap_or_default(),
             hash: pod.labels.get(REVISION_LABEL).cloned().unwrap_or_default(),
             ready: pod.ready,
@@ -262,6 +271,7 @@ mod tests {
     fn pod(node: &str, hash: &str) -> DaemonPod {
         DaemonPod {
             name: format!("agent-{node}"),
+            uid: format!("agent-{node}-{hash}"),
             node: node.into(),
             hash: hash.into(),
             ready: true,

@@ -12,6 +12,8 @@ use crate::snapshot::parse_timestamp;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
     pub name: String,
+    /// Tells this pod from a later one of the same name (a StatefulSet's pods come back so).
+    pub uid: String,
     pub labels: Labels,
     pub annotations: Labels,
     /// The uid of the controller that owns it.
@@ -36,7 +38,22 @@ fn labels(value: &Value) -> Labels {
         .unwrap_or_default()
 }
 
+/// One pod object to act on: its name and the uid of that very object, so that a write meant
+/// for it never reaches the pod a controller started again under the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
 impl PodInfo {
+    pub fn pod_ref(&self) -> PodRef {
+        PodRef {
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        }
+    }
+
     pub fn from_value(pod: &Value) -> PodInfo {
         let meta = &pod["metadata"];
         let owner_uid = meta["ownerReferences"].as_array().and_then(|owners| {
@@ -50,6 +67,7 @@ impl PodInfo {
             .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
         PodInfo {
             name: meta["name"].as_str().unwrap_or("").to_string(),
+            uid: meta["uid"].as_str().unwrap_or("").to_string(),
             labels: labels(&meta["labels"]),
             annotations: labels(&meta["annotations"]),
             owner_uid,

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use super::in_place::InPlaceWorkload;
-use super::pods::PodInfo;
+use super::pods::{PodInfo, PodRef};
 use super::template::TemplateChange;
 use crate::policy::IntOrPercent;
 
@@ -214,13 +214,13 @@ pub fn to_delete(
     to: i32,
     from: i32,
     revision: &str,
-) -> Vec<String> {
+) -> Vec<PodRef> {
     let slots = by_ordinal(set, pods);
     (to.max(0)..from)
         .rev()
         .filter_map(|o| slots.get(usize::try_from(o).ok()?).copied().flatten())
         .filter(|p| !p.terminating && !on_revision(Some(p), revision))
-        .map(|p| p.name.clone())
+        .map(PodInfo::pod_ref)
         .collect()
 }
 
@@ -229,14 +229,15 @@ pub fn to_delete(
 pub fn unavailable_besides(
     set: &StatefulSet,
     pods: &[PodInfo],
-    besides: &[String],
+    besides: &[PodRef],
     now: i64,
 ) -> usize {
     by_ordinal(set, pods)
         .iter()
         .enumerate()
         .filter(|(o, p)| {
-            !besides.contains(&format!("{}-{o}", set.name()))
+            let name = format!("{}-{o}", set.name());
+            !besides.iter().any(|b| b.name == name)
                 && !p.is_some_and(|p| p.available(set.min_ready_seconds(), now))
         })
         .count()
@@ -294,7 +295,7 @@ mod tests {
 
     fn pod(name: &str, revision: &str, ready: bool) -> PodInfo {
         PodInfo::from_value(&json!({
-            "metadata": {"name": name, "labels": {REVISION_LABEL: revision}},
+            "metadata": {"name": name, "uid": format!("{name}@{revision}"), "labels": {REVISION_LABEL: revision}},
             "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
                                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
         }))
@@ -328,12 +329,20 @@ mod tests {
         ];
         assert_eq!(partition_of(&s, &pods, "web-2"), 2);
         assert_eq!(partition_of(&s, &pods, "web-1"), 4);
-        assert_eq!(to_delete(&s, &pods, 0, 4, "web-2"), ["web-1", "web-0"]);
-        assert_eq!(to_delete(&s, &pods, 2, 4, "web-2"), Vec::<String>::new());
+        let uids = |doomed: Vec<PodRef>| doomed.into_iter().map(|p| p.uid).collect::<Vec<_>>();
+        assert_eq!(
+            uids(to_delete(&s, &pods, 0, 4, "web-2")),
+            ["web-1@web-1", "web-0@web-1"],
+            "each pod named with the uid of the object that is off the revision"
+        );
+        assert!(to_delete(&s, &pods, 2, 4, "web-2").is_empty());
         let mut starting = pods.clone();
         starting[3] = pod("web-3", "web-2", false);
         assert_eq!(unavailable_besides(&s, &starting, &[], 0), 1);
-        assert_eq!(unavailable_besides(&s, &starting, &["web-3".into()], 0), 0);
+        assert_eq!(
+            unavailable_besides(&s, &starting, &[starting[3].pod_ref()], 0),
+            0
+        );
         // A missing ordinal is unavailable too.
         assert_eq!(unavailable_besides(&s, &pods[..3], &[], 0), 1);
         // A RollingUpdate StatefulSet stands at its partition.
