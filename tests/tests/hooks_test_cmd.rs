@@ -176,38 +176,54 @@ fn holds_then_aborts(site: (&str, &str), dir: &std::path::Path) {
 }
 
 #[test]
-fn repeated_gate_checks_are_simulated_with_attempt() {
+fn repeated_gate_checks_are_simulated_with_attempt_and_an_abort_fails_unless_allowed() {
     let policy = demo_file("policy.yaml");
     let snapshot = demo_file("snapshot.json");
-    let plan = |attempt: &str| -> Value {
-        let out = hooks_test(
-            "error-budget",
-            &[
-                "--policy",
-                policy.to_str().unwrap(),
-                "--snapshot",
-                snapshot.to_str().unwrap(),
-                "--kubelet-version",
-                "v1.20.2",
-                "--max-batch",
-                "2",
-                "--attempt",
-                attempt,
-                "-o",
-                "json",
-            ],
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+    let test = |attempt: &str, more: &[&str]| {
+        let mut args = vec![
+            "--policy",
+            policy.to_str().unwrap(),
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--kubelet-version",
+            "v1.20.2",
+            "--max-batch",
+            "2",
+            "--attempt",
+            attempt,
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(more);
+        let out = hooks_test("error-budget", &args);
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out, plan)
     };
     // maxFailedChecks is 10 in the demo policy: a wait at first, an abort once spent.
-    assert!(plan("0")["stopped"].is_null());
-    let spent = plan("12");
+    let (out, plan) = test("0", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(plan["stopped"].is_null());
+
+    // Spent, the gate aborts: the plan is printed, and the test fails saying so.
+    let (out, spent) = test("12", &[]);
     let stopped = spent["stopped"].as_str().unwrap_or_default();
     assert!(
         stopped.contains("hook/error-budget aborted before batch 2"),
         "{spent}"
     );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the run would stop at group ")
+            && stderr.contains("hook/error-budget aborted before batch 2")
+            && stderr.contains("--allow-abort"),
+        "{stderr}"
+    );
+
+    // Asked for, the same abort passes.
+    let (out, allowed) = test("12", &["--allow-abort"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(allowed["stopped"], spent["stopped"]);
 }
 
 #[test]

@@ -66,6 +66,10 @@ pub struct TestRun {
     /// Ask the gates as if they had already answered wait N times for each batch.
     #[arg(long, value_name = "N", default_value_t = 0)]
     attempt: u32,
+    /// A gate that stops the run within the attempts asked is what this test expects. Without
+    /// it such a plan fails the test (exit 1), unless the fixture expects an `abort`.
+    #[arg(long)]
+    allow_abort: bool,
     /// The gate phases asked (default: every phase, as a plan asks them). after-batch judges
     /// the cluster as the plan simulates it after each batch.
     #[arg(long = "phase", value_enum, value_delimiter = ',')]
@@ -258,6 +262,15 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             file.display(),
             mismatches.len(),
             mismatches.join("\n  ")
+        ));
+    }
+    if let Some(stopped) = &plan.stopped
+        && !run.allow_abort
+        && !fixture.as_ref().is_some_and(|f| f.expects_abort())
+    {
+        problems.push(format!(
+            "the run would stop at {stopped} (gates asked as after {} wait(s) per batch); pass --allow-abort when that is what this test expects, or expect `abort` in the fixture's gates",
+            run.attempt
         ));
     }
     if !problems.is_empty() {

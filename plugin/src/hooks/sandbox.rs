@@ -416,9 +416,14 @@ fn not_granted(
         .filter(|r| r.api_version == api_version && r.kind == kind)
         .filter_map(|r| r.namespace.as_ref().map(|n| format!("namespace {n}")))
         .collect();
+    // The grant suggested is the narrowest that answers what was asked.
+    let grant = match namespace {
+        Some(n) => format!("{{apiVersion: {api_version}, kind: {kind}, namespace: {n}}}"),
+        None => format!("{{apiVersion: {api_version}, kind: {kind}}}"),
+    };
     match granted.is_empty() {
         true => format!(
-            "{asked}, which the policy's contextResources does not grant (add {{apiVersion: {api_version}, kind: {kind}}} there)"
+            "{asked}, which the policy's contextResources does not grant (add {grant} there)"
         ),
         false => format!(
             "{asked}, which the policy's contextResources does not grant (it grants {kind} in {} only)",
@@ -440,7 +445,11 @@ mod tests {
         };
         assert_eq!(
             not_granted(&[], "apps/v1", "Deployment", Some("shop")),
-            "apps/v1 Deployment in namespace shop, which the policy's contextResources does not grant (add {apiVersion: apps/v1, kind: Deployment} there)"
+            "apps/v1 Deployment in namespace shop, which the policy's contextResources does not grant (add {apiVersion: apps/v1, kind: Deployment, namespace: shop} there)"
+        );
+        assert_eq!(
+            not_granted(&[], "apps/v1", "Deployment", None),
+            "apps/v1 Deployment in every namespace, which the policy's contextResources does not grant (add {apiVersion: apps/v1, kind: Deployment} there)"
         );
         assert_eq!(
             not_granted(&[grant(Some("ops"))], "apps/v1", "Deployment", Some("shop")),

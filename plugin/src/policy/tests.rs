@@ -102,6 +102,16 @@ fn bad_policies_name_the_line() {
         ("  rollingUpdate: {maxSurge: 1, surge: 2}\n", 4, "surge"),
         ("  groupLable: x\n", 4, "groupLable"),
         (
+            "  contextResources:\n",
+            4,
+            "contextResources has no value: give it a list (`contextResources: []` for none) or leave it out",
+        ),
+        (
+            "  hooks:\n  rollingUpdate: {maxSurge: 1}\n",
+            4,
+            "hooks has no value: give it a list",
+        ),
+        (
             "  hooks:\n  - {name: a, module: a.wasm, points: [pick]}\n",
             5,
             "pick",

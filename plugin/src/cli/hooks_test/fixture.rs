@@ -49,6 +49,15 @@ pub(super) struct Expected {
     pub(super) drain_order: Option<BTreeMap<String, String>>,
 }
 
+impl Fixture {
+    /// Whether a gate is expected to abort somewhere: then a plan that stops is what it tests.
+    pub(super) fn expects_abort(&self) -> bool {
+        (self.groups.values())
+            .flat_map(|g| g.gates.iter().chain(&g.after_gates).flatten())
+            .any(|verdict| verdict == "abort")
+    }
+}
+
 pub(super) fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
