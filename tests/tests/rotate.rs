@@ -1176,3 +1176,116 @@ async fn the_next_plan_estimates_from_what_a_run_measured() {
     );
     assert!(status.contains("Estimate: "), "{status}");
 }
+
+/// Someone else (another tool, a person) removes nodes of the group while it rotates: one
+/// before its batch, one while the run awaits a batch's replacements, one cordoned, and one
+/// while its drain waits for a pod. Each is said once and dropped, never a stop; the run
+/// replaces the rest, and terminates none of the removed ones again.
+#[tokio::test]
+async fn nodes_removed_by_someone_else_at_any_phase_are_dropped_and_the_rest_replaced() {
+    use k8s_openapi::api::core::v1::Pod;
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let group = "removed";
+    let originals = outdated_group(cluster, group, 5).await;
+    // A pod that asks not to be disrupted holds the drain of its node (ordered last).
+    rollout_ext_e2e::workloads::create_namespace(&client, group).await;
+    let held_node = originals[0].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), group);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "held", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+        "spec": {"nodeName": held_node, "containers": [{"name": "main", "image": "app:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // The load-balancer delay holds the run between a batch's cordons and its drains.
+    let policy = cluster.exec_policy(dir.path(), "  drain:\n    loadBalancerDrainDelay: 2s\n");
+    let args = rotate_args(cluster, &policy, group);
+    let socket = cluster.cloud.socket.clone();
+    // What another tool does: terminate the instance, which takes its node with it.
+    let remove = move |node: &str| {
+        let out = Command::new(rollout_ext_e2e::helper_binary("sim-cloud"))
+            .args(["--socket", socket.to_str().unwrap(), "terminate", node])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let handle = tokio::runtime::Handle::current();
+    // The phase each victim was removed in, and the nodes the run said were gone.
+    let removed: Arc<Mutex<BTreeMap<&str, String>>> = Arc::default();
+    let said: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (mut touched, victims, gone) = (Vec::<String>::new(), removed.clone(), said.clone());
+    let originals_seen = originals.clone();
+    let on_event = move |event: &serde_json::Value| {
+        let mut removed = victims.lock().unwrap();
+        let node = event["node"].as_str().unwrap_or_default().to_string();
+        let untouched = |touched: &[String], removed: &BTreeMap<&str, String>| {
+            (originals_seen.iter())
+                .find(|o| {
+                    **o != held_node && !touched.contains(o) && !removed.values().any(|r| r == *o)
+                })
+                .cloned()
+                .unwrap()
+        };
+        match event["event"].as_str().unwrap_or_default() {
+            "batch-started" => {
+                let nodes = event["nodes"].as_array().unwrap();
+                touched.extend(nodes.iter().map(|n| n.as_str().unwrap().to_string()));
+                if removed.is_empty() {
+                    let victim = untouched(&touched, &removed);
+                    remove(&victim);
+                    removed.insert("before its batch", victim);
+                }
+            }
+            "terminated" if removed.len() == 1 => {
+                let victim = untouched(&touched, &removed);
+                remove(&victim);
+                removed.insert("while replacements are awaited", victim);
+            }
+            "cordoned" if removed.len() == 2 && node != held_node => {
+                remove(&node);
+                removed.insert("cordoned", node);
+            }
+            "pod-held" if removed.len() == 3 && node == held_node => {
+                // The node goes while its drain waits; then its pod, as the pod garbage
+                // collector would take it.
+                remove(&node);
+                let now = kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                };
+                handle.block_on(pods.delete("held", &now)).unwrap();
+                removed.insert("draining", node);
+            }
+            "node-gone" if event["group"] == group => gone.lock().unwrap().push(node),
+            _ => {}
+        }
+    };
+    let (code, stderr) = rollout_ext_e2e::run_watching(args, on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let removed = removed.lock().unwrap().clone();
+    assert_eq!(removed.len(), 4, "every phase was reached: {removed:?}");
+    let mut said = said.lock().unwrap().clone();
+    said.sort();
+    let mut victims: Vec<String> = removed.values().cloned().collect();
+    victims.sort();
+    assert_eq!(said, victims, "each removed node said once: {removed:?}");
+    // One termination per original: the other tool's, or the run's; none repeated.
+    let calls = terminated(cluster, group);
+    for original in &originals {
+        let times = calls.iter().filter(|c| *c == original).count();
+        assert_eq!(times, 1, "{original} terminated {times} times: {calls:?}");
+    }
+    let after = nodes_of(&client, group).await;
+    assert_eq!(
+        after.len(),
+        originals.len(),
+        "the group is back to its size"
+    );
+    assert!(
+        after.iter().all(|n| !originals.contains(&n.name_any())),
+        "every node is a new one"
+    );
+}

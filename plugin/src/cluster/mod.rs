@@ -93,6 +93,13 @@ pub enum ClusterError {
     Invalid { what: String, message: String },
 }
 
+impl ClusterError {
+    /// Whether the server answered that the object is not there (404): removed by someone else.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ClusterError::Api { code: 404, .. })
+    }
+}
+
 /// The API request a [`ClusterError`] is about.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {

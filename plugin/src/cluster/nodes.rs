@@ -13,6 +13,14 @@ const NODES: Request = Request {
     namespace: None,
 };
 
+/// What a deletion of a Node found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    Now,
+    /// Someone else had removed it.
+    AlreadyGone,
+}
+
 impl Cluster {
     fn nodes_api(&self) -> Api<Node> {
         Api::all(self.client.clone())
@@ -35,8 +43,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deletes a Node object; one already gone is fine.
-    pub async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+    /// Deletes a Node object; one already gone is fine, and said.
+    pub async fn delete_node(&self, node: &str) -> Result<Deleted, ClusterError> {
         match self
             .nodes_api()
             .delete(node, &DeleteParams::default())
@@ -45,11 +53,11 @@ impl Cluster {
             Ok(deleted) => {
                 let uid = deleted.either(|n| n.metadata.uid, |s| s.details.map(|d| d.uid));
                 self.writes.gone(Kind::Node, "", node, uid);
-                Ok(())
+                Ok(Deleted::Now)
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.writes.gone(Kind::Node, "", node, None);
-                Ok(())
+                Ok(Deleted::AlreadyGone)
             }
             Err(e) => Err(Request {
                 verb: "delete",

@@ -126,6 +126,8 @@ pub fn record_of(event: &Event) -> Option<Record> {
             related_pod: Some(pod.clone()),
             ..node(n, "DrainEscalated", true)?
         }),
+        // The node is gone: the run's Lease carries it.
+        Event::NodeGone { .. } => run("NodeGone", true),
         Event::GroupStarted { .. } => run("GroupStarted", false),
         Event::Surging { .. } => run("Surging", false),
         Event::BatchStarted { .. } => run("BatchStarted", false),

@@ -51,6 +51,9 @@ impl Event {
             Event::Uncordoned { node } => {
                 format!("uncordoned node {node} (abort --uncordon)")
             }
+            Event::NodeGone { group, node } => format!(
+                "node {node} of group {group} is gone: removed by someone else; the run goes on without it"
+            ),
             Event::Quarantined { node, reason } => format!(
                 "set node {node} aside: it stays cordoned with its pods and is not terminated ({reason})"
             ),

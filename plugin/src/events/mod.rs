@@ -59,6 +59,12 @@ pub enum Event {
     Uncordoned {
         node: String,
     },
+    /// A node of the batch was removed by someone else (another tool, a person) before the run
+    /// was done with it: dropped from the run, never a stop.
+    NodeGone {
+        group: String,
+        node: String,
+    },
     /// A node whose drain could not finish is set aside (`drain.undrainable: Quarantine`):
     /// cordoned with the pods it still has, not terminated, back in load balancers.
     Quarantined {

@@ -275,6 +275,7 @@ impl Provider {
                 terminate, timeout, ..
             } => run(terminate, target, *timeout).await,
             Provider::DeleteNode => {
+                // (A Node already gone is done.)
                 cluster.delete_node(&target.node).await?;
                 Ok(String::new())
             }

@@ -19,7 +19,9 @@
 mod blocked;
 mod controls;
 mod decisions;
+mod error;
 mod give_back;
+mod gone;
 mod pods_back;
 mod ready;
 mod records;
@@ -28,27 +30,30 @@ mod replace;
 mod surge;
 mod timing;
 
+pub use error::{RotateError, SetAside};
 pub use remaining::RunEstimates;
 pub use timing::RunClock;
+
+use gone::Presence;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::drain::{Cordon, DrainError, DrainSettings};
+use crate::cluster::drain::{Cordon, DrainSettings};
 use crate::cluster::lock::LockGuard;
-use crate::cluster::validate::{ValidationError, ValidationSettings};
+use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
 use crate::cluster::{Cluster, ClusterError};
 use crate::events::Event;
-use crate::kernel::{Kernel, KernelError};
-use crate::plan::decide::{self, HookFailed};
+use crate::kernel::Kernel;
+use crate::plan::decide;
 use crate::plan::group_loop::{Action, GroupLoop, Input, Outcome, Question, Step};
 use crate::plan::health::{self, Index};
 use crate::plan::hook::Phase;
 use crate::plan::prepare::{self, Prepared};
 use crate::plan::{PlanError, PlanOptions, Role};
 use crate::policy::Policy;
-use crate::provider::{ProviderError, Providers};
+use crate::provider::Providers;
 use crate::snapshot::Snapshot;
 
 /// Everything that shapes a rotation besides the policy.
@@ -66,109 +71,6 @@ pub struct RotateSettings {
     pub taint_key: String,
     pub fail_on_drain_error: bool,
     pub fail_on_validate_error: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RotateError {
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    #[error(transparent)]
-    Hook(#[from] HookFailed),
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    #[error(transparent)]
-    Drain(#[from] DrainError),
-    #[error(transparent)]
-    Validation(#[from] ValidationError),
-    #[error("instance {node}: {source}")]
-    Provider {
-        node: String,
-        #[source]
-        source: ProviderError,
-    },
-    #[error(transparent)]
-    NoProvider(ProviderError),
-    #[error("{0}")]
-    CannotSurge(String),
-    #[error("aborted by {by} {at}: {reason}")]
-    Aborted {
-        by: String,
-        at: String,
-        reason: String,
-    },
-    #[error("aborted {}; stopped {at}", request.describe())]
-    Stopped {
-        request: crate::cluster::controls::ControlRequest,
-        at: String,
-    },
-    #[error("stopped at the operator's request before batch {batch} of group {group}")]
-    Declined { group: String, batch: u32 },
-    #[error("the lock was taken over by another run; stopping here")]
-    LockLost,
-    #[error(
-        "group {group}: {} replacement(s) not Ready after {} ({ready} of {expected} nodes Ready); stopped before the next batch: run the same command to resume once they join",
-        expected.saturating_sub(*ready),
-        crate::duration::human_duration(timeout.as_secs() as i64)
-    )]
-    NoReplacement {
-        group: String,
-        timeout: Duration,
-        ready: usize,
-        expected: usize,
-    },
-    #[error(
-        "group {group}: {lacking} evicted pod(s) not Ready again after {} ({controllers}); stopped before the next batch: run the same command to resume once they are",
-        crate::duration::human_duration(timeout.as_secs() as i64)
-    )]
-    PodsNotBack {
-        group: String,
-        timeout: Duration,
-        lacking: usize,
-        controllers: String,
-    },
-    /// The run set nodes aside (`drain.undrainable: Quarantine`); exit code 6.
-    #[error(
-        "{}set aside {} node(s) whose drain could not finish, each left cordoned with its pods and labelled {}: {}; the same command tries them again first, `nodes --release-quarantined --yes` uncordons them",
-        .stopped.as_ref().map(|s| format!("{s}; ")).unwrap_or_default(),
-        .nodes.len(),
-        crate::keys::QUARANTINED,
-        .nodes.iter().map(|n| format!("{} ({})", n.node, n.reason)).collect::<Vec<_>>().join("; ")
-    )]
-    SetAside {
-        nodes: Vec<SetAside>,
-        /// Why the run stopped before the end, when it did.
-        stopped: Option<String>,
-    },
-}
-
-/// A node the run set aside, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SetAside {
-    pub node: String,
-    pub reason: String,
-}
-
-impl From<KernelError> for RotateError {
-    fn from(e: KernelError) -> Self {
-        match e {
-            KernelError::Hook(e) => RotateError::Hook(e),
-            KernelError::Cluster(e) => RotateError::Cluster(e),
-            KernelError::Stopped { request, at } => RotateError::Stopped { request, at },
-            KernelError::LockLost => RotateError::LockLost,
-        }
-    }
-}
-
-impl RotateError {
-    /// Whether a gate or an operator stopped the run (exit code 3), as opposed to a failure.
-    pub fn is_abort(&self) -> bool {
-        matches!(
-            self,
-            RotateError::Aborted { .. }
-                | RotateError::Declined { .. }
-                | RotateError::Stopped { .. }
-        )
-    }
 }
 
 /// A rotation in progress.
@@ -540,15 +442,22 @@ impl Rotation<'_> {
                 self.warn(message);
             }
         }
+        let group = run.name.as_str();
+        let this = &*self;
         let taints = (instances.iter())
             .filter(|n| tainted && run.registered(n))
-            .map(|node| {
-                self.cluster.taint_prefer_no_schedule(
+            .map(|node| async move {
+                let tainted = this.cluster.taint_prefer_no_schedule(
                     node,
-                    &self.settings.taint_key,
+                    &this.settings.taint_key,
                     false,
-                    self.kernel.reporter,
-                )
+                    this.kernel.reporter,
+                );
+                // Removed since it was read: said, and its batch goes on without it.
+                if Presence::after(tainted).await? == Presence::Gone {
+                    this.node_gone(group, node);
+                }
+                Ok::<_, ClusterError>(())
             });
         // A taint needs no record first: it only steers new pods away, and a run stopped
         // before the record counts the group's nodes again, all of them still there.

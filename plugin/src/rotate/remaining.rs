@@ -40,6 +40,11 @@ impl RunEstimates {
         self.tally.chose(group, machine);
     }
 
+    /// `dropped` instances of `group` need no batch any more (removed by someone else).
+    pub(super) fn dropped(&mut self, group: &str, dropped: usize) {
+        self.tally.replaced(group, dropped);
+    }
+
     /// What the hooks of a question about `asking`, asked now, are told.
     pub(super) fn timing(&self, asking: AskedAbout) -> Timing {
         let now = jiff::Timestamp::now().as_second();

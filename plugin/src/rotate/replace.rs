@@ -2,15 +2,17 @@
 //! and terminate its instance (recorded first, so a stopped run finishes it), wait the role's
 //! interval, then for the replacements to be Ready, and validate. A node whose drain cannot
 //! finish stops the run, or with `drain.undrainable: Quarantine` is set aside: left cordoned with
-//! its pods, not terminated, while the batch's other nodes are replaced.
+//! its pods, not terminated, while the batch's other nodes are replaced. A node someone else
+//! removes (another tool, a person) at any point of its batch is said and dropped, never a stop.
 
 use std::io::{BufRead, Write};
 
 use super::blocked::BlockedEvictions;
 use super::records::{self, expected_key, record_of, terminating_key};
 use super::timing::BatchClock;
-use super::{GroupRun, RotateError, Rotation, SetAside};
+use super::{GroupRun, Presence, RotateError, Rotation, SetAside};
 use crate::cluster::drain::{Cordon, DrainError};
+use crate::cluster::nodes::Deleted;
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
@@ -27,8 +29,16 @@ impl Rotation<'_> {
     ) -> Result<Vec<String>, RotateError> {
         let group = run.name.clone();
         let mut clock = BatchClock::start();
-        // The batch's nodes as they are now (surges may have detached some since its sizing).
+        // The batch's nodes as they are now (surges may have detached some since its sizing,
+        // and others may have removed some).
         self.refresh(run).await?;
+        let chosen = batch.instances.len();
+        let batch = &self.without_gone(batch, run);
+        if batch.instances.is_empty() {
+            // Nothing of it is left: no batch to run, and nothing of it left to do.
+            self.estimates.dropped(&group, chosen);
+            return Ok(Vec::new());
+        }
         // Replacements of earlier batches first: never disrupt more than the budget. Only when
         // the group lacks Ready nodes is the cluster watched for them.
         if !self.settings.plan.cloud_only {
@@ -59,6 +69,7 @@ impl Rotation<'_> {
             self.record_owed(&group, &batch.instances).await?;
         }
         let mut set_aside = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
         if move_pods {
             let orders = self.drain_orders(batch, run.asking_batch()).await?;
             let rules = &self.settings.drain.options.rules;
@@ -73,16 +84,26 @@ impl Rotation<'_> {
             let delayed = !delay.is_zero() && rules.exclude_from_load_balancers;
             if delayed {
                 let reporter = self.kernel.reporter;
-                futures::future::try_join_all(
+                let cordoned = futures::future::try_join_all(
                     (cordons.iter())
-                        .map(|(node, c)| self.cluster.cordon(node, *c, false, reporter)),
+                        .map(|(node, c)| self.cluster.cordon(node, *c, false, reporter))
+                        .map(Presence::after),
                 )
                 .await?;
+                for ((node, _), presence) in cordons.iter().zip(cordoned) {
+                    if presence == Presence::Gone {
+                        self.node_gone(&group, node);
+                        gone.push(node.to_string());
+                    }
+                }
                 let reason = "load-balancer drain delay: load balancers deregister the cordoned nodes before their pods are evicted";
                 clock.hold(self.kernel.hold(delay, reason.into())).await?;
             }
             let blocked = BlockedEvictions::new(self.kernel.reporter);
-            let drains = cordons.iter().map(|(node, cordon)| {
+            let draining: Vec<&(&String, Cordon)> = (cordons.iter())
+                .filter(|(n, _)| !gone.contains(n))
+                .collect();
+            let drains = draining.iter().map(|(node, cordon)| {
                 let cordon = (!delayed).then_some(*cordon);
                 let turns = orders.get(*node).map(Vec::as_slice);
                 self.drain_one(node, cordon, turns, &blocked)
@@ -91,9 +112,13 @@ impl Rotation<'_> {
             let drains = self.recording_blocks(&blocked, drained);
             let results =
                 (clock.time(Stage::Drain, self.watched(&group, Stage::Drain, drains))).await?;
-            for ((node, _), result) in cordons.iter().zip(results) {
+            for ((node, _), result) in draining.into_iter().zip(results) {
                 match result {
-                    Ok(()) => {}
+                    Ok(Presence::Here) => {}
+                    Ok(Presence::Gone) => {
+                        self.node_gone(&group, node);
+                        gone.push(node.to_string());
+                    }
                     Err(RotateError::Drain(e))
                         if !matches!(e, DrainError::Cluster(_))
                             && rules.undrainable.sets_aside(self.set_aside.len()) =>
@@ -113,7 +138,7 @@ impl Rotation<'_> {
         self.kernel.check_lock()?;
         let replaced = BatchStep {
             instances: (batch.instances.iter())
-                .filter(|n| !set_aside.contains(n))
+                .filter(|n| !set_aside.contains(n) && !gone.contains(n))
                 .cloned()
                 .collect(),
             ..batch.clone()
@@ -137,8 +162,9 @@ impl Rotation<'_> {
         );
         let fresh = clock.time(Stage::Replacement, joining).await?;
         (clock.time(Stage::Validation, self.validate(&fresh))).await?;
-        self.batch_replaced(&group, replaced.instances.len(), clock)
-            .await;
+        // Done with: the nodes replaced, and those removed by someone else.
+        let done = chosen - set_aside.len();
+        self.batch_replaced(&group, done, clock).await;
         Ok(set_aside)
     }
 
@@ -193,8 +219,11 @@ impl Rotation<'_> {
             self.lock
                 .set_state(&key, Some(&record_of(&target).to_string()))
                 .await?;
-            if run.registered(node) {
-                self.cluster.delete_node(node).await?;
+            // A Node removed by someone else since its drain is said; its instance is still
+            // terminated (a provider's terminate accepts one already gone).
+            if run.registered(node) && self.cluster.delete_node(node).await? == Deleted::AlreadyGone
+            {
+                self.node_gone(&run.name, node);
             }
             self.terminate(&target, &key).await?;
         }
@@ -202,16 +231,19 @@ impl Rotation<'_> {
     }
 
     /// Cordons (unless `cordon` is none: done already) and drains one node, recording the
-    /// phase; `turns`: a `drain-order` hook's.
+    /// phase; `turns`: a `drain-order` hook's. A node removed meanwhile is [`Presence::Gone`].
     async fn drain_one(
         &self,
         node: &str,
         cordon: Option<Cordon>,
         turns: Option<&[Vec<String>]>,
         reporter: &dyn Reporter,
-    ) -> Result<(), RotateError> {
+    ) -> Result<Presence, RotateError> {
         if let Some(cordon) = cordon {
-            self.cluster.cordon(node, cordon, false, reporter).await?;
+            let cordoned = self.cluster.cordon(node, cordon, false, reporter);
+            if Presence::after(cordoned).await? == Presence::Gone {
+                return Ok(Presence::Gone);
+            }
         }
         match self
             .cluster
@@ -237,8 +269,7 @@ impl Rotation<'_> {
             }
             Err(e) => return Err(e.into()),
         }
-        self.cluster.set_phase(node, "drained").await?;
-        Ok(())
+        Ok(Presence::after(self.cluster.set_phase(node, "drained")).await?)
     }
 }
 
