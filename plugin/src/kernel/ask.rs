@@ -40,7 +40,9 @@ impl Kernel<'_> {
         let hooks = &mut *self.hooks;
         let (decision, said) = tokio::task::block_in_place(|| ask(hooks, &ctx, &mut warnings))?;
         for message in warnings {
-            self.warn(message);
+            if self.warned.insert(message.clone()) {
+                self.warn(message);
+            }
         }
         if self.serves(at.point) {
             let (by, decision) = describe(&decision);

@@ -53,6 +53,9 @@ pub struct Kernel<'a> {
     durations_unrecorded: bool,
     /// What the next question's hooks are told of how long things take (see [`Kernel::tell`]).
     timing: Timing,
+    /// The warnings the hooks' answers left, said once a run: a hook that fails the same way at
+    /// every batch (a read its policy does not grant) is one warning, not one per batch.
+    warned: std::collections::HashSet<String>,
 }
 
 /// What a kernel is made of.
@@ -77,6 +80,7 @@ impl<'a> Kernel<'a> {
             controls: parts.controls,
             lock: parts.lock,
             durations_unrecorded: false,
+            warned: Default::default(),
             timing: Timing::default(),
         }
     }

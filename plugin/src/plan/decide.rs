@@ -119,10 +119,14 @@ fn on_fault(
             fault,
         }),
         FailurePolicy::Ignore => {
-            warnings.push(format!(
+            let warning = format!(
                 "hook {} failed at the {point} point: {fault}; ignored (failurePolicy: Ignore), built-in behaviour used",
                 hook.name()
-            ));
+            );
+            // The same failure at every batch (a read the policy does not grant) is said once.
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
             Ok(())
         }
     }

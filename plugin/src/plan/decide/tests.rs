@@ -317,6 +317,27 @@ fn ignore_policy_falls_back_to_built_in() {
     );
 }
 
+#[test]
+fn the_same_ignored_failure_asked_again_is_said_once() {
+    let mut h = FakeHook::new("ungranted", &[HookPoint::Select]);
+    h.policy = FailurePolicy::Ignore;
+    let mut reads = ["Secret", "Secret", "ConfigMap"].into_iter();
+    h.select = Box::new(move |_| {
+        let kind = reads.next().unwrap_or("Secret");
+        Err(HookFault::ObjectsNotGranted(format!(
+            "v1 {kind} in every namespace"
+        )))
+    });
+    let mut hooks = [h.boxed()];
+    let mut warnings = vec![];
+    let c = cands();
+    for _ in 0..3 {
+        select(&mut hooks, &ctx(), &group(), &c, &mut warnings).unwrap();
+    }
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("v1 Secret") && warnings[1].contains("v1 ConfigMap"));
+}
+
 pub fn sized(count: u32) -> BatchAnswer {
     BatchAnswer::Size {
         count,
