@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::{API_VERSION, PolicyError, check_soak, first_line, parse_duration};
+use super::{API_VERSION, PolicyError, check_soak, parse_duration, syntax};
 
 pub const KIND: &str = "Fleet";
 
@@ -78,7 +78,8 @@ impl Fleet {
             let (line, column) = e
                 .location()
                 .map_or((0, 0), |l| (l.line() as usize, l.column() as usize));
-            error(line, column, first_line(&e.to_string()))
+            let message = syntax::message(text, line as u32, &e.to_string());
+            error(line, column, message)
         })?;
         let at =
             |s: &Spanned<String>| (s.referenced.line() as usize, s.referenced.column() as usize);
