@@ -287,7 +287,10 @@ pub async fn chaos_loop(
             {
                 aimed
             } else {
-                Moment::pick(rng, events, longest)
+                // A run lives at most as long as the share of the work left of the longest, so
+                // that one with little left (on nodes that start pods at once) is still killed.
+                let left = total.saturating_sub(done) as f64 / total.max(1) as f64;
+                Moment::pick(rng, events, longest.mul_f64(left.max(0.2)))
             }
         } else {
             Moment {
