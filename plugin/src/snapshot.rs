@@ -96,6 +96,10 @@ pub struct Node {
     pub machine: Option<MachineRef>,
     /// A Node object exists: false for a Machine whose Node never registered.
     pub registered: bool,
+    /// Its deletion was asked for (the Node has a deletion timestamp): it is on its way out,
+    /// by an earlier run's hand or another tool's (Karpenter's termination holds a deleted
+    /// node while it drains it).
+    pub deleting: bool,
 }
 
 /// The controller that owns a pod, if any.
@@ -396,6 +400,7 @@ impl FromParts for Node {
                 .map(|a| a.or(u64::MAX)),
             machine: None,
             registered: true,
+            deleting: meta.deletion_timestamp.is_some(),
         }
     }
 }

@@ -4,7 +4,9 @@
 # tests/cluster/k8s/ requires (k8s.io/kubernetes, staging modules at their published versions),
 # etcd at the version that release requires (go.etcd.io/etcd/server/v3), and kwok (the node
 # simulator, sigs.k8s.io/kwok at the version in tests/cluster/kwok/VERSION) with the stages its
-# module ships (kustomize/stage/, read from the module cache, never copied into the repo).
+# module ships (kustomize/stage/, read from the module cache, never copied into the repo), and
+# Karpenter (sigs.k8s.io/karpenter at the version in tests/cluster/karpenter/VERSION, its kwok
+# cloud provider) with the CustomResourceDefinitions its module ships, taken the same way.
 # Static, as upstream ships them, and stamped with the release so that `--version` and the
 # server's /version say it.
 #
@@ -14,7 +16,9 @@
 #
 # Output: $ROLLOUT_EXT_K8S_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext/k8s-VERSION)
 # holds bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler};
-# $ROLLOUT_EXT_KWOK_DIR (default: .../rollout-ext/kwok-VERSION) holds bin/kwok and stages/.
+# $ROLLOUT_EXT_KWOK_DIR (default: .../rollout-ext/kwok-VERSION) holds bin/kwok and stages/;
+# $ROLLOUT_EXT_KARPENTER_DIR (default: .../rollout-ext/karpenter-VERSION) holds bin/karpenter
+# (the kwok provider's main package, named so that it does not collide with kwok) and crds/.
 set -euo pipefail
 
 module_dir="$(cd "$(dirname "$0")" && pwd)/k8s"
@@ -27,6 +31,11 @@ KWOK_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/kwok/VERSION")
 kwok_dest="${ROLLOUT_EXT_KWOK_DIR:-$cache_root/kwok-${KWOK_VERSION#v}}"
 # The stages of kwok's module the test cluster runs: nodes Ready at once and kept so through
 # their Lease, pods Running and Ready once bound, terminating pods removed.
+KARPENTER_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/karpenter/VERSION")
+karpenter_dest="${ROLLOUT_EXT_KARPENTER_DIR:-$cache_root/karpenter-${KARPENTER_VERSION#v}}"
+# Karpenter's definitions (NodePool, NodeClaim) and its kwok provider's (KWOKNodeClass).
+karpenter_crds=(pkg/apis/crds/karpenter.sh_nodepools.yaml pkg/apis/crds/karpenter.sh_nodeclaims.yaml
+  kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml)
 stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
   pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml)
 
@@ -45,8 +54,13 @@ kwok_cached() {
   for s in "${stages[@]}"; do [ -f "$kwok_dest/stages/$(basename "$s")" ] || return 1; done
 }
 
-if cached && kwok_cached; then
-  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest"
+karpenter_cached() {
+  [ -x "$karpenter_dest/bin/karpenter" ] || return 1
+  for c in "${karpenter_crds[@]}"; do [ -f "$karpenter_dest/crds/$(basename "$c")" ] || return 1; done
+}
+
+if cached && kwok_cached && karpenter_cached; then
+  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest"
   exit 0
 fi
 
@@ -118,5 +132,31 @@ build_kwok() {
   say "kwok $KWOK_VERSION ready in $kwok_dest"
 }
 
+build_karpenter() {
+  mkdir -p "$karpenter_dest" && cd "$karpenter_dest"
+  begin "build Karpenter $KARPENTER_VERSION with its kwok cloud provider (go install, a minute or two)"
+  rm -rf "$karpenter_dest/bin.partial" && mkdir -p "$karpenter_dest/bin.partial"
+  GOBIN="$karpenter_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install \
+    -ldflags "-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$KARPENTER_VERSION" \
+    "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
+  # The main package is named kwok, as the node simulator is.
+  mv "$karpenter_dest/bin.partial/kwok" "$karpenter_dest/bin.partial/karpenter"
+  "$go_bin" version -m "$karpenter_dest/bin.partial/karpenter" | grep -q "sigs.k8s.io/karpenter[[:space:]]*$KARPENTER_VERSION" \
+    || { say "bin/karpenter was not built from sigs.k8s.io/karpenter $KARPENTER_VERSION"; exit 1; }
+  begin "take Karpenter's CustomResourceDefinitions from its module"
+  module=$(GOFLAGS= "$go_bin" mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$karpenter_dest/crds" && mkdir -p "$karpenter_dest/crds"
+  for c in "${karpenter_crds[@]}"; do
+    [ -f "$module/$c" ] || { say "Karpenter's module has no $c (looked in '$module')"; exit 1; }
+    cp "$module/$c" "$karpenter_dest/crds/"
+  done
+  chmod u+w "$karpenter_dest/crds"/*
+  rm -rf "$karpenter_dest/bin" && mv "$karpenter_dest/bin.partial" "$karpenter_dest/bin"
+  done_step
+  step=""
+  say "Karpenter $KARPENTER_VERSION ready in $karpenter_dest"
+}
+
 cached || build_kubernetes
 kwok_cached || build_kwok
+karpenter_cached || build_karpenter

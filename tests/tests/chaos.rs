@@ -17,7 +17,7 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 use rollout_ext_e2e::chaos::*;
-use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::cluster::{Karpenter, NodeSpec, TestCluster};
 use rollout_ext_e2e::invariants::{Budget, Pdb, SplitMix64};
 use rollout_ext_e2e::observer::{InstanceCall, Observer, Verb, cloud_calls};
 use rollout_ext_e2e::plugin_binary;
@@ -1048,7 +1048,7 @@ const KARPENTER_EVENTS: &[&str] = &[
     "validated",
 ];
 
-/// Whether a NodeClaim deletion the Karpenter stand-in saw is of `pool`'s, and the node it names
+/// Whether a NodeClaim deletion seen is of `pool`'s, and the node it names
 /// (the NodeClaim's own name when it never registered one, which no old node has).
 fn pool_deletion(
     pool: &str,
@@ -1061,11 +1061,11 @@ fn pool_deletion(
 /// The deletions of `pool`'s NodeClaims, as they are seen, as terminations: a NodeClaim's
 /// deletion is what ends its instance (Karpenter's finalizer does the rest).
 fn nodeclaim_deletions(
-    cluster: &TestCluster,
+    karpenter: &Karpenter,
     pool: &str,
 ) -> impl futures::Stream<Item = InstanceCall> + Send + 'static {
     let pool = pool.to_string();
-    futures::stream::unfold(cluster.karpenter.subscribe(), move |mut feed| {
+    futures::stream::unfold(karpenter.subscribe(), move |mut feed| {
         let pool = pool.clone();
         async move {
             loop {
@@ -1088,11 +1088,11 @@ fn nodeclaim_deletions(
     })
 }
 
-/// The nodes whose NodeClaims of `pool` were deleted so far, in order (the stand-in sees each
-/// NodeClaim's deletion once, however often it is asked for: a repeated delete is not a second
+/// The nodes whose NodeClaims of `pool` were deleted so far, in order (each NodeClaim's
+/// deletion is seen once, however often it is asked for: a repeated delete is not a second
 /// replacement, a new node's is).
-fn pool_deletions(cluster: &TestCluster, pool: &str) -> Vec<String> {
-    (cluster.karpenter.deletions().iter())
+fn pool_deletions(karpenter: &Karpenter, pool: &str) -> Vec<String> {
+    (karpenter.deletions().iter())
         .filter_map(|d| pool_deletion(pool, d))
         .collect()
 }
@@ -1102,7 +1102,7 @@ fn pool_deletions(cluster: &TestCluster, pool: &str) -> Vec<String> {
 async fn pool_instances(cluster: &TestCluster, pool: &str) -> Vec<String> {
     use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, nodeclaims};
     let claims = nodeclaims(&cluster.client().await);
-    for deletion in cluster.karpenter.deletions() {
+    for deletion in cluster.karpenter().await.deletions() {
         if pool_deletion(pool, &deletion).is_some() {
             let gone = await_condition(claims.clone(), &deletion.nodeclaim, |c: Option<&_>| {
                 c.is_none()
@@ -1132,13 +1132,14 @@ async fn pool_instances(cluster: &TestCluster, pool: &str) -> Vec<String> {
 /// the lock released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
-    use rollout_ext_e2e::cluster::NODEPOOL_LABEL;
+    use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, new_kubelet};
     let _serial = SERIAL.lock().await;
     let mut rng = seed_banner("karpenter rotation chaos");
     let cluster = TestCluster::shared();
     let pool = "kp-chaos";
     let nodes = 6;
-    let old = cluster.karpenter.busy_pool(pool, nodes).await.unwrap();
+    let karpenter = cluster.karpenter().await;
+    let old = karpenter.busy_pool(pool, nodes).await.unwrap();
     // One node at a time, no surge: the pool's nodes never fewer than all but one available.
     let budget = Budget {
         outdated: old.clone(),
@@ -1162,14 +1163,14 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         pool,
         budget,
         vec![pods_back],
-        nodeclaim_deletions(cluster, pool),
+        nodeclaim_deletions(karpenter, pool),
     )
     .await;
     let args = rollout_ext_e2e::provider_rotation_args(
         cluster,
         "karpenter",
         pool,
-        "v1.20.2",
+        &new_kubelet(),
         &["--yes", "--max-unavailable", "1"],
     );
     let started = Instant::now();
@@ -1185,7 +1186,7 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         },
         // A step per old node's NodeClaim deleted.
         || {
-            let deleted = pool_deletions(cluster, pool);
+            let deleted = pool_deletions(karpenter, pool);
             (
                 deleted.iter().filter(|n| old.contains(*n)).count(),
                 old.len(),
@@ -1193,7 +1194,7 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         },
     )
     .await;
-    let calls: Vec<String> = (pool_deletions(cluster, pool).iter())
+    let calls: Vec<String> = (pool_deletions(karpenter, pool).iter())
         .map(|n| format!("delete the NodeClaim of {n}"))
         .collect();
     // Karpenter keeps no pool at a size: the end state's "back to its size" holds because each
@@ -1207,7 +1208,7 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
         observer.finish(cluster, calls, instances).await,
         (MIN_KARPENTER_KILLS, 3),
     );
-    let mut deleted = pool_deletions(cluster, pool);
+    let mut deleted = pool_deletions(karpenter, pool);
     deleted.sort();
     assert_eq!(
         deleted,

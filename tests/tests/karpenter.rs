@@ -1,5 +1,6 @@
-//! `nodes --yes --provider karpenter` on the real test cluster, against the Karpenter stand-in
-//! (NodeClaims launched for pods that wait, terminated through their finalizer): each old node's
+//! `nodes --yes --provider karpenter` on the real test cluster, against Karpenter itself (its
+//! kwok cloud provider: NodeClaims launched for pods that wait, terminated through its own
+//! finalizer and drain): each old node's
 //! NodeClaim goes once, and the pods a batch evicted are Ready again before the next batch
 //! begins (watched from outside: never more than one node's pods unavailable), also when a run
 //! stopped in its last wait for them and the pool has no node left to rotate; a surge is
@@ -14,18 +15,16 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, TestCluster};
+use rollout_ext_e2e::cluster::{BOOT, Karpenter, NODEPOOL_LABEL, TestCluster, new_kubelet};
 use rollout_ext_e2e::observer::pod_ready;
 use rollout_ext_e2e::{events, provider_rotation_args, run_plugin};
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const NEW: &str = "v1.20.2";
-
 /// `nodes --provider karpenter` of NodePool `pool` (a plan unless `--yes` is in `flags`).
 fn args(cluster: &TestCluster, pool: &str, flags: &[&str]) -> Vec<String> {
-    provider_rotation_args(cluster, "karpenter", pool, NEW, flags)
+    provider_rotation_args(cluster, "karpenter", pool, &new_kubelet(), flags)
 }
 
 /// Watches the pods of `namespace` from now on; the returned cell holds the most that were
@@ -77,7 +76,8 @@ async fn a_node_pool_rotates_with_each_batchs_pods_ready_again_before_the_next()
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-roll";
-    let old = cluster.karpenter.busy_pool(pool, 3).await.unwrap();
+    let karpenter = cluster.karpenter().await;
+    let old = karpenter.busy_pool(pool, 3).await.unwrap();
 
     // The plan warns that Karpenter's default budget (10%) lets it disrupt nodes meanwhile.
     let plan = run_plugin(args(cluster, pool, &[])).await;
@@ -111,12 +111,9 @@ async fn a_node_pool_rotates_with_each_batchs_pods_ready_again_before_the_next()
         unavailable, 2,
         "one node's pods at a time were unavailable: a batch began only once the last one's were Ready again"
     );
-    let removed: BTreeSet<String> = cluster
-        .karpenter
-        .deletions()
-        .into_iter()
+    let removed: BTreeSet<String> = (karpenter.deletions().into_iter())
+        .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
         .filter_map(|d| d.node)
-        .filter(|n| n.starts_with(pool))
         .collect();
     assert_eq!(removed, old, "each old node's NodeClaim deleted once");
     let events = events(&out);
@@ -133,7 +130,8 @@ async fn a_surge_is_refused_before_anything_changes() {
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-surge";
-    cluster.karpenter.busy_pool(pool, 1).await.unwrap();
+    let karpenter = cluster.karpenter().await;
+    karpenter.busy_pool(pool, 1).await.unwrap();
     let out = run_plugin(args(cluster, pool, &["--yes", "--max-surge", "1"])).await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -150,11 +148,8 @@ async fn a_surge_is_refused_before_anything_changes() {
             .is_empty()
     );
     assert!(
-        cluster
-            .karpenter
-            .deletions()
-            .iter()
-            .all(|d| !d.nodeclaim.starts_with(pool))
+        (karpenter.deletions().iter()).all(|d| !d.nodeclaim.starts_with(pool)),
+        "no NodeClaim deleted"
     );
 }
 
@@ -186,20 +181,21 @@ async fn run_until_event(args: Vec<String>, at: &'static str) -> Vec<serde_json:
     .unwrap()
 }
 
-/// New nodes boot in 5 s while this lives (in 500 ms again after): pods a stopped run evicted
+/// New nodes boot in 5 s while this lives (in [`BOOT`] again after): pods a stopped run evicted
 /// still wait for a node when the next run starts.
-struct SlowBoots<'a>(&'a TestCluster);
+struct SlowBoots<'a>(&'a Karpenter);
 
 impl<'a> SlowBoots<'a> {
-    fn new(cluster: &'a TestCluster) -> Self {
-        cluster.karpenter.set_boot_delay(Duration::from_secs(5));
-        SlowBoots(cluster)
+    async fn new(cluster: &'a TestCluster) -> Self {
+        let karpenter = cluster.karpenter().await;
+        karpenter.set_boot_delay(Duration::from_secs(5));
+        SlowBoots(karpenter)
     }
 }
 
 impl Drop for SlowBoots<'_> {
     fn drop(&mut self) {
-        self.0.karpenter.set_boot_delay(Duration::from_millis(500));
+        self.0.set_boot_delay(BOOT);
     }
 }
 
@@ -236,8 +232,8 @@ async fn a_run_stopped_before_its_last_pods_are_back_leaves_the_next_waiting_for
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-last";
-    let old = cluster.karpenter.busy_pool(pool, 1).await.unwrap();
-    let _slow = SlowBoots::new(cluster);
+    let old = cluster.karpenter().await.busy_pool(pool, 1).await.unwrap();
+    let _slow = SlowBoots::new(cluster).await;
     stopped_after_first_termination(cluster, pool, &old).await;
 
     let out = run_plugin(args(cluster, pool, &["--yes"])).await;
@@ -275,8 +271,8 @@ async fn a_resumed_run_counts_what_its_batch_owes_once_the_last_pods_are_back() 
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "kp-resume";
-    let old = cluster.karpenter.busy_pool(pool, 3).await.unwrap();
-    let _slow = SlowBoots::new(cluster);
+    let old = cluster.karpenter().await.busy_pool(pool, 3).await.unwrap();
+    let _slow = SlowBoots::new(cluster).await;
     let (most, watch) = most_unavailable(cluster, pool, 6).await;
     stopped_after_first_termination(cluster, pool, &old).await;
 
@@ -292,7 +288,7 @@ async fn a_resumed_run_counts_what_its_batch_owes_once_the_last_pods_are_back() 
         2,
         "one node's pods unavailable at a time, across both runs"
     );
-    let removed: Vec<String> = (cluster.karpenter.deletions().into_iter())
+    let removed: Vec<String> = (cluster.karpenter().await.deletions().into_iter())
         .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
         .filter_map(|d| d.node)
         .collect();

@@ -568,11 +568,13 @@ async fn bind_karpenter_roles(admin: &str, user: &str, lacking: Option<(&str, &s
 #[tokio::test]
 async fn the_karpenter_role_beside_the_shipped_one_rotates_a_node_pool_and_a_missing_verb_is_named()
 {
-    use rollout_ext_e2e::cluster::NODEPOOL_LABEL;
+    use rollout_ext_e2e::cluster::{NODEPOOL_LABEL, new_kubelet};
     let _serial = SERIAL.lock().await;
     let cluster = TestCluster::shared();
     let pool = "least-karpenter";
-    let old = cluster.karpenter.busy_pool(pool, 2).await.unwrap();
+    let new_kubelet = new_kubelet();
+    let karpenter = cluster.karpenter().await;
+    let old = karpenter.busy_pool(pool, 2).await.unwrap();
     let admin = cluster.kubeconfig.to_str().unwrap().to_string();
     bind_karpenter_roles(&admin, "karpenter-operator", None).await;
     let lacking = "karpenter-no-nodeclaim-delete";
@@ -590,7 +592,7 @@ async fn the_karpenter_role_beside_the_shipped_one_rotates_a_node_pool_and_a_mis
             "--instance-group",
             pool,
             "--kubelet-version",
-            "v1.20.2",
+            &new_kubelet,
         ]
         .iter()
         .chain(FAST_ROTATION)
@@ -603,7 +605,7 @@ async fn the_karpenter_role_beside_the_shipped_one_rotates_a_node_pool_and_a_mis
         })
     };
     let deleted = || -> Vec<String> {
-        (cluster.karpenter.deletions().into_iter())
+        (karpenter.deletions().into_iter())
             .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
             .filter_map(|d| d.node)
             .collect()

@@ -184,6 +184,7 @@ mod tests {
             allocatable: None,
             machine: None,
             registered: true,
+            deleting: false,
         }
     }
 

@@ -52,13 +52,24 @@ pub fn survey<'a>(
             health.failures.join("; ")
         ));
     }
-    let groups: Vec<NodeGroup> = all_groups
+    let mut groups: Vec<NodeGroup> = all_groups
         .into_iter()
         .filter(|g| {
             (options.instance_groups.is_empty() || options.instance_groups.contains(&g.name))
                 && (options.roles.is_empty() || options.roles.contains(&g.role))
         })
         .collect();
+    // A node whose deletion was asked for is already going: replacing it would drain and
+    // remove it a second time.
+    for group in &mut groups {
+        for node in group.nodes.iter().filter(|n| n.deleting) {
+            warnings.push(format!(
+                "group {}: node {} is being deleted already (by an earlier run or another tool): left out",
+                group.name, node.name
+            ));
+        }
+        group.nodes.retain(|n| !n.deleting);
+    }
     warnings.extend(
         groups
             .iter()

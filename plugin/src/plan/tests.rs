@@ -34,6 +34,7 @@ fn node(name: &str, group: &str, outdated: bool) -> Node {
         allocatable: None,
         machine: None,
         registered: true,
+        deleting: false,
     }
 }
 
@@ -105,6 +106,25 @@ fn with_an_up_to_date_instance_there_is_no_canary() {
         .collect();
     assert_eq!(listed[4], ("n5", false));
     assert_eq!(g.instances[5].reason, "up to date");
+}
+
+/// A node already being deleted (an earlier run's termination Karpenter still drains, or
+/// another tool's) is neither replaced again nor counted in the group; the plan says so.
+#[test]
+fn a_node_being_deleted_is_left_out_and_said() {
+    let mut snapshot = group_of_six(4);
+    snapshot.nodes[0].deleting = true;
+    let p = plan(&snapshot, &options(None, Some(2)));
+    let g = &p.groups[0];
+    assert_eq!(shape(g), ["n2 n3", "n4"]);
+    assert_eq!((g.group.size, g.group.selected), (5, 3));
+    assert!(g.instances.iter().all(|i| i.name != "n1"));
+    assert!(
+        p.warnings.iter().any(|w| w
+            == "group nodes: node n1 is being deleted already (by an earlier run or another tool): left out"),
+        "{:?}",
+        p.warnings
+    );
 }
 
 #[test]

@@ -84,6 +84,7 @@ impl Machine {
             allocatable: Some(Resources::default()),
             machine: Some(reference),
             registered: false,
+            deleting: false,
         }
     }
 }

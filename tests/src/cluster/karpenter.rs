@@ -1,75 +1,129 @@
-//! A Karpenter stand-in: the karpenter.sh/v1 NodePools and NodeClaims the plugin meets when it
-//! rotates nodes that Karpenter manages, with Karpenter's behaviour as far as the plugin relies on
-//! it, driven by watches.
+//! Karpenter itself beside the test control plane: `sigs.k8s.io/karpenter` at the release of
+//! `tests/cluster/karpenter/VERSION`, its kwok cloud provider's main package, built from its
+//! module and cached by `install-control-plane.sh` with the CustomResourceDefinitions its module
+//! ships. It runs as a local process (leader election off, its metrics and health ports free),
+//! started when a test first asks for it ([`super::TestCluster::karpenter`]), and does all of
+//! Karpenter's work: it launches NodeClaims for pods that wait, creates their nodes (which the
+//! harness's kwok keeps Ready: NodePools label them for it) and terminates a deleted NodeClaim
+//! through its own finalizer, drain included.
 //!
-//! - Provisioning: pods the scheduler marks Unschedulable that are for a NodePool (they select
-//!   `karpenter.sh/nodepool: <pool>`, or name no pool while only one exists) get new NodeClaims,
-//!   as many as they need once the room left on the pool's nodes and on those still booting is
-//!   counted (see [`provisioning`]). A node takes 8 CPUs, 32Gi and 110 pods, as NodeSim reports;
-//!   a new one is launched for at most [`KarpenterSim::set_pods_per_node`] pending pods. A pool
-//!   never has more NodeClaims than its `spec.limits.nodes`, the stand-in's own limit (50 when
-//!   unset).
-//! - Launching: every NodeClaim (created by provisioning, by [`KarpenterSim::add_nodes`] or by
-//!   anyone) is Launched at once and its Node registers through NodeSim after the boot delay.
-//! - Termination: a NodeClaim being deleted has its Node tainted `karpenter.sh/disrupted`,
-//!   drained by evictions (which PodDisruptionBudgets may refuse; refused ones are retried) and
-//!   removed; then the `karpenter.sh/termination` finalizer goes. Nothing replaces the NodeClaim
-//!   unless its evicted pods end up Pending.
+//! The NodePools made here are tainted [`POOL_TAINT`] and their instance types narrowed to one
+//! (8 CPUs), so that Karpenter launches nodes only for the pods of the tests that ask for it,
+//! one node for every two of their pods. Nodes report the control plane's release as their
+//! kubelet version ([`new_kubelet`]); [`Karpenter::busy_pool`] marks the nodes it starts with
+//! as older ([`OLD_KUBELET`]), which is what a rotation replaces.
 //!
-//! Not simulated: consolidation, drift, expiry, instance types, pod affinity.
+//! Nothing here stands in for Karpenter: the stand-in this replaced is gone. What it could do
+//! and Karpenter cannot is choose a node's kubelet version, which a test now sets on the nodes
+//! it starts with.
 
-mod lifecycle;
-mod provisioning;
-
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Debug;
-use std::hash::Hash;
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::{Context, bail};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::wait::await_condition;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::broadcast;
 
-use super::nodes::NodeSim;
+use super::Processes;
+use super::kwok::{MANAGED_LABEL, MANAGED_VALUE};
 
 /// The label naming a node's (and a NodeClaim's) NodePool.
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
-/// Karpenter's finalizer on NodeClaims: the stand-in removes it once the node is gone.
-pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
-/// How the stand-in's providerIDs begin: `kwok-sim://<nodeclaim>`.
-pub const PROVIDER_PREFIX: &str = "kwok-sim://";
-const DEFAULT_VERSION: &str = "v1.20.2";
-const WAIT: Duration = Duration::from_secs(60);
+/// The taint on the nodes of the NodePools made here (its value: the pool), which only their
+/// tests' pods tolerate.
+pub const POOL_TAINT: &str = "rollout-ext.test/karpenter";
+/// The one instance type of the NodePools made here: 8 CPUs, two of a busy pool's pods.
+const INSTANCE_TYPE: &str = "c-8x-amd64-linux";
+/// The kubelet version [`Karpenter::busy_pool`] gives the nodes it starts with.
+pub const OLD_KUBELET: &str = "v1.36.0";
+/// The KWOKNodeClass every NodePool made here names; its registration delay is the boot time.
+const NODE_CLASS: &str = "default";
+/// How long a new node takes to register by default.
+pub const BOOT: Duration = Duration::from_secs(1);
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The kubelet version of a node Karpenter launches: the control plane's release (see
+/// [`super::kwok`]).
+pub fn new_kubelet() -> String {
+    format!("v{}", super::k8s_version())
+}
+
+/// The Karpenter release the tests run (`tests/cluster/karpenter/VERSION`).
+pub fn version() -> &'static str {
+    include_str!("../../cluster/karpenter/VERSION").trim()
+}
+
+/// Where Karpenter and its definitions are cached (`bin/karpenter`, `crds/*.yaml`).
+fn dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ROLLOUT_EXT_KARPENTER_DIR") {
+        return PathBuf::from(dir);
+    }
+    super::cache_root().join(format!("karpenter-{}", version().trim_start_matches('v')))
+}
+
+fn cached(path: &str) -> anyhow::Result<PathBuf> {
+    let path = dir().join(path);
+    if !path.exists() {
+        bail!(
+            "{} is missing: run `bash tests/cluster/install-control-plane.sh` (the README's test command does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The CustomResourceDefinitions of Karpenter's module (NodePool, NodeClaim, KWOKNodeClass), as
+/// one YAML stream.
+pub(super) fn crds() -> anyhow::Result<String> {
+    let mut docs = Vec::new();
+    for file in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.kwok.sh_kwoknodeclasses.yaml",
+    ] {
+        let path = cached(&format!("crds/{file}"))?;
+        docs.push(std::fs::read_to_string(&path).with_context(|| path.display().to_string())?);
+    }
+    Ok(docs.join("\n---\n"))
+}
 
 /// The NodeClaims API (`karpenter.sh/v1`, cluster-scoped).
 pub fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &resource("NodeClaim", "nodeclaims"))
+    Api::all_with(client.clone(), &resource("karpenter.sh", "NodeClaim"))
 }
 
 /// The NodePools API (`karpenter.sh/v1`, cluster-scoped).
 pub fn nodepools(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &resource("NodePool", "nodepools"))
+    Api::all_with(client.clone(), &resource("karpenter.sh", "NodePool"))
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("karpenter.sh", "v1", kind), plural)
+fn node_classes(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("karpenter.kwok.sh", "KWOKNodeClass"),
+    )
 }
 
-/// The node a NodeClaim registers as.
-fn node_of(nodeclaim: &str) -> String {
-    format!("{nodeclaim}-node")
+fn resource(group: &str, kind: &str) -> ApiResource {
+    let version = if group == "karpenter.sh" {
+        "v1"
+    } else {
+        "v1alpha1"
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
-/// One NodeClaim the stand-in terminated, as recorded when its deletion was seen.
+/// One NodeClaim deletion, as first seen (its deletion requested, or it gone).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeClaimDeletion {
     pub nodeclaim: String,
@@ -77,420 +131,258 @@ pub struct NodeClaimDeletion {
     pub node: Option<String>,
 }
 
-struct State {
-    boot_delay: Duration,
-    pods_per_node: usize,
-    /// Kubelet versions of new nodes, by pool.
-    versions: HashMap<String, String>,
-    /// Kubelet versions of the NodeClaims [`KarpenterSim::add_nodes`] created; they boot at once.
-    direct: HashMap<String, String>,
-    /// The deletion signal of each NodeClaim whose lifecycle runs.
-    lifecycles: HashMap<String, watch::Sender<bool>>,
-    /// NodeClaims created but not yet seen by the watch, with their pools: provisioning counts
-    /// them, so that a burst of events launches no more.
-    unseen: BTreeMap<String, String>,
-    /// Registered NodeClaims and their pools (for the pools' status).
-    registered: HashMap<String, String>,
-    launched: Vec<String>,
+#[derive(Default)]
+struct Seen {
+    deleted: HashSet<String>,
     deletions: Vec<NodeClaimDeletion>,
 }
 
-/// Handle to the stand-in; clones share it.
+/// Handle to the running Karpenter; clones share it.
 #[derive(Clone)]
-pub struct KarpenterSim {
+pub struct Karpenter {
     client: Client,
-    nodes: NodeSim,
-    state: Arc<Mutex<State>>,
     runtime: tokio::runtime::Handle,
-    pods: Store<Pod>,
-    node_store: Store<Node>,
-    claims: Store<DynamicObject>,
-    pools: Store<DynamicObject>,
-    /// Something the provisioning arithmetic reads changed.
-    dirty: Arc<Notify>,
-    /// Bumped on every pod event, for drains waiting for pods to go.
-    pods_changed: watch::Sender<u64>,
+    seen: Arc<Mutex<Seen>>,
     feed: broadcast::Sender<NodeClaimDeletion>,
 }
 
-/// Watches `api` into `writer` (on the current runtime), calling `on_event` after the store took
-/// each event in.
-fn spawn_watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    writer: Writer<K>,
-    mut on_event: impl FnMut(watcher::Event<K>) + Send + 'static,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Send + Sync,
-{
-    let stream = watcher(api, config).default_backoff().reflect(writer);
-    tokio::spawn(async move {
-        let mut stream = stream.boxed();
-        while let Some(event) = stream.next().await {
-            if let Ok(event) = event {
-                on_event(event);
-            }
-        }
-    });
-}
-
-impl KarpenterSim {
-    /// Starts the watches and the provisioner on the current runtime; the karpenter.sh
-    /// definitions must be established.
-    pub async fn start(client: Client, nodes: NodeSim) -> anyhow::Result<KarpenterSim> {
-        let (pods, pod_writer) = reflector::store();
-        let (node_store, node_writer) = reflector::store();
-        let claim_writer = Writer::new(resource("NodeClaim", "nodeclaims"));
-        let pool_writer = Writer::new(resource("NodePool", "nodepools"));
-        let sim = KarpenterSim {
-            nodes,
-            state: Arc::new(Mutex::new(State {
-                boot_delay: Duration::from_millis(500),
-                pods_per_node: 4,
-                versions: HashMap::new(),
-                direct: HashMap::new(),
-                lifecycles: HashMap::new(),
-                unseen: BTreeMap::new(),
-                registered: HashMap::new(),
-                launched: Vec::new(),
-                deletions: Vec::new(),
-            })),
-            runtime: tokio::runtime::Handle::current(),
-            pods,
-            node_store,
-            claims: claim_writer.as_reader(),
-            pools: pool_writer.as_reader(),
-            dirty: Arc::new(Notify::new()),
-            pods_changed: watch::channel(0).0,
-            feed: broadcast::channel(1024).0,
-            client,
-        };
-
-        let all = watcher::Config::default;
-        let (s, dirty) = (sim.clone(), sim.dirty.clone());
-        spawn_watch(Api::all(sim.client.clone()), all(), pod_writer, move |_| {
-            s.pods_changed.send_modify(|n| *n += 1);
-            dirty.notify_one();
-        });
-        let dirty = sim.dirty.clone();
-        let karpenter_nodes = all().labels(NODEPOOL_LABEL);
-        spawn_watch(
-            Api::all(sim.client.clone()),
-            karpenter_nodes,
-            node_writer,
-            move |_| dirty.notify_one(),
+impl Karpenter {
+    /// Starts the Karpenter process; [`Karpenter::connect`] then makes its node class and
+    /// watches it work.
+    pub(super) fn spawn(
+        processes: &Processes,
+        kubeconfig: &Path,
+        root: &Path,
+    ) -> anyhow::Result<()> {
+        let [metrics, health] = super::free_ports()?;
+        let args = [
+            "--disable-leader-election".to_string(),
+            format!("--metrics-port={metrics}"),
+            format!("--health-probe-port={health}"),
+            "--log-level=info".into(),
+        ];
+        let env = [("KUBECONFIG".to_string(), kubeconfig.display().to_string())];
+        processes.spawn_with_env(
+            "karpenter",
+            &cached("bin/karpenter")?,
+            &args,
+            &env,
+            &root.join("karpenter.log"),
+        )?;
+        eprintln!(
+            "test cluster: Karpenter {} (sigs.k8s.io/karpenter, kwok cloud provider) started",
+            version()
         );
-        let dirty = sim.dirty.clone();
-        spawn_watch(nodepools(&sim.client), all(), pool_writer, move |_| {
-            dirty.notify_one()
-        });
-        let s = sim.clone();
-        spawn_watch(nodeclaims(&sim.client), all(), claim_writer, move |e| {
-            s.on_claim(e)
-        });
-
-        let ready = async {
-            sim.pods.wait_until_ready().await?;
-            sim.node_store.wait_until_ready().await?;
-            sim.claims.wait_until_ready().await?;
-            sim.pools.wait_until_ready().await
-        };
-        tokio::time::timeout(WAIT, ready)
-            .await
-            .map_err(|_| anyhow::anyhow!("the Karpenter stand-in's watches did not sync"))??;
-        tokio::spawn(sim.clone().provision());
-        Ok(sim)
+        Ok(())
     }
 
-    /// Creates NodePool `name`: nodes get `labels`, `budgets` is its `spec.disruption.budgets`
-    /// (by default Karpenter's, `[{nodes: 10%}]`). Consolidation and expiry are off, as the
-    /// stand-in does neither.
+    /// Creates the node class NodePools name and starts the watch of NodeClaims, on the current
+    /// runtime (the cluster's); the definitions must be established.
+    pub(super) async fn connect(client: Client) -> anyhow::Result<Karpenter> {
+        let class: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+            "metadata": {"name": NODE_CLASS},
+            "spec": {"nodeRegistrationDelay": duration(BOOT)},
+        }))?;
+        match node_classes(&client)
+            .create(&PostParams::default(), &class)
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            other => {
+                other.context("creating the KWOKNodeClass")?;
+            }
+        }
+        let karpenter = Karpenter {
+            client,
+            runtime: tokio::runtime::Handle::current(),
+            seen: Arc::default(),
+            feed: broadcast::channel(1024).0,
+        };
+        let (synced_tx, synced) = tokio::sync::oneshot::channel();
+        let watching = karpenter.clone();
+        tokio::spawn(async move {
+            let mut synced_tx = Some(synced_tx);
+            let config = watcher::Config::default();
+            let mut events = watcher(nodeclaims(&watching.client), config)
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(tx) = synced_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))
+                        if c.metadata.deletion_timestamp.is_some() =>
+                    {
+                        watching.deleted(&c)
+                    }
+                    Ok(watcher::Event::Delete(c)) => watching.deleted(&c),
+                    _ => {}
+                }
+            }
+        });
+        tokio::time::timeout(WAIT, synced)
+            .await
+            .map_err(|_| anyhow::anyhow!("the watch of NodeClaims did not sync"))??;
+        Ok(karpenter)
+    }
+
+    fn deleted(&self, claim: &DynamicObject) {
+        let name = claim.name_any();
+        let mut seen = self.seen.lock().unwrap();
+        if !seen.deleted.insert(name.clone()) {
+            return;
+        }
+        let node = claim.data["status"]["nodeName"].as_str();
+        let deletion = NodeClaimDeletion {
+            nodeclaim: name,
+            node: node.filter(|n| !n.is_empty()).map(str::to_string),
+        };
+        seen.deletions.push(deletion.clone());
+        let _ = self.feed.send(deletion);
+    }
+
+    /// Runs `future` on the cluster's runtime, where the watches live.
+    async fn on_cluster<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = anyhow::Result<T>> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        self.runtime.spawn(future).await?
+    }
+
+    /// Creates NodePool `name` and waits until Karpenter says it is Ready. `budgets` is its
+    /// `spec.disruption.budgets` (by default Karpenter's, `[{nodes: 10%}]`); consolidation waits
+    /// forever and nodes never expire, unless `disruption` says otherwise (merged over those).
     pub async fn create_pool(
         &self,
         name: &str,
-        labels: BTreeMap<String, String>,
-        budgets: Option<serde_json::Value>,
+        disruption: Option<serde_json::Value>,
     ) -> anyhow::Result<()> {
+        let mut rules = json!({
+            "consolidationPolicy": "WhenEmptyOrUnderutilized",
+            "consolidateAfter": "Never",
+            "budgets": [{"nodes": "10%"}],
+        });
+        if let Some(serde_json::Value::Object(more)) = disruption {
+            for (key, value) in more {
+                rules[key] = value;
+            }
+        }
         let pool: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
             "spec": {
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": {MANAGED_LABEL: MANAGED_VALUE}},
                     "spec": {
-                        "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
-                        "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                        "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": NODE_CLASS},
+                        "requirements": [
+                            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [INSTANCE_TYPE]},
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        ],
+                        "taints": [{"key": POOL_TAINT, "value": name, "effect": "NoSchedule"}],
                         "expireAfter": "Never",
                     },
                 },
-                "disruption": {
-                    "consolidationPolicy": "WhenEmptyOrUnderutilized",
-                    "consolidateAfter": "Never",
-                    "budgets": budgets.unwrap_or_else(|| json!([{"nodes": "10%"}])),
-                },
+                "disruption": rules,
             },
         }))?;
         let (api, name) = (nodepools(&self.client), name.to_string());
-        self.runtime
-            .spawn(async move {
-                api.create(&PostParams::default(), &pool).await?;
-                let t = lifecycle::now();
-                let status = json!({"status": {
-                    "nodes": 0, "resources": {"nodes": "0"},
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": t}],
-                }});
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await?;
-                anyhow::Ok(())
-            })
-            .await?
+        self.on_cluster(async move {
+            api.create(&PostParams::default(), &pool).await?;
+            let ready = |p: Option<&DynamicObject>| p.is_some_and(|p| condition_true(p, "Ready"));
+            tokio::time::timeout(WAIT, await_condition(api, &name, ready))
+                .await
+                .map_err(|_| anyhow::anyhow!("Karpenter did not make NodePool {name} Ready"))??;
+            Ok(())
+        })
+        .await
     }
 
-    /// Creates `n` NodeClaims of `pool` whose nodes boot at once with `kubelet_version` (a test's
-    /// starting state; the pool's limit does not apply); returns their node names once Ready.
-    pub async fn add_nodes(
-        &self,
-        pool: &str,
-        n: usize,
-        kubelet_version: &str,
-    ) -> anyhow::Result<Vec<String>> {
-        let (sim, pool, version) = (self.clone(), pool.to_string(), kubelet_version.to_string());
-        self.runtime
-            .spawn(async move {
-                let template = nodepools(&sim.client).get(&pool).await?;
-                let mut names = Vec::new();
-                for _ in 0..n {
-                    let name = sim.claim_name(&pool);
-                    sim.state().direct.insert(name.clone(), version.clone());
-                    sim.create_claim(&template, &name).await?;
-                    names.push(name);
-                }
-                let api = nodeclaims(&sim.client);
-                for name in &names {
-                    let initialized = |c: Option<&DynamicObject>| {
-                        c.is_some_and(|c| condition_true(c, "Initialized"))
-                    };
-                    tokio::time::timeout(WAIT, await_condition(api.clone(), name, initialized))
-                        .await
-                        .map_err(|_| anyhow::anyhow!("NodeClaim {name} did not initialize"))??;
-                }
-                Ok(names.iter().map(|n| node_of(n)).collect())
-            })
-            .await?
-    }
-
-    /// The kubelet version new nodes of `pool` run (by default v1.20.2).
-    pub fn set_version(&self, pool: &str, version: &str) {
-        self.state()
-            .versions
-            .insert(pool.to_string(), version.to_string());
-    }
-
-    /// A busy NodePool `pool`, as the tests rotate one: `nodes` old nodes (kubelet v1.19.7),
-    /// new ones launched with v1.20.2, running ReplicaSet `web` (namespace `pool`) with two pods
-    /// per node. Each pod asks 3 of a node's 8 CPUs, so the pods evicted from a node fit nowhere
-    /// until Karpenter launches a node for them, and one new node takes exactly one old node's
-    /// pods (a rotation leaves the pool at its size). Returns the old nodes once the pods are
-    /// Ready.
+    /// A busy NodePool `pool`, as the tests rotate one: ReplicaSet `web` (namespace `pool`) of
+    /// two pods per node, for which Karpenter launches `nodes` nodes. Each pod asks 3 of a
+    /// node's 8 CPUs, so the pods evicted from a node fit nowhere until Karpenter launches a
+    /// node for them, and one new node takes exactly one old node's pods (a rotation leaves the
+    /// pool at its size). Once the pods are Ready the nodes are marked as running an older
+    /// kubelet ([`OLD_KUBELET`]); returns them.
     pub async fn busy_pool(&self, pool: &str, nodes: usize) -> anyhow::Result<BTreeSet<String>> {
-        self.create_pool(pool, BTreeMap::new(), None).await?;
-        let old = self.add_nodes(pool, nodes, "v1.19.7").await?;
-        self.set_version(pool, "v1.20.2");
+        self.create_pool(pool, None).await?;
         let spec = json!({
             "nodeSelector": {NODEPOOL_LABEL: pool},
+            "tolerations": [{"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": "registry.invalid/app:1",
                             "resources": {"requests": {"cpu": "3"}}}],
         });
         let (client, pool) = (self.client.clone(), pool.to_string());
-        self.runtime
-            .spawn(async move {
-                crate::workloads::create_namespace(&client, &pool).await;
-                let replicas = 2 * nodes as i32;
-                crate::workloads::replica_set_with(
-                    &client,
-                    &pool,
-                    "web",
-                    replicas,
-                    json!({}),
-                    spec,
-                )
+        self.on_cluster(async move {
+            crate::workloads::create_namespace(&client, &pool).await;
+            let replicas = 2 * nodes as i32;
+            crate::workloads::replica_set_with(&client, &pool, "web", replicas, json!({}), spec)
                 .await;
-            })
-            .await?;
-        Ok(old.into_iter().collect())
+            let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &pool);
+            let ready = |r: Option<&ReplicaSet>| {
+                let status = r.and_then(|r| r.status.as_ref());
+                status.and_then(|s| s.ready_replicas) == Some(replicas)
+            };
+            tokio::time::timeout(WAIT, await_condition(sets, "web", ready))
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "the pods of NodePool {pool} were not Ready on Karpenter's nodes"
+                    )
+                })??;
+            let api: Api<Node> = Api::all(client.clone());
+            let selector = format!("{NODEPOOL_LABEL}={pool}");
+            let list = api.list(&ListParams::default().labels(&selector)).await?;
+            let names: BTreeSet<String> = list.items.iter().map(|n| n.name_any()).collect();
+            if names.len() != nodes {
+                bail!("Karpenter launched {names:?} for NodePool {pool}, not {nodes} nodes");
+            }
+            let old = json!({"status": {"nodeInfo": {"kubeletVersion": OLD_KUBELET}}});
+            for name in &names {
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(&old))
+                    .await?;
+            }
+            Ok(names)
+        })
+        .await
     }
 
-    /// How long a launched NodeClaim takes to register its node (by default 500 ms).
+    /// How long a launched node takes to register (the KWOKNodeClass's registration delay, in
+    /// whole seconds; by default [`BOOT`]).
     pub fn set_boot_delay(&self, delay: Duration) {
-        self.state().boot_delay = delay;
+        let api = node_classes(&self.client);
+        let patch = json!({"spec": {"nodeRegistrationDelay": duration(delay)}});
+        let patched = self.runtime.spawn(async move {
+            api.patch(NODE_CLASS, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        });
+        futures::executor::block_on(patched)
+            .expect("the patch ran")
+            .expect("the KWOKNodeClass takes its registration delay");
     }
 
-    /// For how many pending pods (DaemonSet pods aside) provisioning launches one node, if their
-    /// requests fit (by default 4); for every pool. Up, the node takes what the scheduler puts.
-    pub fn set_pods_per_node(&self, pods: usize) {
-        self.state().pods_per_node = pods.max(1);
-        self.dirty.notify_one();
-    }
-
-    /// Every NodeClaim terminated so far, in order.
+    /// Every NodeClaim deletion seen so far, in order.
     pub fn deletions(&self) -> Vec<NodeClaimDeletion> {
-        self.state().deletions.clone()
-    }
-
-    /// The NodeClaims provisioning created, in order.
-    pub fn launched(&self) -> Vec<String> {
-        self.state().launched.clone()
+        self.seen.lock().unwrap().deletions.clone()
     }
 
     /// Every NodeClaim deletion from now on, as it is seen (before its node goes).
     pub fn subscribe(&self) -> broadcast::Receiver<NodeClaimDeletion> {
         self.feed.subscribe()
     }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap()
-    }
-
-    /// `<pool>-<5 characters>`, from the alphabet of the apiserver's generated names.
-    fn claim_name(&self, pool: &str) -> String {
-        use std::hash::{BuildHasher, Hasher};
-        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-        loop {
-            let mut hash = std::collections::hash_map::RandomState::new().build_hasher();
-            hash.write_u128(jiff::Timestamp::now().as_nanosecond() as u128);
-            let mut n = hash.finish();
-            let suffix: String = (0..5)
-                .map(|_| {
-                    let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
-                    n /= ALPHABET.len() as u64;
-                    c
-                })
-                .collect();
-            let name = format!("{pool}-{suffix}");
-            let taken = self.state().unseen.contains_key(&name)
-                || self.claims.state().iter().any(|c| c.name_any() == name);
-            if !taken {
-                return name;
-            }
-        }
-    }
-
-    /// Creates NodeClaim `name` from `pool`'s template, as Karpenter's provisioner does.
-    async fn create_claim(&self, pool: &DynamicObject, name: &str) -> anyhow::Result<()> {
-        let pool_name = pool.name_any();
-        let template = &pool.data["spec"]["template"];
-        let mut labels = template["metadata"]["labels"].clone();
-        if !labels.is_object() {
-            labels = json!({});
-        }
-        labels[NODEPOOL_LABEL] = json!(pool_name);
-        let claim: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {
-                "name": name, "labels": labels,
-                "annotations": template["metadata"]["annotations"].as_object().cloned().unwrap_or_default(),
-                "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": pool_name,
-                                     "uid": pool.uid().unwrap_or_default(), "blockOwnerDeletion": true}],
-                "finalizers": [TERMINATION_FINALIZER],
-            },
-            "spec": template["spec"],
-        }))?;
-        self.state().unseen.insert(name.to_string(), pool_name);
-        let created = nodeclaims(&self.client)
-            .create(&PostParams::default(), &claim)
-            .await;
-        if created.is_err() {
-            self.state().unseen.remove(name);
-        }
-        created?;
-        Ok(())
-    }
-
-    /// Launches the NodeClaims pending pods need, whenever what they depend on changes.
-    async fn provision(self) {
-        loop {
-            self.dirty.notified().await;
-            let (pods, nodes, claims) = (
-                self.pods.state(),
-                self.node_store.state(),
-                self.claims.state(),
-            );
-            let pools = self.pools.state();
-            let (unseen, pods_per_node) = {
-                let state = self.state();
-                (state.unseen.clone(), state.pods_per_node)
-            };
-            let view = provisioning::View {
-                pods: &pods,
-                nodes: &nodes,
-                claims: &claims,
-                unseen: &unseen,
-                pools: pools.len(),
-                pods_per_node,
-            };
-            let live = pools
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none());
-            for pool in live {
-                for _ in 0..provisioning::needed(pool, &view) {
-                    let name = self.claim_name(&pool.name_any());
-                    // Counted as unseen from here on, before the next round of arithmetic.
-                    (self.state().unseen).insert(name.clone(), pool.name_any());
-                    self.state().launched.push(name.clone());
-                    let (sim, pool) = (self.clone(), pool.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = sim.create_claim(&pool, &name).await {
-                            eprintln!("karpenter-sim: creating NodeClaim {name} failed: {e}");
-                            sim.state().launched.retain(|n| *n != name);
-                        }
-                    });
-                }
-            }
-        }
-    }
-
-    /// Starts the lifecycle of a NodeClaim first seen, and signals its deletion.
-    fn on_claim(&self, event: watcher::Event<DynamicObject>) {
-        self.dirty.notify_one();
-        let (claim, gone) = match event {
-            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => (c, false),
-            watcher::Event::Delete(c) => (c, true),
-            _ => return,
-        };
-        let name = claim.name_any();
-        let deleting = gone || claim.metadata.deletion_timestamp.is_some();
-        let mut state = self.state();
-        state.unseen.remove(&name);
-        if let Some(signal) = state.lifecycles.get(&name) {
-            if deleting {
-                signal.send_replace(true);
-            }
-            if gone {
-                state.lifecycles.remove(&name);
-            }
-            return;
-        }
-        // A NodeClaim already deleted when first seen never launches; one still held by the
-        // finalizer is terminated.
-        if gone
-            || (deleting
-                && !claim
-                    .finalizers()
-                    .iter()
-                    .any(|f| f == TERMINATION_FINALIZER))
-        {
-            return;
-        }
-        let (signal, deleted) = watch::channel(deleting);
-        state.lifecycles.insert(name, signal);
-        drop(state);
-        tokio::spawn(self.clone().lifecycle(claim, deleted));
-    }
 }
 
-fn condition_true(claim: &DynamicObject, type_: &str) -> bool {
-    (claim.data["status"]["conditions"].as_array().into_iter())
+/// A duration as the KWOKNodeClass takes one: whole seconds (`5s`), rounded up.
+fn duration(d: Duration) -> String {
+    format!("{}s", d.as_millis().div_ceil(1000))
+}
+
+fn condition_true(object: &DynamicObject, type_: &str) -> bool {
+    (object.data["status"]["conditions"].as_array().into_iter())
         .flatten()
         .any(|c| c["type"] == type_ && c["status"] == "True")
 }

@@ -8,7 +8,9 @@
 //! pods labelled [`TERMINATION_LABEL`]`=after-grace` are left to our own stage
 //! (`tests/cluster/kwok/stages/`), which removes them when their grace period ends instead of at
 //! once. And its pod-ready stage is run twice: at once, and [`SLOW_START`] later for pods
-//! labelled [`READINESS_LABEL`]`=slow`.
+//! labelled [`READINESS_LABEL`]`=slow`. A node created without a kubelet version (Karpenter's
+//! kwok provider creates them so) reports the control plane's release, as a kubelet of that
+//! release would, instead of kwok's own version.
 
 use std::path::{Path, PathBuf};
 
@@ -63,10 +65,14 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The kubelet version the module's node-initialize stage reports for a node that has none.
+const STAGE_KUBELET_VERSION: &str = "{{ or $nodeInfo.kubeletVersion $kwokVersion }}";
+
 /// kwok's configuration: the cached stages of its module, one JSON document each, with every pod
 /// stage narrowed to pods that are not runner pods and its pod deletion to pods that do not wait
-/// for their grace period; then our own stages.
-pub fn config(stages: &Path) -> anyhow::Result<String> {
+/// for their grace period, and nodes without a version reporting `kubelet_version`; then our own
+/// stages.
+pub fn config(stages: &Path, kubelet_version: &str) -> anyhow::Result<String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(stages)
         .with_context(|| format!("kwok's stages in {}", stages.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -80,6 +86,20 @@ pub fn config(stages: &Path) -> anyhow::Result<String> {
         let text = std::fs::read_to_string(&file)?;
         let mut stage: Value = serde_saphyr::from_str(&text)
             .with_context(|| format!("kwok stage {}", file.display()))?;
+        if stage["metadata"]["name"] == "node-initialize" {
+            let template = stage["spec"]["next"]["statusTemplate"]
+                .as_str()
+                .unwrap_or_default();
+            if !template.contains(STAGE_KUBELET_VERSION) {
+                bail!(
+                    "kwok's node-initialize stage ({}) no longer says `{STAGE_KUBELET_VERSION}`",
+                    file.display()
+                );
+            }
+            let own = format!("{{{{ or $nodeInfo.kubeletVersion \"{kubelet_version}\" }}}}");
+            stage["spec"]["next"]["statusTemplate"] =
+                json!(template.replace(STAGE_KUBELET_VERSION, &own));
+        }
         if stage["spec"]["resourceRef"]["kind"] == "Pod" {
             exclude(&mut stage, RUNNER_LABEL, "DoesNotExist", None)?;
             if stage["spec"]["next"]["delete"] == true {
@@ -166,7 +186,7 @@ mod tests {
             "kind: Stage\nspec:\n  resourceRef: {apiGroup: v1, kind: Node}\n",
         )
         .unwrap();
-        let text = config(dir.path()).unwrap();
+        let text = config(dir.path(), "v1.37.2").unwrap();
         let docs: Vec<Value> = (text.split("\n---\n"))
             .map(|d| serde_json::from_str(d).unwrap())
             .collect();
@@ -191,5 +211,26 @@ mod tests {
         assert!(docs[3]["spec"]["delay"].is_null());
         assert_eq!(docs[4]["metadata"]["name"], "pod-delete-after-grace");
         assert_eq!(docs.len(), 5);
+    }
+
+    #[test]
+    fn nodes_without_a_kubelet_version_report_the_one_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = "kind: Stage\nmetadata: {name: node-initialize}\nspec:\n  resourceRef: {apiGroup: v1, kind: Node}\n  next:\n    statusTemplate: |\n      kubeletVersion: {{ or $nodeInfo.kubeletVersion $kwokVersion }}\n";
+        std::fs::write(dir.path().join("node-initialize.yaml"), stage).unwrap();
+        let text = config(dir.path(), "v1.37.2").unwrap();
+        let first: Value = serde_json::from_str(text.split("\n---\n").next().unwrap()).unwrap();
+        assert_eq!(
+            first["spec"]["next"]["statusTemplate"],
+            "kubeletVersion: {{ or $nodeInfo.kubeletVersion \"v1.37.2\" }}\n"
+        );
+        // A release whose stage says it otherwise is refused, not run with kwok's version.
+        std::fs::write(
+            dir.path().join("node-initialize.yaml"),
+            stage.replace("$kwokVersion", "$other"),
+        )
+        .unwrap();
+        let refused = config(dir.path(), "v1.37.2").unwrap_err().to_string();
+        assert!(refused.contains("no longer says"), "{refused}");
     }
 }

@@ -1,7 +1,8 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
 //! kube-scheduler (the release of `tests/cluster/k8s/go.mod`, built from its Go modules and cached
 //! by `tests/cluster/install-control-plane.sh`), kwok doing the kubelets' job for the nodes, a
-//! simulated cloud, and Karpenter and Cluster API stand-ins.
+//! simulated cloud, Karpenter (its kwok cloud provider, started when a test first asks for it)
+//! and a Cluster API stand-in.
 //!
 //! `TestCluster::start()` takes a few seconds; `TestCluster::shared()` starts one per test binary,
 //! which tests share by working in their own namespaces and node groups.
@@ -28,7 +29,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use capi::{CapiSim, Kind as CapiKind, MachineDeletion, POOL_LABEL};
 pub use cloud::{CloudCall, GroupSpec, SimCloud};
 pub use karpenter::{
-    KarpenterSim, NODEPOOL_LABEL, NodeClaimDeletion, PROVIDER_PREFIX, TERMINATION_FINALIZER,
+    BOOT, Karpenter, NODEPOOL_LABEL, NodeClaimDeletion, OLD_KUBELET, POOL_TAINT, new_kubelet,
     nodeclaims, nodepools,
 };
 pub use kwok::{READINESS_LABEL, TERMINATION_LABEL};
@@ -133,8 +134,8 @@ pub struct TestCluster {
     runtime: Option<tokio::runtime::Runtime>,
     pub nodes: NodeSim,
     pub cloud: SimCloud,
-    /// The Karpenter stand-in (NodePools and NodeClaims of karpenter.sh/v1).
-    pub karpenter: KarpenterSim,
+    /// Karpenter, once a test asked for it ([`TestCluster::karpenter`]).
+    karpenter: tokio::sync::OnceCell<Karpenter>,
     /// The Cluster API stand-in (MachineDeployments, MachineSets and Machines of
     /// cluster.x-k8s.io/v1beta1).
     pub capi: CapiSim,
@@ -284,7 +285,10 @@ impl TestCluster {
         }
 
         let kwok_config = root.join("kwok.yaml");
-        std::fs::write(&kwok_config, kwok::config(&kwok::dir().join("stages"))?)?;
+        std::fs::write(
+            &kwok_config,
+            kwok::config(&kwok::dir().join("stages"), &new_kubelet())?,
+        )?;
         processes.spawn(
             "kwok",
             &kwok::binary()?,
@@ -293,11 +297,7 @@ impl TestCluster {
         )?;
         let nodes = runtime.block_on(NodeSim::start(client.clone()))?;
         let cloud = runtime.block_on(SimCloud::start(root.join("cloud.sock"), nodes.clone()))?;
-        runtime.block_on(crds::load_crds(
-            &client,
-            include_str!("../../cluster/crds/karpenter.yaml"),
-        ))?;
-        let karpenter = runtime.block_on(KarpenterSim::start(client.clone(), nodes.clone()))?;
+        runtime.block_on(crds::load_crds(&client, &karpenter::crds()?))?;
         runtime.block_on(crds::load_crds(
             &client,
             include_str!("../../cluster/crds/cluster-api.yaml"),
@@ -311,9 +311,22 @@ impl TestCluster {
             runtime: Some(runtime),
             nodes,
             cloud,
-            karpenter,
+            karpenter: tokio::sync::OnceCell::new(),
             capi,
         })
+    }
+
+    /// Karpenter, started on first use (a few seconds): tests of other things do without it.
+    pub async fn karpenter(&self) -> &Karpenter {
+        let start = async {
+            Karpenter::spawn(&self.processes, &self.kubeconfig, self.dir.path())?;
+            let kubeconfig = self.kubeconfig.clone();
+            let runtime = self.runtime.as_ref().expect("runtime alive").handle();
+            runtime
+                .spawn(async move { Karpenter::connect(client_for(&kubeconfig).await?).await })
+                .await?
+        };
+        (self.karpenter.get_or_try_init(|| start).await).expect("Karpenter starts")
     }
 
     /// A client for the calling test's runtime.

@@ -14,6 +14,8 @@ type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 struct Spec {
     program: std::path::PathBuf,
     args: Vec<String>,
+    /// Environment variables beyond the test process's own.
+    env: Vec<(String, String)>,
     log: std::path::PathBuf,
 }
 
@@ -51,28 +53,39 @@ impl Processes {
         args: &[String],
         log: &std::path::Path,
     ) -> anyhow::Result<u32> {
-        self.specs.lock().unwrap().push((
-            name.to_string(),
-            Spec {
-                program: program.to_path_buf(),
-                args: args.to_vec(),
-                log: log.to_path_buf(),
-            },
-        ));
-        let out = std::fs::File::create(log)?;
-        self.start(name, program, args, out)
+        self.spawn_with_env(name, program, args, &[], log)
     }
 
-    fn start(
+    /// [`Processes::spawn`] with `env` set in the child (a program that takes its kubeconfig
+    /// only from `KUBECONFIG`).
+    pub fn spawn_with_env(
         &self,
         name: &str,
         program: &std::path::Path,
         args: &[String],
-        out: std::fs::File,
+        env: &[(String, String)],
+        log: &std::path::Path,
     ) -> anyhow::Result<u32> {
+        let spec = Spec {
+            program: program.to_path_buf(),
+            args: args.to_vec(),
+            env: env.to_vec(),
+            log: log.to_path_buf(),
+        };
+        self.specs
+            .lock()
+            .unwrap()
+            .push((name.to_string(), spec.clone()));
+        let out = std::fs::File::create(log)?;
+        self.start(name, &spec, out)
+    }
+
+    fn start(&self, name: &str, spec: &Spec, out: std::fs::File) -> anyhow::Result<u32> {
+        let program = &spec.program;
         let mut command = Command::new(program);
         command
-            .args(args)
+            .args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
@@ -136,7 +149,7 @@ impl Processes {
             .ok_or_else(|| anyhow::anyhow!("no process {name} was started"))?;
         self.kill(name);
         let out = std::fs::OpenOptions::new().append(true).open(&spec.log)?;
-        self.start(name, &spec.program, &spec.args, out)
+        self.start(name, &spec, out)
     }
 
     /// Stops one child by name (SIGSTOP): it keeps its connections but answers nothing, as a
