@@ -110,3 +110,14 @@ pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "sys
 /// A drain evicts such a pod last (its run resumes in the Job's next pod) rather than waiting
 /// for it to complete as for another Job's.
 pub const RUNNER: &str = "rollout-ext.io/runner";
+
+/// Taints other disruptors put on the nodes they take out, and who they are.
+pub const DISRUPTOR_TAINTS: &[(&str, &str)] = &[
+    ("karpenter.sh/disrupted", "karpenter"),
+    ("ToBeDeletedByClusterAutoscaler", "cluster-autoscaler"),
+    ("medik8s.io/drain", "medik8s"),
+];
+
+/// Node lifecycle conditions (KEP-5683, Kubernetes 1.37) that say a node is being disrupted
+/// while True.
+pub const IN_PROGRESS_CONDITIONS: &[&str] = &["DrainInProgress", "MaintenanceInProgress"];

@@ -100,6 +100,32 @@ pub struct Node {
     /// by an earlier run's hand or another tool's (Karpenter's termination holds a deleted
     /// node while it drains it).
     pub deleting: bool,
+    /// A Node lifecycle condition that says someone is disrupting it (`DrainInProgress` or
+    /// `MaintenanceInProgress` True), with its reason: `DrainInProgress (reason Upgrade)`.
+    pub in_progress: Option<String>,
+}
+
+#[cfg(test)]
+impl Node {
+    /// A registered, Ready node with nothing else to it, for tests to build on.
+    pub fn ready(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            taints: vec![],
+            unschedulable: false,
+            ready: true,
+            created: None,
+            kubelet_version: None,
+            provider_id: None,
+            allocatable: None,
+            machine: None,
+            registered: true,
+            deleting: false,
+            in_progress: None,
+        }
+    }
 }
 
 /// The controller that owns a pod, if any.
@@ -324,12 +350,26 @@ struct Condition {
     #[serde(rename = "type")]
     type_: String,
     status: String,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 fn condition_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
         .iter()
         .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The first lifecycle condition of [`keys::IN_PROGRESS_CONDITIONS`] that is
+/// True, with its reason.
+fn in_progress(conditions: &[Condition]) -> Option<String> {
+    let found = conditions
+        .iter()
+        .find(|c| c.status == "True" && keys::IN_PROGRESS_CONDITIONS.contains(&c.type_.as_str()))?;
+    Some(match found.reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{} (reason {reason})", found.type_),
+        None => found.type_.clone(),
+    })
 }
 
 /// Parses an RFC 3339 timestamp into Unix seconds.
@@ -401,6 +441,7 @@ impl FromParts for Node {
             machine: None,
             registered: true,
             deleting: meta.deletion_timestamp.is_some(),
+            in_progress: in_progress(&status.conditions),
         }
     }
 }

@@ -54,6 +54,22 @@ impl Event {
             Event::NodeGone { group, node } => format!(
                 "node {node} of group {group} is gone: removed by someone else; the run goes on without it"
             ),
+            Event::OthersDisrupting {
+                disrupting,
+                room: 0,
+                budget,
+                ..
+            } => format!(
+                "{disrupting}: the run holds until they leave room in the group's budget ({budget} at once)"
+            ),
+            Event::OthersDisrupting {
+                disrupting,
+                room,
+                budget,
+                ..
+            } => format!(
+                "{disrupting}: the next batch takes {room} of the group's budget of {budget}"
+            ),
             Event::Quarantined { node, reason } => format!(
                 "set node {node} aside: it stays cordoned with its pods and is not terminated ({reason})"
             ),

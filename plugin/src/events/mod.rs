@@ -65,6 +65,17 @@ pub enum Event {
         group: String,
         node: String,
     },
+    /// Other tools are disrupting nodes of the group (see [`crate::plan::ledger`]): the next
+    /// batch takes `room` of the group's `budget`; with none left the run holds until they
+    /// are done.
+    OthersDisrupting {
+        group: String,
+        /// Who disrupts which nodes, in words.
+        disrupting: String,
+        nodes: Vec<String>,
+        room: u32,
+        budget: u32,
+    },
     /// A node whose drain could not finish is set aside (`drain.undrainable: Quarantine`):
     /// cordoned with the pods it still has, not terminated, back in load balancers.
     Quarantined {

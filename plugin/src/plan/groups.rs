@@ -169,22 +169,12 @@ mod tests {
 
     fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         Node {
-            name: name.into(),
-            labels: labels
-                .iter()
+            labels: (labels.iter())
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            annotations: Default::default(),
-            taints: vec![],
-            unschedulable: false,
-            ready: true,
             created: Some(0),
             kubelet_version: Some("v1.20.2".into()),
-            provider_id: None,
-            allocatable: None,
-            machine: None,
-            registered: true,
-            deleting: false,
+            ..Node::ready(name)
         }
     }
 

@@ -18,6 +18,7 @@ pub mod group_loop;
 pub mod groups;
 pub mod health;
 pub mod hook;
+pub mod ledger;
 pub mod planner;
 pub mod prepare;
 pub mod rolling_update;
@@ -188,6 +189,10 @@ pub struct GroupPlan {
     pub note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateStep>,
+    /// The group's nodes other tools are disrupting now (see [`ledger`]); the first batch takes
+    /// only what they leave of the budget.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub others_disrupting: Vec<ledger::Disruption>,
     /// What shadow hooks would decide about the selection and the before-group gate.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shadow: Vec<ShadowDecision>,

@@ -10,19 +10,23 @@ use super::capacity::Capacity;
 use super::decide::{self, BatchDecision, GateDecision, Verdict};
 use super::estimate::{AskedAbout, WorkTally};
 use super::forecast::{self, Forecast};
-use super::group_loop::{Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Step};
+use super::group_loop::{
+    Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Sizing, Step,
+};
 use super::groups;
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
+use super::ledger::Ledger;
 use super::prepare::{self, Prepared};
 use super::shadow::{self, ShadowDecision};
 use super::{
     BatchPlan, GateStep, GroupPlan, InstancePlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep,
     Plan, PlanError, PlanOptions, UndrainablePlan,
 };
-use crate::policy::Policy;
 use crate::policy::drain::UndrainableAction;
+use crate::policy::{OthersDisruptions, Policy};
 use crate::snapshot::Snapshot;
+use std::collections::HashSet;
 
 /// Plans a node rotation.
 pub fn plan_nodes(
@@ -51,7 +55,19 @@ pub fn plan_nodes(
         if let Prepared::Ready(start) = &group_plan {
             tally.add(&group.name, group.role, start);
         }
-        prepared.push((group, group_plan));
+        // What others disrupt now, as a run starting now would count it: the cordons it
+        // finds are not theirs.
+        let counted = policy.others_disruptions == OthersDisruptions::Count;
+        let found: HashSet<String> = (group.nodes.iter())
+            .filter(|n| n.unschedulable)
+            .map(|n| n.name.clone())
+            .collect();
+        let others = if counted {
+            Ledger::of_group(snapshot, &group.name, &group.nodes, &found)
+        } else {
+            Ledger::default()
+        };
+        prepared.push((group, group_plan, others));
     }
     let mut planner = Planner {
         index: &index,
@@ -86,10 +102,10 @@ pub fn plan_nodes(
         modules: super::PlannedModule::of(policy),
         estimate: None,
     };
-    for (group, prepared) in prepared {
+    for (group, prepared, others) in prepared {
         let group_plan = match prepared {
-            Prepared::Disabled(disabled) => disabled,
-            Prepared::Ready(start) => planner.plan_group(start)?,
+            Prepared::Disabled(disabled) => *disabled,
+            Prepared::Ready(start) => planner.plan_group(start, others)?,
         };
         let aborted = group_plan.aborted.clone();
         plan.groups.push(group_plan);
@@ -172,7 +188,8 @@ impl Planner<'_> {
         }
     }
 
-    fn plan_group(&mut self, start: GroupStart) -> Result<GroupPlan, PlanError> {
+    /// The plan of one group; its first batch takes only what `others` leave of the budget.
+    fn plan_group(&mut self, start: GroupStart, others: Ledger) -> Result<GroupPlan, PlanError> {
         let concurrency = start
             .budget
             .resolve(start.info.selected)
@@ -185,6 +202,7 @@ impl Planner<'_> {
                 disabled: false,
                 note: None,
                 gate: None,
+                others_disrupting: others.disruptions.clone(),
                 shadow: Vec::new(),
                 instances: Vec::new(),
                 batches: Vec::new(),
@@ -216,6 +234,11 @@ impl Planner<'_> {
                     Input::Selected(selected)
                 }
                 Step::Ask(Question::BatchSize(sizing)) => {
+                    let first = sizing.batches_done == 0 && sizing.attempt == 0;
+                    let sizing = match first && !others.disruptions.is_empty() {
+                        true => self.narrow(&others, sizing),
+                        false => sizing,
+                    };
                     let ctx = self.ctx(rec.asking_batch());
                     let progress = group.progress(&sizing);
                     let decision =
@@ -266,6 +289,32 @@ impl Planner<'_> {
                     return Ok(self.aborted(rec, &outcome));
                 }
             };
+        }
+    }
+
+    /// `sizing` of a group's first batch narrowed to what `others` leave of its budget, said;
+    /// with nothing left the run would hold, which the plan says and sizes past.
+    fn narrow(&mut self, others: &Ledger, sizing: Sizing) -> Sizing {
+        let (budget, room) = (sizing.max_batch, others.room(sizing.max_batch));
+        if room == 0 {
+            self.warnings.push(format!(
+                "{}: the run would hold before the group's first batch until they leave room in its budget ({budget} at once)",
+                others.describe()
+            ));
+            return sizing;
+        }
+        self.warnings.push(format!(
+            "{}: the group's first batch takes {room} of its budget of {budget} (a run reads this again before each batch)",
+            others.describe()
+        ));
+        Sizing {
+            max_batch: room,
+            max_batch_reason: format!(
+                "{} (others disrupt {} of the group's nodes)",
+                sizing.max_batch_reason,
+                others.disruptions.len()
+            ),
+            ..sizing
         }
     }
 

@@ -120,7 +120,7 @@ pub fn group_label<'a>(policy: &'a Policy, options: &'a PlanOptions) -> Option<&
 /// A group ready for its loop, or a disabled one (both budgets 0), whose plan is final.
 pub enum Prepared {
     Ready(GroupStart),
-    Disabled(GroupPlan),
+    Disabled(Box<GroupPlan>),
 }
 
 /// Reads a group's candidates and resolves its budget for the built-in selection.
@@ -204,7 +204,7 @@ pub fn prepare_group(
         max_unavailable: budget.max_unavailable,
     };
     if budget.concurrency == 0 {
-        return Ok(Prepared::Disabled(disabled(info, &candidates)));
+        return Ok(Prepared::Disabled(Box::new(disabled(info, &candidates))));
     }
     // The flag, else the group's soakTime, else the policy's.
     let soak = options
@@ -244,6 +244,7 @@ fn disabled(info: GroupInfo, candidates: &[Candidate]) -> GroupPlan {
         disabled: true,
         note: Some("rolling update disabled: maxSurge and maxUnavailable are both 0".into()),
         gate: None,
+        others_disrupting: Vec::new(),
         instances,
         batches: Vec::new(),
         aborted: None,

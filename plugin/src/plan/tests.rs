@@ -22,19 +22,11 @@ fn node(name: &str, group: &str, outdated: bool) -> Node {
         annotations.insert(keys::NEEDS_UPDATE.into(), String::new());
     }
     Node {
-        name: name.into(),
         labels,
         annotations,
-        taints: vec![],
-        unschedulable: false,
-        ready: true,
         created: Some(0),
         kubelet_version: Some("v1.20.2".into()),
-        provider_id: None,
-        allocatable: None,
-        machine: None,
-        registered: true,
-        deleting: false,
+        ..Node::ready(name)
     }
 }
 

@@ -125,6 +125,18 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+/// Whether a run counts what other tools are disrupting in a group against the group's budget
+/// (see [`crate::plan::ledger`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum OthersDisruptions {
+    /// Counted: a batch takes only what others leave of the budget, and the run holds while
+    /// they leave nothing.
+    #[default]
+    Count,
+    /// Not counted: the budget is the run's own, as with kops.
+    Ignore,
+}
+
 /// Whether a hook decides or only reports what it would decide.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum HookMode {
@@ -192,6 +204,8 @@ pub struct Policy {
     pub drain: DrainPolicy,
     /// What each stage of a run takes, for plans of a cluster with no history (`estimates`).
     pub estimates: StatedDurations,
+    /// Whether other tools' disruptions count against each group's budget.
+    pub others_disruptions: OthersDisruptions,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +245,8 @@ struct Spec {
     soak_time: Option<Spanned<String>>,
     drain: Option<RawDrain>,
     estimates: Option<estimates::RawEstimates>,
+    #[serde(default)]
+    others_disruptions: OthersDisruptions,
 }
 
 #[derive(Deserialize)]
@@ -509,6 +525,7 @@ impl Policy {
             hooks,
             context_resources: spec.context_resources,
             metrics_sources,
+            others_disruptions: spec.others_disruptions,
         })
     }
 

@@ -173,6 +173,11 @@ fn bad_policies_name_the_line() {
             5,
             "clusterAPI timeout",
         ),
+        (
+            "  othersDisruptions: Skip\n",
+            4,
+            "unknown variant `Skip`, expected one of Count, Ignore",
+        ),
     ];
     for (body, line, fragment) in cases {
         let err = parse(&format!("{head}{body}")).expect_err(body);
@@ -517,4 +522,13 @@ fn a_registry_module_is_a_reference_and_a_bad_one_is_refused_at_its_entry() {
     assert_eq!(e.line, 5, "{e}");
     assert!(e.message.contains("hook site module"), "{e}");
     assert!(e.message.contains("name a tag"), "{e}");
+}
+
+#[test]
+fn others_disruptions_are_counted_unless_the_policy_ignores_them() {
+    let head = "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n";
+    let counted = parse(&format!("{head}  groupLabel: g\n")).unwrap();
+    assert_eq!(counted.others_disruptions, OthersDisruptions::Count);
+    let ignored = parse(&format!("{head}  othersDisruptions: Ignore\n")).unwrap();
+    assert_eq!(ignored.others_disruptions, OthersDisruptions::Ignore);
 }

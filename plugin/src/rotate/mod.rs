@@ -22,6 +22,7 @@ mod decisions;
 mod error;
 mod give_back;
 mod gone;
+mod others;
 mod pods_back;
 mod ready;
 mod records;
@@ -130,6 +131,10 @@ struct GroupRun {
     /// How many Ready nodes the group must have between batches (see [`records`]).
     expected: usize,
     begun: bool,
+    /// The nodes the run found cordoned when the group started: not others' disruptions.
+    found_cordoned: std::collections::HashSet<String>,
+    /// The most the next batch may take before others' disruptions are counted (its sizing's).
+    budget: u32,
 }
 
 impl GroupRun {
@@ -287,7 +292,7 @@ impl Rotation<'_> {
         let snapshot = self.view.caught_up().await?;
         let mut options = self.options();
         options.instance_groups = vec![name.clone()];
-        let start = {
+        let (start, found_cordoned) = {
             let index = Index::new(&snapshot);
             let survey = match prepare::survey(&snapshot, &index, self.policy, &options) {
                 // Every node of the group is gone: nothing is left to rotate in it.
@@ -295,7 +300,7 @@ impl Rotation<'_> {
                 other => other?,
             };
             match prepare::prepare_group(&index, self.policy, &options, &survey.groups[0])? {
-                Prepared::Ready(start) => start,
+                Prepared::Ready(start) => (start, others::found_cordoned(&snapshot)),
                 Prepared::Disabled(_) => return Ok(()),
             }
         };
@@ -307,6 +312,8 @@ impl Rotation<'_> {
             recorded,
             expected: 0,
             begun: false,
+            found_cordoned,
+            budget: 0,
         };
         let mut input = Input::Start;
         loop {
@@ -328,6 +335,7 @@ impl Rotation<'_> {
                     Input::Selected(selected)
                 }
                 Step::Ask(Question::BatchSize(sizing)) => {
+                    let sizing = self.room_for_batch(&sizing, &mut run).await?;
                     Input::Sized(self.size(&machine, &sizing, &mut run).await?)
                 }
                 Step::Ask(Question::Gate { phase, batch }) => {
@@ -388,7 +396,7 @@ impl Rotation<'_> {
             Action::Validate => {
                 // After a soak the cluster is read again: the replacements are part of it.
                 self.refresh(run).await?;
-                self.validate(&run.latest).await
+                self.validate(&run.latest, &run.found_cordoned).await
             }
             Action::Soak { batch, seconds } => {
                 let reason = format!(

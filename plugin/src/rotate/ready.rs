@@ -92,15 +92,22 @@ impl Rotation<'_> {
     }
 
     /// Validates the cluster `--validate-count` times; nodes this tool cordoned (in this run or
-    /// an earlier one, as `snapshot` shows) fail no check.
-    pub(super) async fn validate(&self, snapshot: &Snapshot) -> Result<(), RotateError> {
+    /// an earlier one, as `snapshot` shows) fail no check, nor do those other tools are taking
+    /// out while their disruptions are counted (see [`super::others`]): the budget counts them
+    /// instead. `found_cordoned`: the group's nodes the run found cordoned, which still fail.
+    pub(super) async fn validate(
+        &self,
+        snapshot: &Snapshot,
+        found_cordoned: &HashSet<String>,
+    ) -> Result<(), RotateError> {
         if self.settings.plan.cloud_only {
             return Ok(());
         }
+        let others = self.others_excused(snapshot, found_cordoned);
         let excused: HashSet<&str> = snapshot
             .nodes
             .iter()
-            .filter(|n| n.annotations.contains_key(keys::PHASE))
+            .filter(|n| n.annotations.contains_key(keys::PHASE) || others.contains(&n.name))
             .map(|n| n.name.as_str())
             .collect();
         match self

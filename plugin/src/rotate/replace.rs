@@ -50,6 +50,16 @@ impl Rotation<'_> {
                 self.wait_ready(&group, run.expected).await?;
             }
         }
+        // Others' disruptions, read again right before the cordons: no lock is shared with
+        // them. A run that held for them reads its batch again.
+        let batch = &match self.room_for_cordons(batch, run).await? {
+            true => self.without_gone(batch, run),
+            false => batch.clone(),
+        };
+        if batch.instances.is_empty() {
+            self.estimates.dropped(&group, chosen);
+            return Ok(Vec::new());
+        }
         if self.settings.plan.interactive && !confirm(&group, batch) {
             return Err(RotateError::Declined {
                 group,
@@ -161,7 +171,11 @@ impl Rotation<'_> {
             self.wait_ready(&group, run.expected),
         );
         let fresh = clock.time(Stage::Replacement, joining).await?;
-        (clock.time(Stage::Validation, self.validate(&fresh))).await?;
+        (clock.time(
+            Stage::Validation,
+            self.validate(&fresh, &run.found_cordoned),
+        ))
+        .await?;
         // Done with: the nodes replaced, and those removed by someone else.
         let done = chosen - set_aside.len();
         self.batch_replaced(&group, done, clock).await;

@@ -41,6 +41,6 @@ impl Rotation<'_> {
         self.lock.set_state(&key, None).await?;
         drop(step);
         let fresh = self.wait_ready(&run.name, run.expected).await?;
-        self.validate(&fresh).await
+        self.validate(&fresh, &run.found_cordoned).await
     }
 }

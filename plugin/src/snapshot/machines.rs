@@ -85,6 +85,7 @@ impl Machine {
             machine: Some(reference),
             registered: false,
             deleting: false,
+            in_progress: None,
         }
     }
 }

@@ -52,6 +52,7 @@ fn plan(batches: Vec<BatchPlan>) -> Plan {
             disabled: false,
             note: None,
             gate: None,
+            others_disrupting: Vec::new(),
             shadow: Vec::new(),
             instances: Vec::new(),
             batches,

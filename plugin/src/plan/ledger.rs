@@ -1,0 +1,239 @@
+//! The ledger of other disruptors: which nodes of a group someone else is taking out now, read
+//! from the marks each tool leaves on them, and how much of the group's budget that leaves a
+//! run. No tool counts another's disruptions against its own budget, and there is no lock
+//! between them, so a run reads the ledger again right before it sizes a batch and right before
+//! it cordons one.
+//!
+//! Counted, once per node, by the first mark found: the Node being deleted, or its Machine;
+//! a taint of Karpenter (`karpenter.sh/disrupted`), the cluster-autoscaler
+//! (`ToBeDeletedByClusterAutoscaler`) or medik8s (`medik8s.io/drain`), not the
+//! `node.kubernetes.io/unschedulable` taint the server puts on every cordoned node; a
+//! `DrainInProgress` or `MaintenanceInProgress` condition that is True (Kubernetes 1.37's Node
+//! lifecycle conditions); a cordon the run did not find when it started; and, as Karpenter
+//! counts them, nodes that are not Ready. Nodes the run itself marked (its phase, quarantine or
+//! detached annotations) are its own, never another's. Pure.
+
+use std::collections::BTreeMap;
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use crate::keys;
+use crate::snapshot::{Node, Snapshot};
+
+/// Who a node that is not Ready is counted as disrupted by.
+pub const NOT_READY: &str = "being NotReady";
+
+/// One node someone else is disrupting, and who or what by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    pub node: String,
+    pub by: String,
+}
+
+/// What others are disrupting in one group now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub group: String,
+    pub disruptions: Vec<Disruption>,
+}
+
+impl Ledger {
+    /// The ledger of `group`, whose nodes are `nodes`, in `snapshot`; `found_cordoned` are the
+    /// nodes the run found cordoned when it started (reported then, not counted).
+    pub fn of_group(
+        snapshot: &Snapshot,
+        group: &str,
+        nodes: &[&Node],
+        found_cordoned: &HashSet<String>,
+    ) -> Ledger {
+        let disruptions = nodes
+            .iter()
+            .filter(|n| !ours(n))
+            .filter_map(|n| {
+                let by = cause(snapshot, n, found_cordoned)?;
+                Some(Disruption {
+                    node: n.name.clone(),
+                    by,
+                })
+            })
+            .collect();
+        Ledger {
+            group: group.to_string(),
+            disruptions,
+        }
+    }
+
+    /// How many of `budget` nodes the run may take out now.
+    pub fn room(&self, budget: u32) -> u32 {
+        budget.saturating_sub(self.disruptions.len() as u32)
+    }
+
+    /// Whether `node` is being disrupted by someone else.
+    pub fn disrupts(&self, node: &str) -> bool {
+        self.disruptions.iter().any(|d| d.node == node)
+    }
+
+    /// `2 nodes of group nodes are being disrupted by karpenter: a, b`, or with several
+    /// disruptors `3 nodes of group nodes are being disrupted: 2 by karpenter (a, b), 1 by …`.
+    pub fn describe(&self) -> String {
+        let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for d in &self.disruptions {
+            by.entry(d.by.as_str()).or_default().push(d.node.as_str());
+        }
+        let count = match self.disruptions.len() {
+            1 => format!("1 node of group {} is", self.group),
+            n => format!("{n} nodes of group {} are", self.group),
+        };
+        match by.len() {
+            1 => {
+                let (who, nodes) = by.iter().next().expect("one disruptor");
+                format!("{count} being disrupted by {who}: {}", nodes.join(", "))
+            }
+            _ => {
+                let each: Vec<String> = (by.iter())
+                    .map(|(who, nodes)| format!("{} by {who} ({})", nodes.len(), nodes.join(", ")))
+                    .collect();
+                format!("{count} being disrupted: {}", each.join(", "))
+            }
+        }
+    }
+}
+
+/// Whether the run (this one or an earlier one) marked `node` as its own.
+fn ours(node: &Node) -> bool {
+    [keys::PHASE, keys::QUARANTINED, keys::DETACHED]
+        .iter()
+        .any(|k| node.annotations.contains_key(*k))
+}
+
+/// Who is disrupting `node`, by the first mark found; none when no one is.
+fn cause(snapshot: &Snapshot, node: &Node, found_cordoned: &HashSet<String>) -> Option<String> {
+    if node.deleting {
+        return Some("a deletion (the Node is being deleted)".into());
+    }
+    let machine = node.machine.as_ref().and_then(|m| {
+        (snapshot.machines.iter()).find(|x| x.namespace == m.namespace && x.name == m.name)
+    });
+    if machine.is_some_and(|m| m.deleting) {
+        return Some("Cluster API (its Machine is being deleted)".into());
+    }
+    if let Some((_, who)) = keys::DISRUPTOR_TAINTS
+        .iter()
+        .find(|(key, _)| node.taints.iter().any(|t| t.key == *key))
+    {
+        return Some((*who).to_string());
+    }
+    if let Some(condition) = &node.in_progress {
+        return Some(format!("whoever set its {condition}"));
+    }
+    if node.unschedulable && !found_cordoned.contains(&node.name) {
+        return Some("someone who cordoned it".into());
+    }
+    (node.registered && !node.ready).then(|| NOT_READY.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Taint;
+
+    fn node(name: &str) -> Node {
+        Node::ready(name)
+    }
+
+    fn tainted(name: &str, key: &str) -> Node {
+        let mut n = node(name);
+        n.taints.push(Taint {
+            key: key.into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        });
+        n
+    }
+
+    fn ledger(nodes: &[Node], found: &[&str]) -> Ledger {
+        let snapshot = Snapshot::default();
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let found = found.iter().map(|s| s.to_string()).collect();
+        Ledger::of_group(&snapshot, "nodes", &refs, &found)
+    }
+
+    #[test]
+    fn each_mark_counts_once_and_names_who() {
+        let mut deleted = tainted("a", "karpenter.sh/disrupted");
+        deleted.deleting = true;
+        let mut cordoned = node("e");
+        cordoned.unschedulable = true;
+        let mut drained = node("f");
+        drained.in_progress = Some("DrainInProgress (reason Maintenance)".into());
+        let mut down = node("g");
+        down.ready = false;
+        let l = ledger(
+            &[
+                deleted,
+                tainted("b", "karpenter.sh/disrupted"),
+                tainted("c", "ToBeDeletedByClusterAutoscaler"),
+                tainted("d", "medik8s.io/drain"),
+                cordoned,
+                drained,
+                down,
+                node("h"),
+            ],
+            &[],
+        );
+        let by: Vec<(&str, &str)> = (l.disruptions.iter())
+            .map(|d| (d.node.as_str(), d.by.as_str()))
+            .collect();
+        assert_eq!(
+            by,
+            [
+                ("a", "a deletion (the Node is being deleted)"),
+                ("b", "karpenter"),
+                ("c", "cluster-autoscaler"),
+                ("d", "medik8s"),
+                ("e", "someone who cordoned it"),
+                ("f", "whoever set its DrainInProgress (reason Maintenance)"),
+                ("g", "being NotReady"),
+            ]
+        );
+        assert_eq!((l.room(10), l.room(3)), (3, 0));
+    }
+
+    #[test]
+    fn the_runs_own_nodes_the_servers_cordon_taint_and_cordons_found_are_not_counted() {
+        let mut ours = tainted("a", "karpenter.sh/disrupted");
+        ours.annotations
+            .insert(keys::PHASE.into(), "draining".into());
+        ours.unschedulable = true;
+        let mut found = tainted("b", "node.kubernetes.io/unschedulable");
+        found.unschedulable = true;
+        let mut booting = node("c");
+        (booting.registered, booting.ready) = (false, false);
+        let l = ledger(&[ours, found, booting], &["b"]);
+        assert_eq!(l.disruptions, []);
+        assert_eq!(l.room(1), 1);
+    }
+
+    #[test]
+    fn says_who_disrupts_what() {
+        let l = ledger(
+            &[
+                tainted("ip-2", "karpenter.sh/disrupted"),
+                tainted("ip-1", "karpenter.sh/disrupted"),
+                tainted("ip-3", "ToBeDeletedByClusterAutoscaler"),
+            ],
+            &[],
+        );
+        assert_eq!(
+            l.describe(),
+            "3 nodes of group nodes are being disrupted: 1 by cluster-autoscaler (ip-3), 2 by karpenter (ip-2, ip-1)"
+        );
+        let one = ledger(&[tainted("ip-2", "karpenter.sh/disrupted")], &[]);
+        assert_eq!(
+            one.describe(),
+            "1 node of group nodes is being disrupted by karpenter: ip-2"
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! Other disruptors on the real test cluster: a node of the group that another tool is taking
+//! out (its taint, a cordon the run did not find, a Node lifecycle condition) counts against the
+//! group's budget. A batch takes only what is left; with nothing left the run holds, saying who
+//! holds it, and goes on once the other tool is done. The plan says the same.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::plugin_binary;
+use serde_json::{Value, json};
+
+/// One rotation at a time: they share the cluster's lock.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How another tool marks the node it disrupts, and how it unmarks it when done.
+#[derive(Clone, Copy, Debug)]
+enum Marker {
+    /// A taint of another disruptor (its key).
+    Taint(&'static str),
+    /// A cordon put on after the run started.
+    Cordon,
+    /// A Node lifecycle condition True (its type).
+    Condition(&'static str),
+}
+
+impl Marker {
+    /// The patch that puts the mark on (`on`) or takes it off, and whether it is a status patch.
+    fn patch(self, on: bool) -> (Value, bool) {
+        match self {
+            Marker::Taint(key) => {
+                let taints = match on {
+                    true => json!([{"key": key, "effect": "NoSchedule"}]),
+                    false => json!([]),
+                };
+                (json!({"spec": {"taints": taints}}), false)
+            }
+            Marker::Cordon => (json!({"spec": {"unschedulable": on}}), false),
+            Marker::Condition(type_) => {
+                let status = if on { "True" } else { "False" };
+                let condition = json!({"type": type_, "status": status, "reason": "Upgrade",
+                    "message": "another tool", "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                    "lastHeartbeatTime": jiff::Timestamp::now().to_string()});
+                (json!({"status": {"conditions": [condition]}}), true)
+            }
+        }
+    }
+
+    /// Who the run says disrupts the node.
+    fn who(self) -> String {
+        match self {
+            Marker::Taint("karpenter.sh/disrupted") => "karpenter".into(),
+            Marker::Taint("ToBeDeletedByClusterAutoscaler") => "cluster-autoscaler".into(),
+            Marker::Taint(_) => "medik8s".into(),
+            Marker::Cordon => "someone who cordoned it".into(),
+            Marker::Condition(type_) => format!("whoever set its {type_} (reason Upgrade)"),
+        }
+    }
+}
+
+/// Marks (or unmarks) `node` as another tool would.
+async fn mark(nodes: &Api<Node>, node: &str, marker: Marker, on: bool) {
+    let (patch, status) = marker.patch(on);
+    let params = PatchParams::default();
+    let patched = match status {
+        true => {
+            nodes
+                .patch_status(node, &params, &Patch::Strategic(&patch))
+                .await
+        }
+        false => nodes.patch(node, &params, &Patch::Strategic(&patch)).await,
+    };
+    patched.unwrap();
+}
+
+/// `group`: `outdated` out-of-date nodes and one up to date, `<group>-other`, which another tool
+/// disrupts.
+async fn group_beside_another_tool(cluster: &TestCluster, group: &str, outdated: usize) -> String {
+    cluster.outdated_group(group, outdated).await.unwrap();
+    let other = format!("{group}-other");
+    cluster
+        .nodes
+        .add(NodeSpec::new(&other, group))
+        .await
+        .unwrap();
+    other
+}
+
+/// `nodes` of `group` against the cluster, `--max-unavailable budget`, with `flags`.
+fn args(cluster: &TestCluster, dir: &std::path::Path, group: &str, budget: u32) -> Vec<String> {
+    let policy = cluster.exec_policy(dir, "");
+    let mut args = cluster.rotate_args(&policy, group);
+    args.extend(["--max-unavailable".to_string(), budget.to_string()]);
+    args
+}
+
+/// The batches a run's events started, as node lists.
+fn batches(events: &[Value]) -> Vec<Vec<String>> {
+    (events.iter())
+        .filter(|e| e["event"] == "batch-started")
+        .map(|e| {
+            (e["nodes"].as_array().unwrap().iter())
+                .map(|n| n.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// With one node of a budget of two taken out by Karpenter, the plan's and the run's first
+/// batch take one; once Karpenter is done, the next batches take two again.
+#[tokio::test]
+async fn a_batch_takes_what_another_disruptor_leaves_of_the_budget() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "others-shrink";
+    let other = group_beside_another_tool(cluster, group, 5).await;
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let marker = Marker::Taint("karpenter.sh/disrupted");
+    mark(&nodes, &other, marker, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = args(cluster, dir.path(), group, 2);
+
+    let plan_args: Vec<String> = (run_args.iter())
+        .filter(|a| *a != "--yes")
+        .cloned()
+        .collect();
+    let plan = std::process::Command::new(plugin_binary())
+        .args(&plan_args)
+        .output()
+        .unwrap();
+    assert!(plan.status.success(), "{plan:?}");
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let planned = &plan["groups"][0];
+    assert_eq!(
+        planned["othersDisrupting"],
+        json!([{"node": other, "by": "karpenter"}]),
+        "{planned}"
+    );
+    assert_eq!(
+        planned["batches"][0]["instances"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        planned["batches"][1]["instances"].as_array().unwrap().len(),
+        2
+    );
+    let said = format!(
+        "1 node of group {group} is being disrupted by karpenter: {other}: the group's first batch takes 1 of its budget of 2"
+    );
+    assert!(
+        plan["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with(&said)),
+        "{plan}"
+    );
+
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (events, handle) = (seen.clone(), tokio::runtime::Handle::current());
+    let (unmark_nodes, unmarked) = (nodes.clone(), other.clone());
+    let on_event = move |event: &Value| {
+        let mut events = events.lock().unwrap();
+        events.push(event.clone());
+        // Karpenter is done with its node once the first batch began.
+        if event["event"] == "batch-started" && batches(&events).len() == 1 {
+            handle.block_on(mark(&unmark_nodes, &unmarked, marker, false));
+        }
+    };
+    let (code, stderr) = rollout_ext_e2e::run_watching(run_args, on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = seen.lock().unwrap().clone();
+    let sizes: Vec<usize> = batches(&events).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1, 2, 2], "{events:?}");
+    let told: Vec<&Value> = (events.iter())
+        .filter(|e| e["event"] == "others-disrupting")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0]["room"].as_u64(), told[0]["budget"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(told[0]["nodes"], json!([other]));
+}
+
+/// With a budget of one and another tool's mark on a node of the group once the run started,
+/// the run holds before its next batch, saying who holds it (and `status` shows it), and goes
+/// on once the mark is gone.
+async fn holds_while_marked(group: &str, marker: Marker) {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let other = group_beside_another_tool(cluster, group, 2).await;
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = args(cluster, dir.path(), group, 1);
+    let kubeconfig = cluster.kubeconfig.clone();
+
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let status: Arc<Mutex<String>> = Arc::default();
+    let (events, shown, handle) = (
+        seen.clone(),
+        status.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let (marked_nodes, marked) = (nodes.clone(), other.clone());
+    let mut started = false;
+    let on_event = move |event: &Value| {
+        events.lock().unwrap().push(event.clone());
+        match event["event"].as_str().unwrap_or_default() {
+            // The other tool starts once the first batch is on its way.
+            "terminated" if !started => {
+                started = true;
+                handle.block_on(mark(&marked_nodes, &marked, marker, true));
+            }
+            "others-disrupting" => {
+                let out = std::process::Command::new(plugin_binary())
+                    .args(["status", "--kubeconfig", kubeconfig.to_str().unwrap()])
+                    .output()
+                    .unwrap();
+                *shown.lock().unwrap() = String::from_utf8_lossy(&out.stdout).into_owned();
+                handle.block_on(mark(&marked_nodes, &marked, marker, false));
+            }
+            _ => {}
+        }
+    };
+    let (code, stderr) = rollout_ext_e2e::run_watching(run_args, on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = seen.lock().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let held = (kinds.iter())
+        .position(|k| *k == "others-disrupting")
+        .unwrap_or_else(|| panic!("the run never held: {kinds:?}"));
+    let told = &events[held];
+    let who = format!(
+        "1 node of group {group} is being disrupted by {}: {other}",
+        marker.who()
+    );
+    assert_eq!(told["disrupting"], who, "{told}");
+    assert_eq!(
+        (told["room"].as_u64(), told["budget"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let started: Vec<usize> = (kinds.iter().enumerate())
+        .filter(|(_, k)| **k == "batch-started")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(started.len(), 2, "{kinds:?}");
+    assert!(
+        started[0] < held && held < started[1],
+        "held between the batches: {kinds:?}"
+    );
+    let status = status.lock().unwrap().clone();
+    assert!(
+        status.contains(&who),
+        "status shows who holds the run: {status}"
+    );
+    let told = (events.iter()).filter(|e| e["event"] == "others-disrupting");
+    assert_eq!(told.count(), 1, "said once: {kinds:?}");
+}
+
+#[tokio::test]
+async fn the_run_holds_while_a_cordon_it_did_not_find_leaves_no_room() {
+    holds_while_marked("others-cordon", Marker::Cordon).await;
+}
+
+#[tokio::test]
+async fn the_run_holds_while_the_cluster_autoscaler_takes_a_node_out() {
+    holds_while_marked("others-ca", Marker::Taint("ToBeDeletedByClusterAutoscaler")).await;
+}
+
+#[tokio::test]
+async fn the_run_holds_while_medik8s_drains_a_node() {
+    holds_while_marked("others-medik8s", Marker::Taint("medik8s.io/drain")).await;
+}
+
+#[tokio::test]
+async fn the_run_holds_while_a_node_lifecycle_condition_says_a_drain_is_in_progress() {
+    holds_while_marked("others-lifecycle", Marker::Condition("DrainInProgress")).await;
+}
+
+/// `othersDisruptions: Ignore` keeps the budget the run's own, as with kops: nothing is
+/// counted, said or held for.
+#[tokio::test]
+async fn a_policy_that_ignores_other_disruptors_keeps_its_whole_budget() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "others-ignored";
+    let other = group_beside_another_tool(cluster, group, 2).await;
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    mark(
+        &nodes,
+        &other,
+        Marker::Taint("karpenter.sh/disrupted"),
+        true,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "  othersDisruptions: Ignore\n");
+    let mut run_args = cluster.rotate_args(&policy, group);
+    run_args.extend(["--max-unavailable".into(), "2".into()]);
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let events = seen.clone();
+    let on_event = move |event: &Value| events.lock().unwrap().push(event.clone());
+    let (code, stderr) = rollout_ext_e2e::run_watching(run_args, on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = seen.lock().unwrap().clone();
+    let sizes: Vec<usize> = batches(&events).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [2], "{events:?}");
+    assert!(events.iter().all(|e| e["event"] != "others-disrupting"));
+}
