@@ -309,3 +309,82 @@ async fn a_policy_that_ignores_other_disruptors_keeps_its_whole_budget() {
     assert_eq!(sizes, [2], "{events:?}");
     assert!(events.iter().all(|e| e["event"] != "others-disrupting"));
 }
+
+/// What other tools see of a run: each node it drains says so in its Node lifecycle conditions
+/// (`DrainInProgress` True, reason `RolloutExt`, then `Drained` True once the drain is over),
+/// watched from outside until the node goes.
+#[tokio::test]
+async fn each_node_the_run_drains_says_so_in_its_lifecycle_conditions() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "others-told";
+    let originals = cluster.outdated_group(group, 2).await.unwrap();
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    // Each original's (DrainInProgress, Drained) statuses, in the order they were seen.
+    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let record = seen.clone();
+    let selector = format!("{}={group}", rollout_ext_e2e::cluster::GROUP_LABEL);
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(async move {
+        let config = watcher::Config::default().labels(&selector);
+        let mut events = watcher(nodes, config).default_backoff().boxed();
+        let mut listed_tx = Some(listed_tx);
+        while let Some(event) = events.next().await {
+            let node = match event.expect("the watch of the group's nodes") {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => n,
+                watcher::Event::InitDone => {
+                    let _ = listed_tx.take().map(|tx| tx.send(()));
+                    continue;
+                }
+                _ => continue,
+            };
+            let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+            let status = |type_: &str| {
+                (conditions.iter())
+                    .find(|c| c.type_ == type_)
+                    .map(|c| format!("{}/{}", c.status, c.reason.clone().unwrap_or_default()))
+                    .unwrap_or_default()
+            };
+            let state = (
+                node.metadata.name.unwrap_or_default(),
+                status("DrainInProgress"),
+                status("Drained"),
+            );
+            let mut seen = record.lock().unwrap();
+            if seen.last() != Some(&state) {
+                seen.push(state);
+            }
+        }
+    });
+    listed.await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = args(cluster, dir.path(), group, 1);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(plugin_binary())
+            .args(run_args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    watch.abort();
+    assert!(out.status.success(), "{out:?}");
+    let seen = seen.lock().unwrap().clone();
+    for node in &originals {
+        let states: Vec<(&str, &str)> = (seen.iter())
+            .filter(|(n, _, _)| n == node)
+            .map(|(_, draining, drained)| (draining.as_str(), drained.as_str()))
+            .filter(|s| *s != ("", ""))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("True/RolloutExt", ""),
+                ("False/RolloutExt", "True/RolloutExt")
+            ],
+            "{node}: {seen:?}"
+        );
+    }
+}

@@ -329,6 +329,7 @@ async fn rotate(
         set_aside: Vec::new(),
         clock: RunClock::new(started),
         estimates,
+        marks_refused: Default::default(),
     };
     let run = rotation.run();
     tokio::pin!(run);

@@ -1,8 +1,10 @@
 //! Giving back the nodes a rotation cordoned and will not replace after all: those a resumed
 //! run does not choose, and those `abort --uncordon` leaves. Each is uncordoned without our
-//! phase and load-balancer label (someone else's stays), and said.
+//! phase and load-balancer label (someone else's stays), and the drain's lifecycle conditions,
+//! and said.
 
 use super::{GroupRun, RotateError, Rotation};
+use crate::cluster::nodes::DrainCondition;
 use crate::events::Event;
 use crate::plan::group_loop::GroupLoop;
 use crate::plan::prepare;
@@ -11,6 +13,7 @@ impl Rotation<'_> {
     /// Uncordons `node` without our marks, and says so.
     async fn give_back(&self, node: &crate::snapshot::Node) -> Result<(), RotateError> {
         self.cluster.release(node).await?;
+        self.mark_drain(&node.name, DrainCondition::Cleared).await;
         self.kernel.reporter.report(Event::Uncordoned {
             node: node.name.clone(),
         });

@@ -22,6 +22,7 @@ mod decisions;
 mod error;
 mod give_back;
 mod gone;
+mod marks;
 mod others;
 mod pods_back;
 mod ready;
@@ -93,6 +94,8 @@ pub struct Rotation<'a> {
     pub clock: RunClock,
     /// What the run estimates what is left from, and what is left.
     pub estimates: RunEstimates,
+    /// The server refused a drain condition once: said then, not again.
+    pub marks_refused: std::sync::atomic::AtomicBool,
 }
 
 /// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the

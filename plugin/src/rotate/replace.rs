@@ -12,7 +12,7 @@ use super::records::{self, expected_key, record_of, terminating_key};
 use super::timing::BatchClock;
 use super::{GroupRun, Presence, RotateError, Rotation, SetAside};
 use crate::cluster::drain::{Cordon, DrainError};
-use crate::cluster::nodes::Deleted;
+use crate::cluster::nodes::{Deleted, DrainCondition};
 use crate::events::{Event, Reporter};
 use crate::keys;
 use crate::plan::Role;
@@ -259,6 +259,7 @@ impl Rotation<'_> {
                 return Ok(Presence::Gone);
             }
         }
+        self.mark_drain(node, DrainCondition::Draining).await;
         match self
             .cluster
             .drain_ordered(node, &self.settings.drain, turns, reporter)
@@ -283,6 +284,7 @@ impl Rotation<'_> {
             }
             Err(e) => return Err(e.into()),
         }
+        self.mark_drain(node, DrainCondition::Drained).await;
         Ok(Presence::after(self.cluster.set_phase(node, "drained")).await?)
     }
 }
