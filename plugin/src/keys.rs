@@ -121,3 +121,10 @@ pub const DISRUPTOR_TAINTS: &[(&str, &str)] = &[
 /// Node lifecycle conditions (KEP-5683, Kubernetes 1.37) that say a node is being disrupted
 /// while True.
 pub const IN_PROGRESS_CONDITIONS: &[&str] = &["DrainInProgress", "MaintenanceInProgress"];
+
+/// The cluster-autoscaler leaves a node with this annotation `"true"` alone in scale-down: a run
+/// puts it on the nodes it will rotate, so that they are not scaled down under it.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+
+/// Beside [`SCALE_DOWN_DISABLED`] when a run put it there: only that one is ever removed.
+pub const SCALE_DOWN_DISABLED_BY_US: &str = "rollout-ext.io/scale-down-disabled";

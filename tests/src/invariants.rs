@@ -91,6 +91,8 @@ pub struct End {
     pub instances: Vec<String>,
     /// The rotation lock's holder and the run state on it, if the lock still exists.
     pub lock: Option<String>,
+    /// Nodes of the group that still carry a run's scale-down mark for the cluster-autoscaler.
+    pub marked: Vec<String>,
 }
 
 /// A broken invariant, with what the observer saw when it broke.
@@ -129,6 +131,10 @@ pub enum Violation {
         instances: Vec<String>,
     },
     NotAvailableAtEnd {
+        node: String,
+    },
+    /// A run's mark that keeps the cluster-autoscaler from scaling a node down outlived it.
+    MarkLeft {
         node: String,
     },
     LockNotReleased {
@@ -208,6 +214,10 @@ impl fmt::Display for Violation {
             Violation::NotAvailableAtEnd { node } => write!(
                 f,
                 "node {node} is not an available up-to-date node at the end"
+            ),
+            Violation::MarkLeft { node } => write!(
+                f,
+                "node {node} still carries the run's scale-down mark for the cluster-autoscaler at the end"
             ),
             Violation::LockNotReleased { holder } => write!(
                 f,
@@ -467,7 +477,7 @@ impl Checker {
 
     /// Checks the end state: each outdated node terminated but those set aside, the group back
     /// to its size with available new nodes only (and the nodes set aside, cordoned), no
-    /// instance left behind, the lock gone.
+    /// instance left behind, no scale-down mark left, the lock gone.
     pub fn finish(&mut self, end: &End) {
         for node in self.budget.outdated.clone() {
             if !self.terminated.contains_key(&node) && !self.budget.set_aside.contains(&node) {
@@ -500,6 +510,9 @@ impl Checker {
             if !end.nodes.iter().any(|(name, _, _)| *name == node) {
                 self.record(Violation::SetAsideNotCordoned { node });
             }
+        }
+        for node in &end.marked {
+            self.record(Violation::MarkLeft { node: node.clone() });
         }
         if let Some(holder) = &end.lock {
             self.record(Violation::LockNotReleased {

@@ -303,11 +303,19 @@ impl Observer {
             .expect("the observer hears every call")
             .unwrap();
         let client = cluster.client().await;
-        let nodes = Api::<Node>::all(client.clone())
+        let listed = Api::<Node>::all(client.clone())
             .list(&ListParams::default().labels(&self.nodes))
             .await
             .unwrap()
-            .items
+            .items;
+        let marked = (listed.iter())
+            .filter(|n| {
+                let annotations = n.metadata.annotations.as_ref();
+                annotations.is_some_and(|a| a.contains_key("rollout-ext.io/scale-down-disabled"))
+            })
+            .map(|n| n.name_any())
+            .collect();
+        let nodes = listed
             .iter()
             .map(|n| match node_seen(n) {
                 Seen::Node {
@@ -335,6 +343,7 @@ impl Observer {
             nodes,
             instances,
             lock,
+            marked,
         };
         for task in &self.tasks {
             task.abort();

@@ -388,3 +388,87 @@ async fn each_node_the_run_drains_says_so_in_its_lifecycle_conditions() {
         );
     }
 }
+
+/// The cluster-autoscaler's scale-down mark: the nodes a run will rotate carry it from their
+/// group's start, and an aborted run removes the ones it put (one someone else put stays).
+#[tokio::test]
+async fn the_nodes_a_run_rotates_are_kept_from_scale_down_until_it_ends() {
+    const MARK: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "others-scale-down";
+    let other = group_beside_another_tool(cluster, group, 3).await;
+    let (second, third) = (format!("{group}-2"), format!("{group}-3"));
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    // Someone else keeps the third from scale-down already.
+    let theirs = json!({"metadata": {"annotations": {MARK: "true"}}});
+    (nodes.patch(&third, &PatchParams::default(), &Patch::Merge(&theirs)))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = args(cluster, dir.path(), group, 1);
+    let kubeconfig = cluster.kubeconfig.clone();
+    let annotations = |node: &Node| node.metadata.annotations.clone().unwrap_or_default();
+    // Each node's scale-down mark while the run held.
+    type Marks = Vec<(String, Option<String>)>;
+    let during: Arc<Mutex<Marks>> = Arc::default();
+    let (seen, handle, marked_nodes) = (
+        during.clone(),
+        tokio::runtime::Handle::current(),
+        nodes.clone(),
+    );
+    let (marked, mut started) = (other.clone(), false);
+    let on_event = move |event: &Value| match event["event"].as_str().unwrap_or_default() {
+        "terminated" if !started => {
+            started = true;
+            handle.block_on(mark(&marked_nodes, &marked, Marker::Cordon, true));
+        }
+        // Held for the cordon: what the nodes carry now, then the operator aborts.
+        "others-disrupting" => {
+            for node in [&second, &third] {
+                let n = handle.block_on(marked_nodes.get(node)).unwrap();
+                let a = annotations(&n);
+                seen.lock()
+                    .unwrap()
+                    .push((node.clone(), a.get(MARK).cloned()));
+            }
+            let out = std::process::Command::new(plugin_binary())
+                .args([
+                    "abort",
+                    "--kubeconfig",
+                    kubeconfig.to_str().unwrap(),
+                    "--reason",
+                    "test",
+                ])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
+        _ => {}
+    };
+    let (code, stderr) = rollout_ext_e2e::run_watching(run_args, on_event).await;
+    mark(&nodes, &other, Marker::Cordon, false).await;
+    assert_eq!(code, Some(3), "aborted: {stderr}");
+    let during = during.lock().unwrap().clone();
+    let kept = Some("true".to_string());
+    assert_eq!(
+        during,
+        [
+            (format!("{group}-2"), kept.clone()),
+            (format!("{group}-3"), kept.clone())
+        ]
+    );
+    let after = |node: &str| {
+        let nodes = nodes.clone();
+        let node = node.to_string();
+        async move { annotations(&nodes.get(&node).await.unwrap()) }
+    };
+    let second_after = after(&format!("{group}-2")).await;
+    assert!(
+        !second_after.contains_key(MARK),
+        "ours went: {second_after:?}"
+    );
+    assert!(!second_after.contains_key("rollout-ext.io/scale-down-disabled"));
+    let third_after = after(&format!("{group}-3")).await;
+    assert_eq!(third_after.get(MARK), kept.as_ref(), "theirs stays");
+}

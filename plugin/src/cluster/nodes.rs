@@ -86,7 +86,19 @@ impl Cluster {
         key: &str,
         value: &str,
     ) -> Result<(), ClusterError> {
-        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.set_node_annotations(node, &[(key, Some(value))]).await
+    }
+
+    /// Sets (`Some`) or removes (`None`) annotations of a node in one patch.
+    pub async fn set_node_annotations(
+        &self,
+        node: &str,
+        annotations: &[(&str, Option<&str>)],
+    ) -> Result<(), ClusterError> {
+        let values: serde_json::Map<String, serde_json::Value> = (annotations.iter())
+            .map(|(key, value)| (key.to_string(), serde_json::json!(value)))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"annotations": values}});
         let patched = self
             .nodes_api()
             .patch(node, &PatchParams::default(), &Patch::Merge(patch))

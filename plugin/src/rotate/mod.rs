@@ -179,14 +179,17 @@ impl Rotation<'_> {
 
     /// Rotates every group the options choose, in order. Stopped by `abort --uncordon`, it
     /// uncordons what it leaves cordoned first.
+    /// However it ends, the marks it put for the cluster-autoscaler go.
     pub async fn run(&mut self) -> Result<(), RotateError> {
-        match self.rotate_all().await {
-            Err(RotateError::Stopped { request, at }) if request.uncordon => {
-                self.uncordon_left().await?;
-                Err(RotateError::Stopped { request, at })
-            }
+        let result = match self.rotate_all().await {
+            Err(RotateError::Stopped { request, at }) if request.uncordon => self
+                .uncordon_left()
+                .await
+                .and(Err(RotateError::Stopped { request, at })),
             other => other,
-        }
+        };
+        self.release_scale_down_marks().await;
+        result
     }
 
     async fn rotate_all(&mut self) -> Result<(), RotateError> {
@@ -470,6 +473,17 @@ impl Rotation<'_> {
                 }
                 Ok::<_, ClusterError>(())
             });
+        // Kept from the cluster-autoscaler's scale-down until the run ends (a node removed
+        // meanwhile is said by its taint).
+        let marks = (instances.iter())
+            .filter_map(|n| {
+                run.latest
+                    .nodes
+                    .iter()
+                    .find(|x| &x.name == n && x.registered)
+            })
+            .map(|node| self.keep_from_scale_down(node));
+        futures::future::try_join_all(marks).await?;
         // A taint needs no record first: it only steers new pods away, and a run stopped
         // before the record counts the group's nodes again, all of them still there.
         let (expected, _) = tokio::try_join!(self.expected_size(run), async {

@@ -85,7 +85,26 @@ fn correct_end() -> End {
         instances: nodes.iter().map(|n| n.0.clone()).collect(),
         nodes,
         lock: None,
+        marked: Vec::new(),
     }
+}
+
+#[test]
+fn a_scale_down_mark_left_at_the_end_is_a_violation() {
+    let mut checker = three_node_checker();
+    for seen in correct_sequence() {
+        checker.observe(seen);
+    }
+    checker.finish(&End {
+        marked: vec!["n2-new".into()],
+        ..correct_end()
+    });
+    assert_eq!(
+        checker.violations(),
+        [Violation::MarkLeft {
+            node: "n2-new".into()
+        }]
+    );
 }
 
 #[test]
@@ -378,7 +397,7 @@ fn a_node_to_set_aside_is_never_terminated_and_ends_cordoned() {
     let end = End {
         instances: nodes.iter().map(|n| n.0.clone()).collect(),
         nodes,
-        lock: None,
+        ..Default::default()
     };
     checker.finish(&end);
     assert_eq!(checker.violations(), []);
