@@ -72,14 +72,7 @@ fn dir() -> PathBuf {
 }
 
 fn cached(path: &str) -> anyhow::Result<PathBuf> {
-    let path = dir().join(path);
-    if !path.exists() {
-        bail!(
-            "{} is missing: run `bash tests/cluster/install-control-plane.sh` (the README's test command does)",
-            path.display()
-        );
-    }
-    Ok(path)
+    super::installed(dir().join(path))
 }
 
 /// The CustomResourceDefinitions of Karpenter's module (NodePool, NodeClaim, KWOKNodeClass), as

@@ -55,14 +55,7 @@ pub fn dir() -> PathBuf {
 
 /// The kwok binary, or why it is missing.
 pub fn binary() -> anyhow::Result<PathBuf> {
-    let path = dir().join("bin/kwok");
-    if !path.exists() {
-        bail!(
-            "{} is missing: run `bash tests/cluster/install-control-plane.sh` (the README's test command does)",
-            path.display()
-        );
-    }
-    Ok(path)
+    super::installed(dir().join("bin/kwok"))
 }
 
 /// The kubelet version the module's node-initialize stage reports for a node that has none.

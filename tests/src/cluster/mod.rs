@@ -72,7 +72,11 @@ pub fn binaries_dir() -> PathBuf {
 }
 
 fn binary(name: &str) -> anyhow::Result<PathBuf> {
-    let path = binaries_dir().join(name);
+    installed(binaries_dir().join(name))
+}
+
+/// `path`, which `install-control-plane.sh` puts in the cache, or why it is missing.
+fn installed(path: PathBuf) -> anyhow::Result<PathBuf> {
     if !path.exists() {
         bail!(
             "{} is missing: run `bash tests/cluster/install-control-plane.sh` (the README's test command does)",
