@@ -5,6 +5,7 @@
 //! one we plan with, so a 150,000-pod snapshot costs little more than reading it. This module does
 //! no I/O: it turns bytes into a [`Snapshot`].
 
+mod conditions;
 mod kinds;
 mod machines;
 mod node_pools;
@@ -22,6 +23,7 @@ use crate::labels::Labels;
 use crate::scheduling::{
     self, Placement, RawAffinity, RawContainer, RawResources, Resources, Toleration,
 };
+use conditions::{Condition, condition_true, in_progress};
 
 /// Why a snapshot could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -103,29 +105,6 @@ pub struct Node {
     /// A Node lifecycle condition that says someone is disrupting it (`DrainInProgress` or
     /// `MaintenanceInProgress` True), with its reason: `DrainInProgress (reason Upgrade)`.
     pub in_progress: Option<String>,
-}
-
-#[cfg(test)]
-impl Node {
-    /// A registered, Ready node with nothing else to it, for tests to build on.
-    pub fn ready(name: &str) -> Node {
-        Node {
-            name: name.into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-            taints: vec![],
-            unschedulable: false,
-            ready: true,
-            created: None,
-            kubelet_version: None,
-            provider_id: None,
-            allocatable: None,
-            machine: None,
-            registered: true,
-            deleting: false,
-            in_progress: None,
-        }
-    }
 }
 
 /// The controller that owns a pod, if any.
@@ -343,33 +322,6 @@ struct OwnerRef {
     name: String,
     #[serde(default)]
     controller: bool,
-}
-
-#[derive(Deserialize)]
-struct Condition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-fn condition_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions
-        .iter()
-        .any(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// The first lifecycle condition of [`keys::IN_PROGRESS_CONDITIONS`] that is
-/// True, with its reason.
-fn in_progress(conditions: &[Condition]) -> Option<String> {
-    let found = conditions
-        .iter()
-        .find(|c| c.status == "True" && keys::IN_PROGRESS_CONDITIONS.contains(&c.type_.as_str()))?;
-    Some(match found.reason.as_deref().filter(|r| !r.is_empty()) {
-        Some(reason) => format!("{} (reason {reason})", found.type_),
-        None => found.type_.clone(),
-    })
 }
 
 /// Parses an RFC 3339 timestamp into Unix seconds.

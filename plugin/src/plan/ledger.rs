@@ -18,6 +18,8 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
+use super::group_loop::Sizing;
+use super::groups::NodeGroup;
 use crate::keys;
 use crate::snapshot::{Node, Snapshot};
 
@@ -62,6 +64,33 @@ impl Ledger {
         Ledger {
             group: group.to_string(),
             disruptions,
+        }
+    }
+
+    /// The ledger of `group` for a run starting now: the cordons it finds are not others'.
+    pub fn at_start(snapshot: &Snapshot, group: &NodeGroup) -> Ledger {
+        let found: HashSet<String> = (group.nodes.iter())
+            .filter(|n| n.unschedulable)
+            .map(|n| n.name.clone())
+            .collect();
+        Ledger::of_group(snapshot, &group.name, &group.nodes, &found)
+    }
+
+    /// `sizing` narrowed to what others leave of its budget: its built-in size, and the most a
+    /// hook may answer.
+    pub fn narrow(&self, sizing: &Sizing) -> Sizing {
+        let room = self.room(sizing.max_batch);
+        if room >= sizing.max_batch {
+            return sizing.clone();
+        }
+        Sizing {
+            max_batch: room,
+            max_batch_reason: format!(
+                "{} (others disrupt {} of the group's nodes)",
+                sizing.max_batch_reason,
+                self.disruptions.len()
+            ),
+            ..sizing.clone()
         }
     }
 

@@ -18,6 +18,7 @@ pub mod group_loop;
 pub mod groups;
 pub mod health;
 pub mod hook;
+mod instances;
 pub mod ledger;
 pub mod planner;
 pub mod prepare;

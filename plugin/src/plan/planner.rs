@@ -13,20 +13,19 @@ use super::forecast::{self, Forecast};
 use super::group_loop::{
     Action, Asked, GroupLoop, GroupStart, Input, Outcome, Question, Sizing, Step,
 };
-use super::groups;
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
+use super::instances::instance_list;
 use super::ledger::Ledger;
 use super::prepare::{self, Prepared};
 use super::shadow::{self, ShadowDecision};
 use super::{
-    BatchPlan, GateStep, GroupPlan, InstancePlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep,
-    Plan, PlanError, PlanOptions, UndrainablePlan,
+    BatchPlan, GateStep, GroupPlan, MAX_SIMULATED_PAUSE, PLAN_API_VERSION, PauseStep, Plan,
+    PlanError, PlanOptions, UndrainablePlan,
 };
 use crate::policy::drain::UndrainableAction;
 use crate::policy::{OthersDisruptions, Policy};
 use crate::snapshot::Snapshot;
-use std::collections::HashSet;
 
 /// Plans a node rotation.
 pub fn plan_nodes(
@@ -55,17 +54,9 @@ pub fn plan_nodes(
         if let Prepared::Ready(start) = &group_plan {
             tally.add(&group.name, group.role, start);
         }
-        // What others disrupt now, as a run starting now would count it: the cordons it
-        // finds are not theirs.
-        let counted = policy.others_disruptions == OthersDisruptions::Count;
-        let found: HashSet<String> = (group.nodes.iter())
-            .filter(|n| n.unschedulable)
-            .map(|n| n.name.clone())
-            .collect();
-        let others = if counted {
-            Ledger::of_group(snapshot, &group.name, &group.nodes, &found)
-        } else {
-            Ledger::default()
+        let others = match policy.others_disruptions {
+            OthersDisruptions::Count => Ledger::at_start(snapshot, group),
+            OthersDisruptions::Ignore => Ledger::default(),
         };
         prepared.push((group, group_plan, others));
     }
@@ -296,25 +287,20 @@ impl Planner<'_> {
     /// with nothing left the run would hold, which the plan says and sizes past.
     fn narrow(&mut self, others: &Ledger, sizing: Sizing) -> Sizing {
         let (budget, room) = (sizing.max_batch, others.room(sizing.max_batch));
-        if room == 0 {
-            self.warnings.push(format!(
-                "{}: the run would hold before the group's first batch until they leave room in its budget ({budget} at once)",
-                others.describe()
-            ));
-            return sizing;
-        }
-        self.warnings.push(format!(
-            "{}: the group's first batch takes {room} of its budget of {budget} (a run reads this again before each batch)",
-            others.describe()
-        ));
-        Sizing {
-            max_batch: room,
-            max_batch_reason: format!(
-                "{} (others disrupt {} of the group's nodes)",
-                sizing.max_batch_reason,
-                others.disruptions.len()
-            ),
-            ..sizing
+        let what = match room {
+            0 => "the run would hold before the group's first batch until they leave room in its budget".to_string(),
+            _ => format!("the group's first batch takes {room} of its budget of {budget} (a run reads this again before each batch)"),
+        };
+        let at_once = if room == 0 {
+            format!(" ({budget} at once)")
+        } else {
+            String::new()
+        };
+        self.warnings
+            .push(format!("{}: {what}{at_once}", others.describe()));
+        match room {
+            0 => sizing,
+            _ => others.narrow(&sizing),
         }
     }
 
@@ -587,55 +573,4 @@ impl Planner<'_> {
         rec.plan.aborted = Some(format!("{decided_by} aborted {at}: {reason}"));
         rec.plan
     }
-}
-
-/// Every instance of the group: the chosen ones in update order, then the others. Whoever
-/// decided the selection also decided who was left out.
-fn instance_list(group: &GroupLoop) -> Vec<InstancePlan> {
-    let candidates = group.candidates();
-    let Some(selected) = group.selected() else {
-        return Vec::new();
-    };
-    let mut out: Vec<InstancePlan> = selected
-        .chosen
-        .iter()
-        .map(|c| {
-            let cand = &candidates[c.index];
-            InstancePlan {
-                name: cand.name.clone(),
-                zone: cand.zone.clone(),
-                update: true,
-                reason: c.reason.clone(),
-                decided_by: c.by.clone(),
-                pods: cand.pods,
-            }
-        })
-        .collect();
-    let selected_by = &selected.by;
-    for (i, cand) in candidates.iter().enumerate() {
-        if selected.chosen.iter().any(|c| c.index == i) {
-            continue;
-        }
-        let (reason, by) = match (&cand.reason, selected_by) {
-            (Some(r), DecidedBy::Hook(_)) => (
-                format!("left out by {selected_by} (built-in: {r})"),
-                selected_by.clone(),
-            ),
-            (None, _) if !cand.up_to_date => (
-                groups::left_alone(&cand.annotations).unwrap_or_else(|| "left alone".into()),
-                DecidedBy::BuiltIn,
-            ),
-            (None, DecidedBy::Hook(_)) => ("up to date".to_string(), selected_by.clone()),
-            _ => ("up to date".to_string(), DecidedBy::BuiltIn),
-        };
-        out.push(InstancePlan {
-            name: cand.name.clone(),
-            zone: cand.zone.clone(),
-            update: false,
-            reason,
-            decided_by: by,
-            pods: cand.pods,
-        });
-    }
-    out
 }

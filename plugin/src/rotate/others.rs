@@ -64,15 +64,7 @@ impl Rotation<'_> {
             return Ok(sizing.clone());
         }
         self.say_others(&ledger, room, budget);
-        Ok(Sizing {
-            max_batch: room,
-            max_batch_reason: format!(
-                "{} (others disrupt {} of the group's nodes)",
-                sizing.max_batch_reason,
-                ledger.disruptions.len()
-            ),
-            ..sizing.clone()
-        })
+        Ok(ledger.narrow(sizing))
     }
 
     /// Right before `batch`'s nodes are cordoned: holds while others and the batch together
