@@ -19,10 +19,11 @@ demo: wasm
 	  --from-snapshot $(DEMO_DIR)/snapshot.json --policy $(DEMO_DIR)/policy.yaml \
 	  --kubelet-version v1.20.2 --now 2026-11-27T12:00:00Z -o wide
 
-## test: every test, against real compiled hooks and a real control plane.
+## test: every test, against real compiled hooks and a real control plane. The test binaries run
+## TEST_JOBS (default 3) at a time: each mostly waits on its own control plane.
 test: wasm python-hook js-hook control-plane prometheus registry
 	$(CARGO) build --bins
-	$(CARGO) test --workspace
+	$(TARGET_DIR)/debug/test-all
 
 ## bench: the figures of BENCHMARKS.md, each beside its peer (release build, a real test cluster,
 ## kubectl on PATH; about twenty minutes). Not part of `test`: speed is reported, never asserted.
