@@ -1,5 +1,6 @@
 //! The cluster as the planner sees it: nodes, pods and PodDisruptionBudgets, read from a standard
-//! `v1` `List` (what `kubectl get nodes,pods,poddisruptionbudgets -A -o json` prints).
+//! `v1` `List` (what `kubectl get nodes,pods,poddisruptionbudgets -A -o json` prints); what other
+//! disruptors mark (kured's DaemonSet, NodeMaintenances) when the list has them.
 //!
 //! Only the fields planning reads are kept, and each item's body is parsed only when its kind is
 //! one we plan with, so a 150,000-pod snapshot costs little more than reading it. This module does
@@ -7,7 +8,9 @@
 
 mod conditions;
 mod kinds;
+pub mod kured;
 mod machines;
+mod node_maintenances;
 mod node_pools;
 mod pdbs;
 mod wire;
@@ -53,7 +56,9 @@ pub enum SnapshotError {
 }
 
 pub use kinds::KindIndex;
+pub use kured::KuredDaemonSet;
 pub use machines::{DEPLOYMENT_LABEL, Machine, MachineRef};
+pub use node_maintenances::NodeMaintenance;
 pub use node_pools::NodePool;
 pub use pdbs::{Pdb, PdbBody, UnhealthyPodEvictionPolicy};
 pub use wire::Decoded;
@@ -70,6 +75,10 @@ pub struct Snapshot {
     pub machines: Vec<Machine>,
     /// Karpenter's NodePools, when read.
     pub node_pools: Vec<NodePool>,
+    /// kured's DaemonSets, with the nodes its reboot lock names, when read.
+    pub kured: Vec<KuredDaemonSet>,
+    /// medik8s' NodeMaintenance objects, when read.
+    pub node_maintenances: Vec<NodeMaintenance>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -201,6 +210,12 @@ impl Snapshot {
                 "NodePool" if api_version.starts_with(node_pools::API_GROUP) => {
                     item.parse::<NodePool>().map(|p| self.node_pools.push(p))
                 }
+                "NodeMaintenance" if api_version.starts_with(node_maintenances::API_GROUP) => {
+                    (item.parse::<NodeMaintenance>()).map(|m| self.node_maintenances.push(m))
+                }
+                "DaemonSet" => item
+                    .parse::<kured::DaemonSet>()
+                    .map(|d| self.kured.extend(d.kured)),
                 "PodDisruptionBudget" => {
                     let v1beta1 = api_version.ends_with("v1beta1");
                     item.parse::<pdbs::PdbBody>()

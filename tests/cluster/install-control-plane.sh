@@ -6,7 +6,10 @@
 # simulator, sigs.k8s.io/kwok at the version in tests/cluster/kwok/VERSION) with the stages its
 # module ships (kustomize/stage/, read from the module cache, never copied into the repo), and
 # Karpenter (sigs.k8s.io/karpenter at the version in tests/cluster/karpenter/VERSION, its kwok
-# cloud provider) with the CustomResourceDefinitions its module ships, taken the same way.
+# cloud provider) with the CustomResourceDefinitions its module ships, taken the same way; and
+# the NodeMaintenance CustomResourceDefinition of medik8s' node-maintenance-operator module
+# (github.com/medik8s/node-maintenance-operator at tests/cluster/node-maintenance/VERSION, checked
+# against the hash in SUM beside it: the public checksum database does not list that module).
 # Static, as upstream ships them, and stamped with the release so that `--version` and the
 # server's /version say it.
 #
@@ -33,6 +36,11 @@ kwok_dest="${ROLLOUT_EXT_KWOK_DIR:-$cache_root/kwok-${KWOK_VERSION#v}}"
 # their Lease, pods Running and Ready once bound, terminating pods removed.
 KARPENTER_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/karpenter/VERSION")
 karpenter_dest="${ROLLOUT_EXT_KARPENTER_DIR:-$cache_root/karpenter-${KARPENTER_VERSION#v}}"
+NMO_MODULE=github.com/medik8s/node-maintenance-operator
+NMO_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/node-maintenance/VERSION")
+NMO_SUM=$(tr -d '[:space:]' <"$(dirname "$module_dir")/node-maintenance/SUM")
+nmo_dest="${ROLLOUT_EXT_NMO_DIR:-$cache_root/node-maintenance-${NMO_VERSION#v}}"
+nmo_crd=config/crd/bases/nodemaintenance.medik8s.io_nodemaintenances.yaml
 # Karpenter's definitions (NodePool, NodeClaim) and its kwok provider's (KWOKNodeClass).
 karpenter_crds=(pkg/apis/crds/karpenter.sh_nodepools.yaml pkg/apis/crds/karpenter.sh_nodeclaims.yaml
   kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml)
@@ -59,8 +67,12 @@ karpenter_cached() {
   for c in "${karpenter_crds[@]}"; do [ -f "$karpenter_dest/crds/$(basename "$c")" ] || return 1; done
 }
 
-if cached && kwok_cached && karpenter_cached; then
-  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest"
+nmo_cached() {
+  [ -f "$nmo_dest/crds/$(basename "$nmo_crd")" ]
+}
+
+if cached && kwok_cached && karpenter_cached && nmo_cached; then
+  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest, NodeMaintenance $NMO_VERSION in $nmo_dest"
   exit 0
 fi
 
@@ -157,6 +169,22 @@ build_karpenter() {
   say "Karpenter $KARPENTER_VERSION ready in $karpenter_dest"
 }
 
+take_nmo_crd() {
+  mkdir -p "$nmo_dest" && cd "$nmo_dest"
+  begin "take the NodeMaintenance CustomResourceDefinition from $NMO_MODULE $NMO_VERSION"
+  info=$(GOFLAGS= GONOSUMDB="$NMO_MODULE" "$go_bin" mod download -json "$NMO_MODULE@$NMO_VERSION")
+  sum=$(printf '%s\n' "$info" | sed -n 's/^\s*"Sum": "\(.*\)",$/\1/p')
+  [ "$sum" = "$NMO_SUM" ] || { say "$NMO_MODULE $NMO_VERSION has hash '$sum', not $NMO_SUM"; exit 1; }
+  module=$(printf '%s\n' "$info" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$module/$nmo_crd" ] || { say "$NMO_MODULE has no $nmo_crd (looked in '$module')"; exit 1; }
+  rm -rf "$nmo_dest/crds" && mkdir -p "$nmo_dest/crds"
+  cp "$module/$nmo_crd" "$nmo_dest/crds/" && chmod u+w "$nmo_dest/crds"/*
+  done_step
+  step=""
+  say "the NodeMaintenance definition of $NMO_VERSION ready in $nmo_dest"
+}
+
 cached || build_kubernetes
 kwok_cached || build_kwok
 karpenter_cached || build_karpenter
+nmo_cached || take_nmo_crd

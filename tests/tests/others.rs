@@ -1,6 +1,6 @@
 //! Other disruptors on the real test cluster: a node of the group that another tool is taking
-//! out (its taint, a cordon the run did not find, a Node lifecycle condition) counts against the
-//! group's budget. A batch takes only what is left; with nothing left the run holds, saying who
+//! out (its taint, a cordon the run did not find, a Node lifecycle condition, kured's reboot lock
+//! on its DaemonSet, a NodeMaintenance) counts against the group's budget. A batch takes only what is left; with nothing left the run holds, saying who
 //! holds it, and goes on once the other tool is done. The plan says the same.
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,16 @@ enum Marker {
     Cordon,
     /// A Node lifecycle condition True (its type).
     Condition(&'static str),
+    /// kured's reboot lock naming the node, on a DaemonSet running kured's image.
+    KuredLock,
+    /// A NodeMaintenance naming the node (medik8s' node-maintenance-operator).
+    Maintenance,
 }
+
+/// The DaemonSet that plays kured's: its image is kured's, its pods run nowhere.
+const KURED: &str = "kured";
+/// The NodeMaintenance a test creates.
+const MAINTENANCE: &str = "other-tool-maintenance";
 
 impl Marker {
     /// The patch that puts the mark on (`on`) or takes it off, and whether it is a status patch.
@@ -37,6 +46,7 @@ impl Marker {
                 (json!({"spec": {"taints": taints}}), false)
             }
             Marker::Cordon => (json!({"spec": {"unschedulable": on}}), false),
+            Marker::KuredLock | Marker::Maintenance => unreachable!("not a Node patch"),
             Marker::Condition(type_) => {
                 let status = if on { "True" } else { "False" };
                 let condition = json!({"type": type_, "status": status, "reason": "Upgrade",
@@ -55,12 +65,76 @@ impl Marker {
             Marker::Taint(_) => "medik8s".into(),
             Marker::Cordon => "someone who cordoned it".into(),
             Marker::Condition(type_) => format!("whoever set its {type_} (reason Upgrade)"),
+            Marker::KuredLock => {
+                format!("kured (its reboot lock on DaemonSet kube-system/{KURED})")
+            }
+            Marker::Maintenance => {
+                format!("node-maintenance-operator (NodeMaintenance {MAINTENANCE}: Upgrade)")
+            }
         }
     }
 }
 
+/// Takes kured's lock for `node` as kured does (a single lock, no TTL), on a DaemonSet made
+/// for it; `on: false` lets it go.
+async fn kured_lock(client: kube::Client, node: &str, on: bool) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use kube::api::PostParams;
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client, "kube-system");
+    if daemon_sets.get_opt(KURED).await.unwrap().is_none() {
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": KURED},
+            "spec": {"selector": {"matchLabels": {"name": KURED}},
+                     "template": {"metadata": {"labels": {"name": KURED}},
+                                  "spec": {"nodeSelector": {"rollout-ext.test/nowhere": "true"},
+                                           "containers": [{"name": "kured", "image": "ghcr.io/kubereboot/kured:1.17.1"}]}}}
+        }))
+        .unwrap();
+        daemon_sets
+            .create(&PostParams::default(), &ds)
+            .await
+            .unwrap();
+    }
+    let value = on.then(|| {
+        json!({"nodeID": node, "metadata": {"unschedulable": false},
+               "created": jiff::Timestamp::now().to_string(), "TTL": 0})
+        .to_string()
+    });
+    let patch = json!({"metadata": {"annotations": {"weave.works/kured-node-lock": value}}});
+    daemon_sets
+        .patch(KURED, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Puts `node` under maintenance as node-maintenance-operator's users do (a NodeMaintenance
+/// naming it); `on: false` deletes it.
+async fn maintenance(client: kube::Client, node: &str, on: bool) {
+    use kube::api::{DeleteParams, DynamicObject, PostParams};
+    let api = rollout_ext_e2e::cluster::node_maintenances(&client);
+    if !on {
+        api.delete(MAINTENANCE, &DeleteParams::default())
+            .await
+            .unwrap();
+        return;
+    }
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+        "metadata": {"name": MAINTENANCE},
+        "spec": {"nodeName": node, "reason": "Upgrade"}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
 /// Marks (or unmarks) `node` as another tool would.
 async fn mark(nodes: &Api<Node>, node: &str, marker: Marker, on: bool) {
+    let client = nodes.clone().into_client();
+    match marker {
+        Marker::KuredLock => return kured_lock(client, node, on).await,
+        Marker::Maintenance => return maintenance(client, node, on).await,
+        _ => {}
+    }
     let (patch, status) = marker.patch(on);
     let params = PatchParams::default();
     let patched = match status {
@@ -277,6 +351,62 @@ async fn the_run_holds_while_medik8s_drains_a_node() {
 #[tokio::test]
 async fn the_run_holds_while_a_node_lifecycle_condition_says_a_drain_is_in_progress() {
     holds_while_marked("others-lifecycle", Marker::Condition("DrainInProgress")).await;
+}
+
+#[tokio::test]
+async fn the_run_holds_while_kured_holds_its_reboot_lock_for_a_node() {
+    holds_while_marked("others-kured", Marker::KuredLock).await;
+}
+
+#[tokio::test]
+async fn the_run_holds_while_a_node_maintenance_names_a_node() {
+    holds_while_marked("others-maintenance", Marker::Maintenance).await;
+}
+
+/// The plan counts kured's lock and a NodeMaintenance as it counts a taint: with both on two
+/// nodes of a budget of three, its first batch takes one.
+#[tokio::test]
+async fn the_plan_counts_kureds_lock_and_a_node_maintenance() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "others-plan";
+    let locked = group_beside_another_tool(cluster, group, 3).await;
+    let maintained = format!("{group}-maintained");
+    (cluster.nodes)
+        .add(NodeSpec::new(&maintained, group))
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    mark(&nodes, &locked, Marker::KuredLock, true).await;
+    mark(&nodes, &maintained, Marker::Maintenance, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan_args: Vec<String> = (args(cluster, dir.path(), group, 3).into_iter())
+        .filter(|a| a != "--yes")
+        .collect();
+    let plan = std::process::Command::new(plugin_binary())
+        .args(&plan_args)
+        .output()
+        .unwrap();
+    mark(&nodes, &locked, Marker::KuredLock, false).await;
+    mark(&nodes, &maintained, Marker::Maintenance, false).await;
+    assert!(plan.status.success(), "{plan:?}");
+    let plan: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let planned = &plan["groups"][0];
+    let mut others: Vec<Value> = planned["othersDisrupting"].as_array().unwrap().clone();
+    others.sort_by_key(|o| o["node"].to_string());
+    assert_eq!(
+        others,
+        [
+            json!({"node": maintained, "by": Marker::Maintenance.who()}),
+            json!({"node": locked, "by": Marker::KuredLock.who()}),
+        ],
+        "{planned}"
+    );
+    assert_eq!(
+        planned["batches"][0]["instances"].as_array().unwrap().len(),
+        1,
+        "{planned}"
+    );
 }
 
 /// `othersDisruptions: Ignore` keeps the budget the run's own, as with kops: nothing is

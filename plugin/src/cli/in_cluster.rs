@@ -169,7 +169,13 @@ pub struct HandOver<'a> {
 pub fn run(kube: &KubeFlags, args: &NodesArgs, policy: &Policy) -> Result<(), Failure> {
     // What the runner will need, known before anything is created.
     let providers = super::rotate_cmd::providers_of(args, policy)?;
-    let needed = super::rotate_cmd::permissions_of(args, &providers);
+    // The runner reads others' objects wherever the server serves them.
+    let counted = policy.others_disruptions == crate::policy::OthersDisruptions::Count;
+    let others = crate::cluster::Others {
+        daemon_sets: counted,
+        node_maintenances: counted,
+    };
+    let needed = super::rotate_cmd::permissions_of(args, &providers, others);
     let hand_over = HandOver {
         namespace: kube
             .namespace

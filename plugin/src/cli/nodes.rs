@@ -271,9 +271,13 @@ pub(super) async fn connect(
             .ok()
             .flatten(),
     };
-    Ok(match providers {
+    let cluster = match providers {
         Some(p) => p.inventory(cluster),
         None => cluster,
+    };
+    Ok(match policy.others_disruptions {
+        crate::policy::OthersDisruptions::Count => cluster.with_others().await?,
+        crate::policy::OthersDisruptions::Ignore => cluster,
     })
 }
 

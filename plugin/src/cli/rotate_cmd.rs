@@ -13,12 +13,12 @@ use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::runner::{NODE_ENV, POD_ENV, RUNNER_ENV, RunnerPod};
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
-use crate::cluster::{Cluster, LiveObjects};
+use crate::cluster::{Cluster, LiveObjects, Others};
 use crate::hooks::{HookRuntime, ObjectSource};
 use crate::kernel::{ControlsAt, Kernel, Parts};
 use crate::plan::PlanOptions;
 use crate::plan::hook::Hook;
-use crate::policy::Policy;
+use crate::policy::{OthersDisruptions, Policy};
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
 use crate::provider::Providers;
 use crate::rotate::{RotateSettings, Rotation, RunClock, RunEstimates, Steps};
@@ -135,8 +135,13 @@ pub(super) fn providers_of(args: &NodesArgs, policy: &Policy) -> Result<Provider
 }
 
 /// Every permission a rotation with `providers` uses.
-pub(super) fn permissions_of(args: &NodesArgs, providers: &Providers) -> Vec<access::Permission> {
+pub(super) fn permissions_of(
+    args: &NodesArgs,
+    providers: &Providers,
+    others: Others,
+) -> Vec<access::Permission> {
     let mut needed = access::for_rotation(args.cloud_only, args.disable_eviction);
+    needed.extend(access::for_others(others));
     if providers.reads_machines() {
         needed.extend(access::for_cluster_api());
     }
@@ -167,7 +172,11 @@ pub fn run(
     let runtime = tokio_runtime()?;
     runtime.block_on(async {
         let cluster = providers.inventory(Cluster::connect(&kube.connect_options()?).await?);
-        let needed = permissions_of(args, &providers);
+        let cluster = match policy.others_disruptions {
+            OthersDisruptions::Count => cluster.with_others().await?,
+            OthersDisruptions::Ignore => cluster,
+        };
+        let needed = permissions_of(args, &providers, cluster.others());
         // Nothing changes before every permission the run needs is known to be granted, and
         // every hook has loaded. The run's view of the cluster (reads only) starts meanwhile.
         let (access, view) = tokio::join!(cluster.check_access(&needed), LiveView::start(&cluster));

@@ -172,6 +172,22 @@ pub fn for_karpenter() -> Vec<Permission> {
     ]
 }
 
+/// What counting others' disruptions reads besides nodes: every DaemonSet (for kured's lock)
+/// and, where `others` says the server serves them, NodeMaintenances.
+pub fn for_others(others: super::Others) -> Vec<Permission> {
+    let all = |verb, resource| Permission::new(verb, resource, None);
+    let mut needed = Vec::new();
+    if others.daemon_sets {
+        needed.extend(["list", "watch"].map(|verb| all(verb, "daemonsets.apps")));
+    }
+    if others.node_maintenances {
+        needed.extend(
+            ["list", "watch"].map(|verb| all(verb, "nodemaintenances.nodemaintenance.medik8s.io")),
+        );
+    }
+    needed
+}
+
 /// What a live `rolling-update` of a `kind` in `namespace` uses.
 pub fn for_rolling_update(kind: Kind, namespace: &str) -> Vec<Permission> {
     let here = |verb, resource| Permission::new(verb, resource, Some(namespace));

@@ -151,6 +151,8 @@ pub struct Cluster {
     machines: bool,
     /// Snapshots include Karpenter NodePools (see [`Cluster::with_node_pools`]).
     node_pools: bool,
+    /// Snapshots include what other disruptors mark besides nodes (see [`Cluster::with_others`]).
+    others: Others,
     /// This process's writes that a live view has yet to show (see [`view::LiveView`]).
     pub(crate) writes: writes::Writes,
     /// How long a request failing transiently is retried.
@@ -216,6 +218,7 @@ impl Cluster {
             evictions: Default::default(),
             machines: false,
             node_pools: false,
+            others: Others::default(),
             writes: Default::default(),
             retry_for,
         })
@@ -234,6 +237,37 @@ impl Cluster {
     pub fn with_node_pools(mut self) -> Cluster {
         self.node_pools = true;
         self
+    }
+
+    /// Snapshots of this cluster include what other disruptors mark besides nodes, for the
+    /// ledger: kured's DaemonSet (every DaemonSet is read, kured's kept) and, where the server
+    /// serves them, medik8s' NodeMaintenances.
+    pub async fn with_others(mut self) -> Result<Cluster, ClusterError> {
+        let served = self.serves_group(NODE_MAINTENANCE_GROUP).await?;
+        self.others = Others {
+            daemon_sets: true,
+            node_maintenances: served,
+        };
+        Ok(self)
+    }
+
+    /// What other disruptors' objects this cluster's snapshots include.
+    pub fn others(&self) -> Others {
+        self.others
+    }
+
+    /// Whether the server serves API group `group` (discovery).
+    async fn serves_group(&self, group: &str) -> Result<bool, ClusterError> {
+        let request = Request {
+            verb: "get",
+            resource: "API discovery",
+            namespace: None,
+        };
+        match self.get(&format!("/apis/{group}"), &request).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// GETs a path, returning the body.
@@ -325,6 +359,12 @@ impl Cluster {
                 "nodepools.karpenter.sh",
             ));
         }
+        if self.others.daemon_sets {
+            lists.push(("/apis/apps/v1/daemonsets".to_string(), "daemonsets.apps"));
+        }
+        if self.others.node_maintenances {
+            lists.push(node_maintenances_list());
+        }
         Ok(lists)
     }
 
@@ -398,6 +438,25 @@ impl Cluster {
 }
 
 /// The Cluster API Machines, as a snapshot lists them.
+/// The API group of medik8s' NodeMaintenance.
+const NODE_MAINTENANCE_GROUP: &str = "nodemaintenance.medik8s.io";
+
+/// Other disruptors' objects a cluster's snapshots include.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Others {
+    /// Every DaemonSet, for kured's.
+    pub daemon_sets: bool,
+    /// NodeMaintenances (the server serves them).
+    pub node_maintenances: bool,
+}
+
+fn node_maintenances_list() -> (String, &'static str) {
+    (
+        format!("/apis/{NODE_MAINTENANCE_GROUP}/v1beta1/nodemaintenances"),
+        "nodemaintenances.nodemaintenance.medik8s.io",
+    )
+}
+
 fn machines_list() -> (String, &'static str) {
     (
         "/apis/cluster.x-k8s.io/v1beta1/machines".to_string(),

@@ -5,6 +5,8 @@
 //! it cordons one.
 //!
 //! Counted, once per node, by the first mark found: the Node being deleted, or its Machine;
+//! a NodeMaintenance naming it (medik8s' node-maintenance-operator); kured's reboot lock naming
+//! it (on kured's DaemonSet, a holder whose TTL has not run out);
 //! a taint of Karpenter (`karpenter.sh/disrupted`), the cluster-autoscaler
 //! (`ToBeDeletedByClusterAutoscaler`) or medik8s (`medik8s.io/drain`), not the
 //! `node.kubernetes.io/unschedulable` taint the server puts on every cordoned node; a
@@ -42,19 +44,21 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// The ledger of `group`, whose nodes are `nodes`, in `snapshot`; `found_cordoned` are the
-    /// nodes the run found cordoned when it started (reported then, not counted).
+    /// The ledger of `group`, whose nodes are `nodes`, in `snapshot` at `now` (Unix seconds);
+    /// `found_cordoned` are the nodes the run found cordoned when it started (reported then,
+    /// not counted).
     pub fn of_group(
         snapshot: &Snapshot,
         group: &str,
         nodes: &[&Node],
         found_cordoned: &HashSet<String>,
+        now: i64,
     ) -> Ledger {
         let disruptions = nodes
             .iter()
             .filter(|n| !ours(n))
             .filter_map(|n| {
-                let by = cause(snapshot, n, found_cordoned)?;
+                let by = cause(snapshot, n, found_cordoned, now)?;
                 Some(Disruption {
                     node: n.name.clone(),
                     by,
@@ -67,13 +71,13 @@ impl Ledger {
         }
     }
 
-    /// The ledger of `group` for a run starting now: the cordons it finds are not others'.
-    pub fn at_start(snapshot: &Snapshot, group: &NodeGroup) -> Ledger {
+    /// The ledger of `group` for a run starting at `now`: the cordons it finds are not others'.
+    pub fn at_start(snapshot: &Snapshot, group: &NodeGroup, now: i64) -> Ledger {
         let found: HashSet<String> = (group.nodes.iter())
             .filter(|n| n.unschedulable)
             .map(|n| n.name.clone())
             .collect();
-        Ledger::of_group(snapshot, &group.name, &group.nodes, &found)
+        Ledger::of_group(snapshot, &group.name, &group.nodes, &found, now)
     }
 
     /// `sizing` narrowed to what others leave of its budget: its built-in size, and the most a
@@ -137,8 +141,13 @@ fn ours(node: &Node) -> bool {
         .any(|k| node.annotations.contains_key(*k))
 }
 
-/// Who is disrupting `node`, by the first mark found; none when no one is.
-fn cause(snapshot: &Snapshot, node: &Node, found_cordoned: &HashSet<String>) -> Option<String> {
+/// Who is disrupting `node` at `now`, by the first mark found; none when no one is.
+fn cause(
+    snapshot: &Snapshot,
+    node: &Node,
+    found_cordoned: &HashSet<String>,
+    now: i64,
+) -> Option<String> {
     if node.deleting {
         return Some("a deletion (the Node is being deleted)".into());
     }
@@ -147,6 +156,21 @@ fn cause(snapshot: &Snapshot, node: &Node, found_cordoned: &HashSet<String>) -> 
     });
     if machine.is_some_and(|m| m.deleting) {
         return Some("Cluster API (its Machine is being deleted)".into());
+    }
+    if let Some(m) = snapshot.maintenance_of(&node.name) {
+        return Some(match m.reason.as_str() {
+            "" => format!("node-maintenance-operator (NodeMaintenance {})", m.name),
+            reason => format!(
+                "node-maintenance-operator (NodeMaintenance {}: {reason})",
+                m.name
+            ),
+        });
+    }
+    if let Some(kured) = snapshot.kured_lock_on(&node.name, now) {
+        return Some(format!(
+            "kured (its reboot lock on DaemonSet {})",
+            kured.id()
+        ));
     }
     if let Some((_, who)) = keys::DISRUPTOR_TAINTS
         .iter()
@@ -183,10 +207,57 @@ mod tests {
     }
 
     fn ledger(nodes: &[Node], found: &[&str]) -> Ledger {
-        let snapshot = Snapshot::default();
+        ledger_in(&Snapshot::default(), nodes, found)
+    }
+
+    fn ledger_in(snapshot: &Snapshot, nodes: &[Node], found: &[&str]) -> Ledger {
         let refs: Vec<&Node> = nodes.iter().collect();
         let found = found.iter().map(|s| s.to_string()).collect();
-        Ledger::of_group(&snapshot, "nodes", &refs, &found)
+        Ledger::of_group(snapshot, "nodes", &refs, &found, NOW)
+    }
+
+    const NOW: i64 = 1_800_000_000;
+
+    #[test]
+    fn a_node_maintenance_and_a_live_kured_lock_count_an_expired_lock_does_not() {
+        use crate::snapshot::kured::LockHolder;
+        use crate::snapshot::{KuredDaemonSet, NodeMaintenance};
+        let holder = |node: &str, created: i64, ttl_seconds: i64| LockHolder {
+            node_id: node.into(),
+            created: Some(created),
+            ttl_seconds,
+        };
+        let snapshot = Snapshot {
+            node_maintenances: vec![NodeMaintenance {
+                name: "fix-a".into(),
+                node: "a".into(),
+                reason: "new DIMM".into(),
+            }],
+            kured: vec![KuredDaemonSet {
+                namespace: "kube-system".into(),
+                name: "kured".into(),
+                holders: vec![holder("b", NOW - 10, 0), holder("c", NOW - 3600, 1800)],
+                unreadable: Vec::new(),
+            }],
+            ..Snapshot::default()
+        };
+        let l = ledger_in(&snapshot, &[node("a"), node("b"), node("c")], &[]);
+        let by: Vec<(&str, &str)> = (l.disruptions.iter())
+            .map(|d| (d.node.as_str(), d.by.as_str()))
+            .collect();
+        assert_eq!(
+            by,
+            [
+                (
+                    "a",
+                    "node-maintenance-operator (NodeMaintenance fix-a: new DIMM)"
+                ),
+                (
+                    "b",
+                    "kured (its reboot lock on DaemonSet kube-system/kured)"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -47,6 +47,13 @@ pub fn plan_nodes(
     );
     let mut warnings = decide::left_out_warnings(hooks);
     warnings.extend(survey.warnings);
+    if policy.others_disruptions == OthersDisruptions::Count {
+        warnings.extend(snapshot.kured.iter().flat_map(|k| {
+            (k.unreadable.iter()).map(|why| {
+                format!("kured's lock on DaemonSet {} cannot be read, so the nodes it names are not counted: {why}", k.id())
+            })
+        }));
+    }
     let mut prepared = Vec::new();
     let mut tally = WorkTally::default();
     for group in &survey.groups {
@@ -55,7 +62,7 @@ pub fn plan_nodes(
             tally.add(&group.name, group.role, start);
         }
         let others = match policy.others_disruptions {
-            OthersDisruptions::Count => Ledger::at_start(snapshot, group),
+            OthersDisruptions::Count => Ledger::at_start(snapshot, group, options.now),
             OthersDisruptions::Ignore => Ledger::default(),
         };
         prepared.push((group, group_plan, others));

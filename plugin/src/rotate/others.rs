@@ -19,6 +19,11 @@ use crate::snapshot::Snapshot;
 /// A hold on others has no deadline of its own: an abort ends it.
 const NO_DEADLINE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// The time others' marks are read at (a kured lock's TTL runs out).
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
 /// The nodes the run found cordoned (not by itself) when a group started: reported then, never
 /// counted as others' disruptions, and still failing validation as kops' would.
 pub(super) fn found_cordoned(snapshot: &Snapshot) -> HashSet<String> {
@@ -42,7 +47,7 @@ impl Rotation<'_> {
             .iter()
             .find(|g| g.name == run.name)
             .map_or_else(Vec::new, |g| g.nodes.clone());
-        Ledger::of_group(snapshot, &run.name, &nodes, &run.found_cordoned)
+        Ledger::of_group(snapshot, &run.name, &nodes, &run.found_cordoned, now())
     }
 
     /// `sizing` narrowed to what others leave of the budget, holding first while they leave
@@ -141,7 +146,7 @@ impl Rotation<'_> {
             return HashSet::new();
         }
         let nodes: Vec<&crate::snapshot::Node> = snapshot.nodes.iter().collect();
-        let ledger = Ledger::of_group(snapshot, "", &nodes, found_cordoned);
+        let ledger = Ledger::of_group(snapshot, "", &nodes, found_cordoned, now());
         (ledger.disruptions.into_iter())
             .filter(|d| d.by != crate::plan::ledger::NOT_READY)
             .map(|d| d.node)

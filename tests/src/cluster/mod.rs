@@ -13,6 +13,7 @@ mod crds;
 mod karpenter;
 mod kubelet_logs;
 mod kwok;
+mod node_maintenance;
 mod nodes;
 mod process;
 mod runner_pods;
@@ -33,6 +34,7 @@ pub use karpenter::{
     nodeclaims, nodepools,
 };
 pub use kwok::{READINESS_LABEL, TERMINATION_LABEL};
+pub use node_maintenance::node_maintenances;
 pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec};
 pub use process::Processes;
 pub use runner_pods::{RUNNER_LABEL, RunnerPods};
@@ -302,6 +304,7 @@ impl TestCluster {
         let nodes = runtime.block_on(NodeSim::start(client.clone()))?;
         let cloud = runtime.block_on(SimCloud::start(root.join("cloud.sock"), nodes.clone()))?;
         runtime.block_on(crds::load_crds(&client, &karpenter::crds()?))?;
+        runtime.block_on(crds::load_crds(&client, &node_maintenance::crd()?))?;
         runtime.block_on(crds::load_crds(
             &client,
             include_str!("../../cluster/crds/cluster-api.yaml"),

@@ -3,7 +3,8 @@
 //!
 //! Started once per run, it lists each kind the run needs once and then watches it: every node,
 //! every PodDisruptionBudget, kube-system's pods (validation reads them), Cluster API Machines
-//! and Karpenter NodePools when the providers use them. Pods elsewhere are kept only where the
+//! and Karpenter NodePools when the providers use them, DaemonSets (for kured's lock) and
+//! NodeMaintenances when others' disruptions are counted. Pods elsewhere are kept only where the
 //! run looks: on the nodes of the groups it rotates (and replacements that join them) and in
 //! namespaces it names (a batch's evicted pods' controllers), each scope listed when it comes
 //! into view, all of them kept current by one watch of bound pods. It keeps the planner's
@@ -29,12 +30,14 @@ use kube::runtime::watcher;
 use tokio::task::JoinSet;
 
 use super::writes::{Change, Kind, Written};
-use super::{Cluster, ClusterError};
+use super::{Cluster, ClusterError, Others};
 use crate::keys;
 use crate::plan::drain::DrainOptions;
 use crate::plan::health::{Index, summarize};
 use crate::plan::hook::HealthSummary;
-use crate::snapshot::{Machine, Node, NodePool, Pdb, PdbBody, Pod, Snapshot};
+use crate::snapshot::{
+    Machine, Node, NodeMaintenance, NodePool, Pdb, PdbBody, Pod, Snapshot, kured,
+};
 use object::{Watched, api_resource};
 pub use selected::SelectedPods;
 pub use store::Scope;
@@ -56,8 +59,12 @@ pub struct State {
     pdbs: Whole<Pdb>,
     machines: Whole<Machine>,
     node_pools: Whole<NodePool>,
+    /// Every DaemonSet, read as kured's or not.
+    daemon_sets: Whole<kured::DaemonSet>,
+    node_maintenances: Whole<NodeMaintenance>,
     watches_machines: bool,
     watches_node_pools: bool,
+    watches_others: Others,
     failed: Option<Arc<ClusterError>>,
     follow: Option<Follow>,
     /// A task brings the nodes `follow` accepts into view as they join.
@@ -83,6 +90,8 @@ impl State {
             && self.pdbs.synced
             && (!self.watches_machines || self.machines.synced)
             && (!self.watches_node_pools || self.node_pools.synced)
+            && (!self.watches_others.daemon_sets || self.daemon_sets.synced)
+            && (!self.watches_others.node_maintenances || self.node_maintenances.synced)
     }
 
     /// Whether the view reflects `written`.
@@ -120,6 +129,12 @@ impl State {
                 .node_pools
                 .values()
                 .map(|p| NodePool::clone(p))
+                .collect(),
+            kured: (self.daemon_sets.values())
+                .filter_map(|d| d.kured.clone())
+                .collect(),
+            node_maintenances: (self.node_maintenances.values())
+                .map(|m| NodeMaintenance::clone(m))
                 .collect(),
         };
         snapshot.link_machines();
@@ -217,8 +232,11 @@ impl LiveView {
             pdbs: Whole::default(),
             machines: Whole::default(),
             node_pools: Whole::default(),
+            daemon_sets: Whole::default(),
+            node_maintenances: Whole::default(),
             watches_machines: cluster.machines,
             watches_node_pools: cluster.node_pools,
+            watches_others: cluster.others,
             failed: None,
             follow: None,
             following: false,
@@ -289,6 +307,33 @@ impl LiveView {
                 "nodepools.karpenter.sh",
                 |s| &mut s.node_pools,
                 |p: crate::snapshot::Decoded<NodePool>| p.value,
+            ));
+        }
+        if cluster.others.daemon_sets {
+            let daemon_sets = api_resource("apps", "v1", "DaemonSet", "daemonsets");
+            tasks.spawn(feed::whole(
+                shared.clone(),
+                all(&client, &daemon_sets),
+                config(),
+                "daemonsets.apps",
+                |s| &mut s.daemon_sets,
+                |d: crate::snapshot::Decoded<kured::DaemonSet>| d.value,
+            ));
+        }
+        if cluster.others.node_maintenances {
+            let maintenances = api_resource(
+                "nodemaintenance.medik8s.io",
+                "v1beta1",
+                "NodeMaintenance",
+                "nodemaintenances",
+            );
+            tasks.spawn(feed::whole(
+                shared.clone(),
+                all(&client, &maintenances),
+                config(),
+                "nodemaintenances.nodemaintenance.medik8s.io",
+                |s| &mut s.node_maintenances,
+                |m: crate::snapshot::Decoded<NodeMaintenance>| m.value,
             ));
         }
         let pods = all(&client, &pods_resource());
