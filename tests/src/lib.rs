@@ -267,6 +267,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod fingerprint;
 pub mod invariants;
+pub mod kured;
 pub mod metrics;
 pub mod observer;
 pub mod registry;

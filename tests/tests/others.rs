@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use rollout_ext_e2e::cluster::{NodeSpec, TestCluster};
+use rollout_ext_e2e::kured::KURED;
 use rollout_ext_e2e::plugin_binary;
 use serde_json::{Value, json};
 
@@ -29,8 +30,6 @@ enum Marker {
     Maintenance,
 }
 
-/// The DaemonSet that plays kured's: its image is kured's, its pods run nowhere.
-const KURED: &str = "kured";
 /// The NodeMaintenance a test creates.
 const MAINTENANCE: &str = "other-tool-maintenance";
 
@@ -75,36 +74,9 @@ impl Marker {
     }
 }
 
-/// Takes kured's lock for `node` as kured does (a single lock, no TTL), on a DaemonSet made
-/// for it; `on: false` lets it go.
+/// Takes kured's lock for `node` as kured does; `on: false` lets it go.
 async fn kured_lock(client: kube::Client, node: &str, on: bool) {
-    use k8s_openapi::api::apps::v1::DaemonSet;
-    use kube::api::PostParams;
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client, "kube-system");
-    if daemon_sets.get_opt(KURED).await.unwrap().is_none() {
-        let ds: DaemonSet = serde_json::from_value(json!({
-            "metadata": {"name": KURED},
-            "spec": {"selector": {"matchLabels": {"name": KURED}},
-                     "template": {"metadata": {"labels": {"name": KURED}},
-                                  "spec": {"nodeSelector": {"rollout-ext.test/nowhere": "true"},
-                                           "containers": [{"name": "kured", "image": "ghcr.io/kubereboot/kured:1.17.1"}]}}}
-        }))
-        .unwrap();
-        daemon_sets
-            .create(&PostParams::default(), &ds)
-            .await
-            .unwrap();
-    }
-    let value = on.then(|| {
-        json!({"nodeID": node, "metadata": {"unschedulable": false},
-               "created": jiff::Timestamp::now().to_string(), "TTL": 0})
-        .to_string()
-    });
-    let patch = json!({"metadata": {"annotations": {"weave.works/kured-node-lock": value}}});
-    daemon_sets
-        .patch(KURED, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    rollout_ext_e2e::kured::hold_for(client, on.then_some(node)).await;
 }
 
 /// Puts `node` under maintenance as node-maintenance-operator's users do (a NodeMaintenance

@@ -339,6 +339,7 @@ async fn rotate(
         clock: RunClock::new(started),
         estimates,
         marks_refused: Default::default(),
+        kured_refused: Default::default(),
     };
     let run = rotation.run();
     tokio::pin!(run);

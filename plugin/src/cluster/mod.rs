@@ -9,6 +9,7 @@ pub mod drain;
 pub mod eviction;
 pub mod fleet_record;
 pub mod history;
+pub mod kured;
 pub mod lock;
 pub mod machines;
 pub mod node_claims;

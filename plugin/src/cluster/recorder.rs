@@ -129,6 +129,7 @@ pub fn record_of(event: &Event) -> Option<Record> {
         // The node is gone: the run's Lease carries it.
         Event::NodeGone { .. } => run("NodeGone", true),
         Event::OthersDisrupting { .. } => run("OthersDisrupting", true),
+        Event::KuredLockHeld { .. } => run("KuredLockHeld", true),
         Event::GroupStarted { .. } => run("GroupStarted", false),
         Event::Surging { .. } => run("Surging", false),
         Event::BatchStarted { .. } => run("BatchStarted", false),

@@ -70,6 +70,13 @@ impl Event {
             } => format!(
                 "{disrupting}: the next batch takes {room} of the group's budget of {budget}"
             ),
+            Event::KuredLockHeld {
+                daemon_set,
+                holders,
+            } => format!(
+                "kured's reboot lock on DaemonSet {daemon_set} is held by {}: the run takes it before it takes nodes out",
+                holders.join(", ")
+            ),
             Event::Quarantined { node, reason } => format!(
                 "set node {node} aside: it stays cordoned with its pods and is not terminated ({reason})"
             ),

@@ -76,6 +76,12 @@ pub enum Event {
         room: u32,
         budget: u32,
     },
+    /// kured's reboot lock (on `daemon_set`) has no room for the run: held by `holders`, it
+    /// holds until they let go, then takes it before the batch's cordons.
+    KuredLockHeld {
+        daemon_set: String,
+        holders: Vec<String>,
+    },
     /// A node whose drain could not finish is set aside (`drain.undrainable: Quarantine`):
     /// cordoned with the pods it still has, not terminated, back in load balancers.
     Quarantined {

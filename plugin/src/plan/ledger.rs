@@ -237,6 +237,7 @@ mod tests {
                 namespace: "kube-system".into(),
                 name: "kured".into(),
                 holders: vec![holder("b", NOW - 10, 0), holder("c", NOW - 3600, 1800)],
+                lock: None,
                 unreadable: Vec::new(),
             }],
             ..Snapshot::default()

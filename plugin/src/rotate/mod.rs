@@ -22,6 +22,7 @@ mod decisions;
 mod error;
 mod give_back;
 mod gone;
+mod kured;
 mod marks;
 mod others;
 mod pods_back;
@@ -96,6 +97,8 @@ pub struct Rotation<'a> {
     pub estimates: RunEstimates,
     /// The server refused a drain condition once: said then, not again.
     pub marks_refused: std::sync::atomic::AtomicBool,
+    /// kured's lock could not be taken or let go once: said then, not again.
+    pub kured_refused: std::sync::atomic::AtomicBool,
 }
 
 /// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
@@ -179,7 +182,8 @@ impl Rotation<'_> {
 
     /// Rotates every group the options choose, in order. Stopped by `abort --uncordon`, it
     /// uncordons what it leaves cordoned first.
-    /// However it ends, the marks it put for the cluster-autoscaler go.
+    /// However it ends, the marks it put for the cluster-autoscaler and its hold on kured's
+    /// lock go.
     pub async fn run(&mut self) -> Result<(), RotateError> {
         let result = match self.rotate_all().await {
             Err(RotateError::Stopped { request, at }) if request.uncordon => self
@@ -189,6 +193,7 @@ impl Rotation<'_> {
             other => other,
         };
         self.release_scale_down_marks().await;
+        self.release_kured_lock().await;
         result
     }
 

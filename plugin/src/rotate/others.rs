@@ -35,7 +35,7 @@ pub(super) fn found_cordoned(snapshot: &Snapshot) -> HashSet<String> {
 
 impl Rotation<'_> {
     /// Whether the policy counts others' disruptions.
-    fn counts_others(&self) -> bool {
+    pub(super) fn counts_others(&self) -> bool {
         self.policy.others_disruptions == OthersDisruptions::Count
     }
 

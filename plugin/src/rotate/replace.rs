@@ -50,14 +50,19 @@ impl Rotation<'_> {
                 self.wait_ready(&group, run.expected).await?;
             }
         }
-        // Others' disruptions, read again right before the cordons: no lock is shared with
-        // them. A run that held for them reads its batch again.
-        let batch = &match self.room_for_cordons(batch, run).await? {
+        // kured's lock, then others' disruptions read again, right before the cordons: no
+        // lock is shared with the others. A run that held reads its batch again.
+        let held_for_kured = self.take_kured_lock(&batch.instances, run).await?;
+        if held_for_kured {
+            self.refresh(run).await?;
+        }
+        let batch = &match self.room_for_cordons(batch, run).await? || held_for_kured {
             true => self.without_gone(batch, run),
             false => batch.clone(),
         };
         if batch.instances.is_empty() {
             self.estimates.dropped(&group, chosen);
+            self.release_kured_lock().await;
             return Ok(Vec::new());
         }
         if self.settings.plan.interactive && !confirm(&group, batch) {
@@ -160,6 +165,7 @@ impl Rotation<'_> {
             clock.hold(self.kernel.hold(interval, reason)).await?;
         }
         if self.settings.plan.cloud_only {
+            self.release_kured_lock().await;
             return Ok(set_aside);
         }
         if self.judges_by_pods(&group) {
@@ -179,6 +185,7 @@ impl Rotation<'_> {
         // Done with: the nodes replaced, and those removed by someone else.
         let done = chosen - set_aside.len();
         self.batch_replaced(&group, done, clock).await;
+        self.release_kured_lock().await;
         Ok(set_aside)
     }
 

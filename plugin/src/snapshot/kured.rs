@@ -20,8 +20,48 @@ pub struct KuredDaemonSet {
     pub namespace: String,
     pub name: String,
     pub holders: Vec<LockHolder>,
+    /// Where the kured it runs keeps its lock, from its flags; none when it runs no kured.
+    pub lock: Option<LockSpot>,
     /// Lock annotations whose value kured could not have written: a plan says so; not counted.
     pub unreadable: Vec<String>,
+}
+
+/// Where and how kured keeps its lock: `--ds-namespace` (default `kube-system`), `--ds-name`
+/// (`kured`), `--lock-annotation` (`weave.works/kured-node-lock`) and `--concurrency` (1; above
+/// one the lock is a list) of its command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockSpot {
+    pub namespace: String,
+    pub name: String,
+    pub annotation: String,
+    pub max_owners: u32,
+}
+
+impl LockSpot {
+    /// The spot kured's command line `words` say, kured's defaults for what they leave out.
+    fn from_flags(words: &[String]) -> LockSpot {
+        let flag = |name: &str| -> Option<String> {
+            let long = format!("--{name}");
+            let mut words = words.iter();
+            while let Some(w) = words.next() {
+                if let Some(value) = w.strip_prefix(&format!("{long}=")) {
+                    return Some(value.to_string());
+                }
+                if *w == long {
+                    return words.next().cloned();
+                }
+            }
+            None
+        };
+        LockSpot {
+            namespace: flag("ds-namespace").unwrap_or_else(|| "kube-system".into()),
+            name: flag("ds-name").unwrap_or_else(|| "kured".into()),
+            annotation: flag("lock-annotation").unwrap_or_else(|| LOCK_ANNOTATIONS[0].into()),
+            max_owners: (flag("concurrency").and_then(|c| c.parse().ok()))
+                .unwrap_or(1)
+                .max(1),
+        }
+    }
 }
 
 /// One node (or other owner) kured's lock names.
@@ -79,6 +119,10 @@ struct TemplateSpec {
 struct Container {
     #[serde(default)]
     image: String,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    args: Vec<String>,
 }
 
 /// Whether `image` is kured's: its repository's last path segment is `kured`.
@@ -133,6 +177,73 @@ pub fn holders(value: &str) -> Result<Vec<LockHolder>, String> {
     }
 }
 
+/// The prefix of the holder a run writes into kured's lock: never a node's name.
+pub const RUN_HOLDER: &str = "rollout-ext/";
+
+/// What taking the lock comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The annotation's new value, with the run among its holders.
+    Value(String),
+    /// Held, and no room: by these holders.
+    HeldBy(Vec<String>),
+}
+
+/// Takes the lock whose annotation reads `current` (none when absent) for `holder` at `now`,
+/// as kured takes it: a single lock when `max_owners` is 1, free when absent, when its TTL ran
+/// out, or when a run (this or a killed one) holds it; a list otherwise, with room while fewer
+/// than `max_owners` live holders that are not runs hold it (kept as they are).
+pub fn acquire(
+    current: Option<&str>,
+    max_owners: u32,
+    holder: &serde_json::Value,
+    now: i64,
+) -> Acquired {
+    let live_other = |h: &serde_json::Value| -> Option<String> {
+        let parsed: LockHolder = serde_json::from_value::<Holder>(h.clone()).ok()?.into();
+        (parsed.holds_at(now) && !parsed.node_id.starts_with(RUN_HOLDER)).then_some(parsed.node_id)
+    };
+    let value: serde_json::Value = current
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or(serde_json::Value::Null);
+    if max_owners <= 1 {
+        if let Some(other) = live_other(&value) {
+            return Acquired::HeldBy(vec![other]);
+        }
+        return Acquired::Value(holder.to_string());
+    }
+    let kept: Vec<serde_json::Value> = (value["locks"].as_array().into_iter().flatten())
+        .filter(|h| live_other(h).is_some())
+        .cloned()
+        .collect();
+    if kept.len() as u32 >= max_owners {
+        return Acquired::HeldBy(kept.iter().filter_map(live_other).collect());
+    }
+    let mut locks = kept;
+    locks.push(holder.clone());
+    Acquired::Value(serde_json::json!({"maxOwners": max_owners, "locks": locks}).to_string())
+}
+
+/// The annotation's value without any run among its holders: `None` when nothing changes,
+/// `Some(None)` when the annotation goes (a single lock a run held).
+pub fn release(current: &str) -> Option<Option<String>> {
+    let value: serde_json::Value = serde_json::from_str(current).ok()?;
+    let ours = |h: &serde_json::Value| {
+        h["nodeID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with(RUN_HOLDER))
+    };
+    match value["locks"].as_array() {
+        Some(locks) if locks.iter().any(ours) => {
+            let mut kept = value.clone();
+            kept["locks"] = locks.iter().filter(|h| !ours(h)).cloned().collect();
+            Some(Some(kept.to_string()))
+        }
+        Some(_) => None,
+        None => ours(&value).then_some(None),
+    }
+}
+
 impl FromParts for DaemonSet {
     type Spec = DaemonSetSpec;
     type Status = serde::de::IgnoredAny;
@@ -140,14 +251,20 @@ impl FromParts for DaemonSet {
         let locks: Vec<(&str, &String)> = (LOCK_ANNOTATIONS.iter())
             .filter_map(|k| meta.annotations.get(*k).map(|v| (*k, v)))
             .collect();
-        let runs_kured = (spec.template.spec.containers.iter()).any(|c| is_kured_image(&c.image));
-        if locks.is_empty() && !runs_kured {
+        let kured_container =
+            (spec.template.spec.containers.iter()).find(|c| is_kured_image(&c.image));
+        if locks.is_empty() && kured_container.is_none() {
             return DaemonSet { kured: None };
         }
+        let lock = kured_container.map(|c| {
+            let words: Vec<String> = c.command.iter().chain(&c.args).cloned().collect();
+            LockSpot::from_flags(&words)
+        });
         let mut kured = KuredDaemonSet {
             namespace: meta.namespace.clone(),
             name: meta.name.clone(),
             holders: Vec::new(),
+            lock,
             unreadable: Vec::new(),
         };
         for (key, value) in locks {
@@ -161,6 +278,29 @@ impl FromParts for DaemonSet {
 }
 
 impl Snapshot {
+    /// Where the kured DaemonSets of the cluster keep their locks, each once.
+    pub fn kured_lock_spots(&self) -> Vec<&LockSpot> {
+        let mut spots: Vec<&LockSpot> = Vec::new();
+        for spot in self.kured.iter().filter_map(|k| k.lock.as_ref()) {
+            if !spots.contains(&spot) {
+                spots.push(spot);
+            }
+        }
+        spots
+    }
+
+    /// Whether kured's lock at `spot` has room for a run at `now`: fewer live holders that are
+    /// not runs than it allows (a DaemonSet not in view has none).
+    pub fn kured_lock_has_room(&self, spot: &LockSpot, now: i64) -> bool {
+        let ds = (self.kured.iter()).find(|k| k.namespace == spot.namespace && k.name == spot.name);
+        let held = ds.map_or(0, |ds| {
+            (ds.holders.iter())
+                .filter(|h| h.holds_at(now) && !h.node_id.starts_with(RUN_HOLDER))
+                .count()
+        });
+        (held as u32) < spot.max_owners
+    }
+
     /// The node kured is rebooting at `now`, as the holder of which DaemonSet's lock.
     pub fn kured_lock_on(&self, node: &str, now: i64) -> Option<&KuredDaemonSet> {
         self.kured
@@ -222,6 +362,88 @@ mod tests {
             Some("firmware")
         );
         assert!(snapshot.maintenance_of("n1").is_none());
+    }
+
+    #[test]
+    fn a_run_takes_a_free_single_lock_and_waits_for_a_held_one() {
+        let ours = serde_json::json!({"nodeID": "rollout-ext/run-1", "TTL": 0});
+        let held = r#"{"nodeID":"ip-1","created":"2026-11-28T10:00:00Z","TTL":0}"#;
+        assert_eq!(
+            acquire(Some(held), 1, &ours, 0),
+            Acquired::HeldBy(vec!["ip-1".into()])
+        );
+        assert_eq!(
+            acquire(None, 1, &ours, 0),
+            Acquired::Value(ours.to_string())
+        );
+        let expired = r#"{"nodeID":"ip-1","created":"1970-01-01T00:00:00Z","TTL":1000000000}"#;
+        assert_eq!(
+            acquire(Some(expired), 1, &ours, 5),
+            Acquired::Value(ours.to_string())
+        );
+        let killed = r#"{"nodeID":"rollout-ext/run-0","TTL":0}"#;
+        assert_eq!(
+            acquire(Some(killed), 1, &ours, 0),
+            Acquired::Value(ours.to_string())
+        );
+        assert_eq!(release(&ours.to_string()), Some(None));
+        assert_eq!(release(held), None);
+    }
+
+    #[test]
+    fn a_run_takes_room_in_a_list_lock_and_gives_back_only_its_own() {
+        let ours = serde_json::json!({"nodeID": "rollout-ext/run-1", "TTL": 0});
+        let one = r#"{"maxOwners":2,"locks":[{"nodeID":"ip-1","TTL":0,"metadata":{"unschedulable":true}}]}"#;
+        let Acquired::Value(taken) = acquire(Some(one), 2, &ours, 0) else {
+            panic!("room for one more")
+        };
+        let value: serde_json::Value = serde_json::from_str(&taken).unwrap();
+        assert_eq!(value["maxOwners"], 2);
+        assert_eq!(
+            value["locks"][0]["metadata"]["unschedulable"], true,
+            "kept as it was"
+        );
+        assert_eq!(value["locks"][1], ours);
+        let full =
+            r#"{"maxOwners":2,"locks":[{"nodeID":"ip-1","TTL":0},{"nodeID":"ip-2","TTL":0}]}"#;
+        assert_eq!(
+            acquire(Some(full), 2, &ours, 0),
+            Acquired::HeldBy(vec!["ip-1".into(), "ip-2".into()])
+        );
+        let given_back: serde_json::Value =
+            serde_json::from_str(&release(&taken).unwrap().unwrap()).unwrap();
+        assert_eq!(given_back["locks"].as_array().unwrap().len(), 1);
+        assert_eq!(release(one), None);
+    }
+
+    #[test]
+    fn kureds_flags_say_where_its_lock_is() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            LockSpot::from_flags(&words(&["/usr/bin/kured", "--period=1h"])),
+            LockSpot {
+                namespace: "kube-system".into(),
+                name: "kured".into(),
+                annotation: LOCK_ANNOTATIONS[0].into(),
+                max_owners: 1,
+            }
+        );
+        let spot = LockSpot::from_flags(&words(&[
+            "--ds-namespace=kured",
+            "--ds-name",
+            "kured-ds",
+            "--lock-annotation=kured.dev/kured-node-lock",
+            "--concurrency=3",
+        ]));
+        assert_eq!(
+            (
+                spot.namespace.as_str(),
+                spot.name.as_str(),
+                spot.annotation.as_str(),
+                spot.max_owners
+            ),
+            ("kured", "kured-ds", "kured.dev/kured-node-lock", 3)
+        );
     }
 
     #[test]
