@@ -463,6 +463,8 @@ pub async fn observed_rotation(
     let client = cluster.client().await;
     let outdated = outdated_group(cluster, group, nodes).await;
     workload(&client, group, group, 8, 6).await;
+    // kured runs here: the run holds its lock while a batch is out, and never leaves it held.
+    crate::kured::daemon_set(client.clone()).await;
     let budget = Budget {
         outdated: outdated.clone(),
         max_unavailable: 1,

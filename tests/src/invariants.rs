@@ -93,6 +93,8 @@ pub struct End {
     pub lock: Option<String>,
     /// Nodes of the group that still carry a run's scale-down mark for the cluster-autoscaler.
     pub marked: Vec<String>,
+    /// Holders of kured's reboot lock that are runs (`rollout-ext/…`).
+    pub kured_holders: Vec<String>,
 }
 
 /// A broken invariant, with what the observer saw when it broke.
@@ -136,6 +138,10 @@ pub enum Violation {
     /// A run's mark that keeps the cluster-autoscaler from scaling a node down outlived it.
     MarkLeft {
         node: String,
+    },
+    /// A run's hold on kured's reboot lock outlived it.
+    KuredLockLeft {
+        holder: String,
     },
     LockNotReleased {
         holder: String,
@@ -218,6 +224,10 @@ impl fmt::Display for Violation {
             Violation::MarkLeft { node } => write!(
                 f,
                 "node {node} still carries the run's scale-down mark for the cluster-autoscaler at the end"
+            ),
+            Violation::KuredLockLeft { holder } => write!(
+                f,
+                "kured's reboot lock is still held by the run ({holder}) at the end"
             ),
             Violation::LockNotReleased { holder } => write!(
                 f,
@@ -513,6 +523,11 @@ impl Checker {
         }
         for node in &end.marked {
             self.record(Violation::MarkLeft { node: node.clone() });
+        }
+        for holder in &end.kured_holders {
+            self.record(Violation::KuredLockLeft {
+                holder: holder.clone(),
+            });
         }
         if let Some(holder) = &end.lock {
             self.record(Violation::LockNotReleased {

@@ -51,3 +51,24 @@ pub async fn lock(client: Client) -> Option<Value> {
     let value = ds.metadata.annotations?.get(LOCK)?.clone();
     Some(serde_json::from_str(&value).expect("the lock is JSON"))
 }
+
+/// The holders of kured's lock that are runs (`rollout-ext/…`), when kured's DaemonSet is there.
+pub async fn run_holders(client: Client) -> Vec<String> {
+    let api: Api<DaemonSet> = Api::namespaced(client, "kube-system");
+    let Some(ds) = api.get_opt(KURED).await.unwrap() else {
+        return Vec::new();
+    };
+    let Some(value) = ds.metadata.annotations.and_then(|a| a.get(LOCK).cloned()) else {
+        return Vec::new();
+    };
+    let lock: Value = serde_json::from_str(&value).expect("the lock is JSON");
+    let holders = match lock["locks"].as_array() {
+        Some(locks) => locks.clone(),
+        None => vec![lock],
+    };
+    (holders.iter())
+        .filter_map(|h| h["nodeID"].as_str())
+        .filter(|id| id.starts_with("rollout-ext/"))
+        .map(String::from)
+        .collect()
+}

@@ -339,11 +339,13 @@ impl Observer {
                     .collect();
                 format!("{holder:?}, state: [{}]", state.join(", "))
             });
+        let kured_holders = crate::kured::run_holders(cluster.client().await).await;
         let end = End {
             nodes,
             instances,
             lock,
             marked,
+            kured_holders,
         };
         for task in &self.tasks {
             task.abort();

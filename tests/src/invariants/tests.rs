@@ -86,7 +86,26 @@ fn correct_end() -> End {
         nodes,
         lock: None,
         marked: Vec::new(),
+        kured_holders: Vec::new(),
     }
+}
+
+#[test]
+fn a_hold_on_kureds_lock_left_at_the_end_is_a_violation() {
+    let mut checker = three_node_checker();
+    for seen in correct_sequence() {
+        checker.observe(seen);
+    }
+    checker.finish(&End {
+        kured_holders: vec!["rollout-ext/run-1".into()],
+        ..correct_end()
+    });
+    assert_eq!(
+        checker.violations(),
+        [Violation::KuredLockLeft {
+            holder: "rollout-ext/run-1".into()
+        }]
+    );
 }
 
 #[test]
