@@ -11,10 +11,10 @@
 // variants are `{ tag, val }`, an option is `undefined` when none, and a function returning
 // `result<T, string>` returns T or throws the error string.
 
-import { log } from 'rollout-ext:policy/host@0.3.6';
+import { log } from 'rollout-ext:policy/host@0.3.7';
 
 // The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-const WIT_VERSION = '0.3.6';
+const WIT_VERSION = '0.3.7';
 
 export const metadata = {
   describe() {

@@ -13,7 +13,7 @@ from wit_world import exports
 from wit_world.imports import host, types
 
 # The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-WIT_VERSION = "0.3.6"
+WIT_VERSION = "0.3.7"
 
 
 class Metadata(exports.Metadata):

@@ -3,8 +3,9 @@
 //
 // What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (write
 // only the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
-// `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), and typed views of the objects
-// hooks read most, with the API's defaults.
+// `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), what other tools are taking out
+// (`othersDisrupting`, `disruptedBy`), and typed views of the objects hooks read most, with the
+// API's defaults.
 //
 // WIT values as the bindings give them: variants are `{ tag, val }`, an option is `undefined`
 // when none, s64 and u64 numbers are BigInts (`ctx.now`, `created`), u32 ones Numbers.
@@ -12,10 +13,11 @@
 import {
   estimates as hostEstimates,
   listObjects as hostListObjects,
-} from 'rollout-ext:policy/host@0.3.6';
+  othersDisrupting as hostOthersDisrupting,
+} from 'rollout-ext:policy/host@0.3.7';
 
 // The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-export const WIT_VERSION = '0.3.6';
+export const WIT_VERSION = '0.3.7';
 
 export const DEFER = { tag: 'defer' };
 export const PROCEED = { tag: 'proceed' };
@@ -135,6 +137,21 @@ export function estimates() {
  */
 export function batchEnds(now, timing = hostEstimates()) {
   return timing.batch === undefined ? undefined : BigInt(now) + BigInt(timing.batch.p90Seconds);
+}
+
+/**
+ * The nodes of the group the call is about that other tools are taking out now (contract
+ * 0.3.7): `[{ node, by }]`, as the run counts them against the group's budget (`by`:
+ * 'karpenter', 'cluster-autoscaler', 'kured (…)', …). Empty when the policy ignores them, when no
+ * one disrupts any, and in calls about no node group.
+ */
+export function othersDisrupting() {
+  return hostOthersDisrupting();
+}
+
+/** Who else is taking `node` out now, or undefined. `others`: `othersDisrupting()`. */
+export function disruptedBy(node, others = hostOthersDisrupting()) {
+  return others.find((d) => d.node === node)?.by;
 }
 
 /** Objects the policy's contextResources grant, as plain objects (a refused read throws). */

@@ -3,8 +3,9 @@ which puts this module beside the hook's own).
 
 What the Rust SDK gives a hook, for Python: base classes whose every method defers (write only
 the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
-`percent_of`, the plugin's estimates (`estimates`, `batch_ends`), and typed views of the
-objects hooks read most, with the API's defaults.
+`percent_of`, the plugin's estimates (`estimates`, `batch_ends`), what other tools are taking
+out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks read most, with
+the API's defaults.
 """
 
 import json
@@ -15,7 +16,7 @@ from wit_world import exports
 from wit_world.imports import host, types
 
 # The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
-WIT_VERSION = "0.3.6"
+WIT_VERSION = "0.3.7"
 
 POINTS = {
     "select": types.HookPoint.SELECT,
@@ -134,6 +135,22 @@ def batch_ends(now, timing=None):
     90th percentile); None when the call is about no batch. `timing`: `estimates()`."""
     batch = (timing if timing is not None else host.estimates()).batch
     return None if batch is None else now + batch.p90_seconds
+
+
+def others_disrupting():
+    """The nodes of the group the call is about that other tools are taking out now (contract
+    0.3.7): each has `node` and `by` ("karpenter", "cluster-autoscaler", "kured (...)", ...), as
+    the run counts them against the group's budget. Empty when the policy ignores them, when no
+    one disrupts any, and in calls about no node group."""
+    return host.others_disrupting()
+
+
+def disrupted_by(node, others=None):
+    """Who else is taking `node` out now, or None. `others`: `others_disrupting()`."""
+    for d in others if others is not None else host.others_disrupting():
+        if d.node == node:
+            return d.by
+    return None
 
 
 def list_objects(api_version, kind, namespace=None, selector=None):

@@ -1,18 +1,21 @@
 //! What the host offers a hook: logging, read-only, allow-listed cluster objects, PromQL
 //! queries of the metrics sources the policy grants the hook, and the plugin's estimates of how
-//! long the batch at hand and the rest of the run take.
+//! long the batch at hand and the rest of the run take, and which nodes of the group other tools
+//! are taking out.
 //!
 //! Compiled natively (in a policy's unit tests) logging goes to stderr, the object listings
 //! answer from the thread's [`FakeCluster`](crate::testing::FakeCluster) and the queries from
 //! its [`FakeMetrics`](crate::testing::FakeMetrics) when a test installed one, an error
 //! otherwise, and the estimates from [`testing::with_estimates`](crate::testing::with_estimates)
-//! (none otherwise), so tests never depend on a cluster or a Prometheus.
+//! (none otherwise), and others' disruptions from
+//! [`testing::with_others`](crate::testing::with_others) (none otherwise), so tests never depend
+//! on a cluster or a Prometheus.
 
 #[cfg(target_arch = "wasm32")]
 use crate::bindings::rollout_ext::policy::host as imports;
 
 pub use crate::bindings::rollout_ext::policy::host::{
-    DurationEstimate, Level, MetricsError, Point, Sample, Series, TimeRange, Timing,
+    Disruption, DurationEstimate, Level, MetricsError, Point, Sample, Series, TimeRange, Timing,
 };
 
 use serde::de::DeserializeOwned;
@@ -207,6 +210,28 @@ pub fn estimates() -> Timing {
     {
         crate::testing::fake_estimates()
     }
+}
+
+/// The nodes of the group the call is about that other tools are taking out now (contract
+/// 0.3.7): Karpenter, the cluster-autoscaler, kured, medik8s, a cordon the run did not make, a
+/// node not Ready, as the run counts them against the group's budget. Empty when the policy
+/// ignores them, when no one disrupts any, and in calls about no node group.
+pub fn others_disrupting() -> Vec<Disruption> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::others_disrupting()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::testing::fake_others()
+    }
+}
+
+/// Who else is taking `node` out now, if anyone (see [`others_disrupting`]).
+pub fn disrupted_by(node: &str) -> Option<String> {
+    (others_disrupting().into_iter())
+        .find(|d| d.node == node)
+        .map(|d| d.by)
 }
 
 impl Timing {

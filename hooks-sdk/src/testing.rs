@@ -288,11 +288,15 @@ pub fn with_objects<R>(
 
 mod estimates;
 mod metrics;
+mod others;
 mod stages;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use estimates::fake_estimates;
 pub use estimates::{estimate, with_estimates};
 pub use metrics::{FakeMetrics, FakeMetricsGuard};
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use others::fake_others;
+pub use others::{disruption, with_others};
 pub use stages::{stage, stage_outcome};
 // The host's metrics calls answer from the fake only natively.
 #[cfg(not(target_arch = "wasm32"))]

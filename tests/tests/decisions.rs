@@ -347,3 +347,74 @@ async fn a_shadow_hook_is_reported_beside_each_decision_and_never_acted_on() {
     assert_eq!(differs[0]["batch"], 2);
     assert_eq!(differs[0]["decision"], "abort: batch 3 must not go");
 }
+
+/// A hook asking `others-disrupting` (contract 0.3.7) is told the nodes of its group another tool
+/// is taking out, by the plan and by the run, as they count them: here a node Karpenter drains
+/// for the whole run, so every batch is told it.
+#[tokio::test]
+async fn hooks_are_told_what_others_disrupt_in_the_group() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, Patch, PatchParams};
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let group = "told-others";
+    cluster.outdated_group(group, 2).await.unwrap();
+    let other = format!("{group}-other");
+    (cluster.nodes)
+        .add(rollout_ext_e2e::cluster::NodeSpec::new(&other, group))
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let taint = |on: bool| {
+        let taints = match on {
+            true => serde_json::json!([{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]),
+            false => serde_json::json!([]),
+        };
+        serde_json::json!({"spec": {"taints": taints}})
+    };
+    (nodes.patch(
+        &other,
+        &PatchParams::default(),
+        &Patch::Strategic(taint(true)),
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    modules(dir.path(), &["hostile-hook"]);
+    let hooks = "  hooks:\n  - {name: tracer, module: hostile_hook.wasm, points: [batch], config: {batch: others}}\n";
+    let policy = cluster.exec_policy(dir.path(), hooks);
+    let mut args = cluster.rotate_args(&policy, group);
+    args.extend(["--max-unavailable", "2", "-v"].map(String::from));
+    let told = |out: &Output| -> Vec<String> {
+        (String::from_utf8_lossy(&out.stderr).lines())
+            .filter_map(|l| {
+                l.split_once("[hook tracer] others ")
+                    .map(|(_, t)| t.to_string())
+            })
+            .collect()
+    };
+    let plan_args: Vec<String> = args.iter().filter(|a| *a != "--yes").cloned().collect();
+    let plan = run_plugin(plan_args).await;
+    let run = run_plugin(args).await;
+    (nodes.patch(
+        &other,
+        &PatchParams::default(),
+        &Patch::Strategic(taint(false)),
+    ))
+    .await
+    .unwrap();
+    succeeded(&plan);
+    succeeded(&run);
+    let said = format!("[{other}=karpenter]");
+    for (out, dry_run) in [(&plan, true), (&run, false)] {
+        let calls = told(out);
+        assert_eq!(calls.len(), 2, "one batch of the two at a time: {calls:?}");
+        for (i, call) in calls.iter().enumerate() {
+            assert_eq!(
+                *call,
+                format!("batch {i} {said} dry-run={dry_run}"),
+                "{calls:?}"
+            );
+        }
+    }
+}

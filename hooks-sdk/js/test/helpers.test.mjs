@@ -9,6 +9,9 @@ const host = `export function listObjects(apiVersion, kind, namespace, selector)
 }
 export function estimates() {
   return globalThis.standInEstimates;
+}
+export function othersDisrupting() {
+  return globalThis.standInOthers;
 }`;
 const resolver = `export async function resolve(specifier, context, next) {
   if (specifier.startsWith('rollout-ext:policy/host@')) {
@@ -116,4 +119,15 @@ test('a batch ends at its cautious estimate; a call about no batch has none', ()
   assert.equal(h.estimates().remaining.seconds, 900n);
   assert.equal(h.batchEnds(1000n), 1420n);
   assert.equal(h.batchEnds(1000n, { batch: undefined, remaining: undefined }), undefined);
+});
+
+test('who else disrupts a node is found among the others the plugin tells', () => {
+  globalThis.standInOthers = [
+    { node: 'ip-1', by: 'karpenter' },
+    { node: 'ip-2', by: 'kured (its reboot lock on DaemonSet kube-system/kured)' },
+  ];
+  assert.equal(h.othersDisrupting().length, 2);
+  assert.equal(h.disruptedBy('ip-1'), 'karpenter');
+  assert.equal(h.disruptedBy('ip-3'), undefined);
+  assert.equal(h.disruptedBy('ip-1', []), undefined);
 });

@@ -45,6 +45,7 @@ host = pytypes.ModuleType("wit_world.imports.host")
 host.list_objects = lambda api_version, kind, namespace, selector: json.dumps(served)
 told = {}
 host.estimates = lambda: told["timing"]
+host.others_disrupting = lambda: told["others"]
 imports = pytypes.ModuleType("wit_world.imports")
 imports.host, imports.types = host, wit_types
 exports = pytypes.ModuleType("wit_world.exports")
@@ -120,6 +121,14 @@ class Helpers(unittest.TestCase):
         self.assertEqual(h.batch_ends(1000), 1420)
         none = pytypes.SimpleNamespace(batch=None, remaining=None)
         self.assertIsNone(h.batch_ends(1000, none))
+
+    def test_who_else_disrupts_a_node_is_found_among_the_others_the_plugin_tells(self):
+        told["others"] = [pytypes.SimpleNamespace(node="ip-1", by="karpenter"),
+                          pytypes.SimpleNamespace(node="ip-2", by="cluster-autoscaler")]
+        self.assertEqual(len(h.others_disrupting()), 2)
+        self.assertEqual(h.disrupted_by("ip-2"), "cluster-autoscaler")
+        self.assertIsNone(h.disrupted_by("ip-3"))
+        self.assertIsNone(h.disrupted_by("ip-1", []))
 
     def test_a_config_that_is_not_an_object_is_refused(self):
         with self.assertRaises(Err):

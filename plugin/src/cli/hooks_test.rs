@@ -412,6 +412,7 @@ fn drain_orders(
                     batch: batch.estimate.clone(),
                     remaining: None,
                 },
+                others: g.others_disrupting.clone(),
             };
             for node in &batch.instances {
                 let pods: Vec<crate::snapshot::Pod> = index

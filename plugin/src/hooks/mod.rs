@@ -363,6 +363,7 @@ impl WasmHook {
             },
             hook: self.name.clone(),
             timing: ctx.map(|c| c.timing.clone()).unwrap_or_default(),
+            others: ctx.map(|c| c.others.clone()).unwrap_or_default(),
             log_lines: 0,
             objects: self.objects.clone(),
             allowed: self.allowed.clone(),

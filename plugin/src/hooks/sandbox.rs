@@ -1,6 +1,6 @@
 //! What one call's store holds: the WASI context that grants nothing, the memory limit, the
 //! frozen clock, and the host functions a hook may call (the `instances` resource, `log`,
-//! `list-objects`, the metrics queries, `estimates`).
+//! `list-objects`, the metrics queries, `estimates`, `others-disrupting`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 use super::{GUEST_LOG_LINES, ObjectSource, convert, wit, wit_host};
 use crate::metrics::{Metrics, MetricsError, Sample, TimeRange};
 use crate::plan::hook::{Candidate, Instances, Timing};
+use crate::plan::ledger::Disruption;
 use crate::policy::ContextResource;
 use crate::report;
 
@@ -24,6 +25,8 @@ pub(super) struct CallState {
     pub(super) hook: String,
     /// What the hook is told when it asks `estimates`.
     pub(super) timing: Timing,
+    /// What the hook is told when it asks `others-disrupting`.
+    pub(super) others: Vec<Disruption>,
     pub(super) log_lines: usize,
     pub(super) objects: Arc<dyn ObjectSource>,
     pub(super) allowed: Arc<Vec<ContextResource>>,
@@ -311,6 +314,15 @@ impl wit_host::Host for CallState {
 
     fn estimates(&mut self) -> wit_host::Timing {
         convert::timing(&self.timing)
+    }
+
+    fn others_disrupting(&mut self) -> Vec<wit_host::Disruption> {
+        (self.others.iter())
+            .map(|d| wit_host::Disruption {
+                node: d.node.clone(),
+                by: d.by.clone(),
+            })
+            .collect()
     }
 }
 

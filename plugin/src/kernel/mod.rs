@@ -19,6 +19,7 @@ use crate::events::{Event, Reporter};
 use crate::plan::decide::HookFailed;
 use crate::plan::estimate::Stage;
 use crate::plan::hook::{CallContext, Hook, Timing};
+use crate::plan::ledger::Disruption;
 
 pub use ask::At;
 
@@ -53,6 +54,8 @@ pub struct Kernel<'a> {
     durations_unrecorded: bool,
     /// What the next question's hooks are told of how long things take (see [`Kernel::tell`]).
     timing: Timing,
+    /// What every question's hooks are told others disrupt (see [`Kernel::tell_others`]).
+    others: Vec<Disruption>,
     /// The warnings the hooks' answers left, said once a run: a hook that fails the same way at
     /// every batch (a read its policy does not grant) is one warning, not one per batch.
     warned: std::collections::HashSet<String>,
@@ -82,6 +85,7 @@ impl<'a> Kernel<'a> {
             durations_unrecorded: false,
             warned: Default::default(),
             timing: Timing::default(),
+            others: Vec::new(),
         }
     }
 
@@ -103,6 +107,7 @@ impl Kernel<'_> {
             run_id: self.run_id.clone(),
             dry_run: false,
             timing: std::mem::take(&mut self.timing),
+            others: self.others.clone(),
         }
     }
 
@@ -110,6 +115,12 @@ impl Kernel<'_> {
     /// step and the run's remaining work. A question asked without it tells them nothing.
     pub fn tell(&mut self, timing: Timing) {
         self.timing = timing;
+    }
+
+    /// What the hooks of every question from now on are told others disrupt in the group at
+    /// hand (a rotation tells it as it reads its ledger; other flows have none).
+    pub fn tell_others(&mut self, others: Vec<Disruption>) {
+        self.others = others;
     }
 
     pub fn warn(&self, message: String) {

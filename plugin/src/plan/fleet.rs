@@ -251,6 +251,7 @@ pub fn ask_stage_gate(
         run_id: question.run_id.clone(),
         dry_run: question.dry_run,
         timing: Timing::default(),
+        others: Vec::new(),
     };
     decide::stage_gate(
         hooks,

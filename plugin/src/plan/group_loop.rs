@@ -61,6 +61,9 @@ pub struct Sizing {
     pub max_batch: u32,
     /// Why `max_batch` is what it is.
     pub max_batch_reason: String,
+    /// The budget's room now: the group's concurrency less the nodes set aside, before the
+    /// canary's one and the last batch's cap. Others' disruptions count against it.
+    pub room: u32,
     /// How many pauses the batching hooks already asked for before this batch.
     pub attempt: u32,
 }
@@ -471,6 +474,7 @@ impl GroupLoop {
             pending: self.order.window(self.done, max_batch as usize),
             max_batch,
             max_batch_reason,
+            room,
             attempt,
         }))
     }

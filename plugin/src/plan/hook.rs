@@ -66,6 +66,9 @@ pub struct CallContext {
     pub dry_run: bool,
     /// What a hook asking `estimates` (contract 0.3.5) is told.
     pub timing: Timing,
+    /// What a hook asking `others-disrupting` (contract 0.3.7) is told: the nodes of the group
+    /// at hand other tools are taking out.
+    pub others: Vec<super::ledger::Disruption>,
 }
 
 /// How long the decision at hand likely takes to carry out, and the run after it: the same

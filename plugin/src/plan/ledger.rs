@@ -80,10 +80,10 @@ impl Ledger {
         Ledger::of_group(snapshot, &group.name, &group.nodes, &found, now)
     }
 
-    /// `sizing` narrowed to what others leave of its budget: its built-in size, and the most a
-    /// hook may answer.
+    /// `sizing` narrowed to what others leave of the budget's room: its built-in size, and the
+    /// most a hook may answer.
     pub fn narrow(&self, sizing: &Sizing) -> Sizing {
-        let room = self.room(sizing.max_batch);
+        let room = self.room(sizing.room);
         if room >= sizing.max_batch {
             return sizing.clone();
         }

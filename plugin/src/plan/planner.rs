@@ -16,7 +16,7 @@ use super::group_loop::{
 use super::health::{self, Index};
 use super::hook::{BatchInfo, CallContext, DecidedBy, HealthSummary, Hook, Phase};
 use super::instances::instance_list;
-use super::ledger::Ledger;
+use super::ledger::{Disruption, Ledger};
 use super::prepare::{self, Prepared};
 use super::shadow::{self, ShadowDecision};
 use super::{
@@ -76,6 +76,7 @@ pub fn plan_nodes(
         now: options.now,
         tally,
         set_aside: 0,
+        others: Vec::new(),
         capacity: Capacity::new(
             snapshot,
             &index,
@@ -147,6 +148,9 @@ struct Planner<'a> {
     capacity: Capacity<'a>,
     /// How many nodes the run would likely have set aside so far.
     set_aside: usize,
+    /// What others disrupt in the group being planned, as the snapshot shows: what its hooks
+    /// asking `others-disrupting` are told.
+    others: Vec<Disruption>,
 }
 
 /// What the planner keeps of a group while its loop runs.
@@ -183,11 +187,13 @@ impl Planner<'_> {
             run_id: self.options.run_id.clone(),
             dry_run: self.options.dry_run,
             timing: estimator.timing(&self.tally, asking, self.now),
+            others: self.others.clone(),
         }
     }
 
     /// The plan of one group; its first batch takes only what `others` leave of the budget.
     fn plan_group(&mut self, start: GroupStart, others: Ledger) -> Result<GroupPlan, PlanError> {
+        self.others = others.disruptions.clone();
         let concurrency = start
             .budget
             .resolve(start.info.selected)
@@ -293,10 +299,11 @@ impl Planner<'_> {
     /// `sizing` of a group's first batch narrowed to what `others` leave of its budget, said;
     /// with nothing left the run would hold, which the plan says and sizes past.
     fn narrow(&mut self, others: &Ledger, sizing: Sizing) -> Sizing {
-        let (budget, room) = (sizing.max_batch, others.room(sizing.max_batch));
+        let (budget, room) = (sizing.room, others.room(sizing.room));
+        let takes = room.min(sizing.max_batch);
         let what = match room {
             0 => "the run would hold before the group's first batch until they leave room in its budget".to_string(),
-            _ => format!("the group's first batch takes {room} of its budget of {budget} (a run reads this again before each batch)"),
+            _ => format!("the group's first batch takes {takes} of its budget of {budget} (a run reads this again before each batch)"),
         };
         let at_once = if room == 0 {
             format!(" ({budget} at once)")

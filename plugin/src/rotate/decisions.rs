@@ -81,6 +81,7 @@ impl Rotation<'_> {
             progress.pending = Instances::from(fresh);
         }
         let (batch, attempt) = (sizing.batches_done, sizing.attempt);
+        self.tell_others(run);
         let timing = self.estimates.timing(run.asking_batch());
         self.kernel.tell(timing);
         let decision = self
@@ -133,6 +134,7 @@ impl Rotation<'_> {
             }
         };
         let (index, attempt) = (batch.index, batch.attempt);
+        self.tell_others(run);
         let timing = match phase {
             Phase::BeforeBatch => self.estimates.timing(run.asking_batch()),
             Phase::BeforeGroup | Phase::AfterBatch => self.estimates.timing(AskedAbout::Other),

@@ -341,6 +341,7 @@ impl Rotation<'_> {
             }
             input = match step {
                 Step::Ask(Question::Select) => {
+                    self.tell_others(&run);
                     let selected = self.select(&machine)?;
                     self.give_back_unchosen(&machine, &selected, &run).await?;
                     Input::Selected(selected)

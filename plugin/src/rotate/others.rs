@@ -50,22 +50,34 @@ impl Rotation<'_> {
         Ledger::of_group(snapshot, &run.name, &nodes, &run.found_cordoned, now())
     }
 
-    /// `sizing` narrowed to what others leave of the budget, holding first while they leave
-    /// nothing. The budget is kept for the check before the cordons.
+    /// Tells the hooks of the questions that follow what others disrupt in `run`'s group, as
+    /// the run last read it (nothing when the policy ignores them).
+    pub(super) fn tell_others(&mut self, run: &GroupRun) {
+        let others = match self.counts_others() {
+            true => self.ledger(run, &run.latest).disruptions,
+            false => Vec::new(),
+        };
+        self.kernel.tell_others(others);
+    }
+
+    /// `sizing` narrowed to what others leave of the budget's room (not of the batch's size: a
+    /// last batch of one under a budget of two still has room beside one node of another's),
+    /// holding first while they leave nothing. The budget is kept for the check before the
+    /// cordons.
     pub(super) async fn room_for_batch(
         &mut self,
         sizing: &Sizing,
         run: &mut GroupRun,
     ) -> Result<Sizing, RotateError> {
-        run.budget = sizing.max_batch;
+        run.budget = sizing.room;
         if !self.counts_others() {
             return Ok(sizing.clone());
         }
         self.refresh(run).await?;
-        let budget = sizing.max_batch;
+        let budget = sizing.room;
         let ledger = self.hold_for_others(run, |l| l.room(budget) > 0).await?;
         let room = ledger.room(budget);
-        if room >= budget {
+        if room >= sizing.max_batch {
             return Ok(sizing.clone());
         }
         self.say_others(&ledger, room, budget);

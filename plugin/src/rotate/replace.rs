@@ -86,6 +86,7 @@ impl Rotation<'_> {
         let mut set_aside = Vec::new();
         let mut gone: Vec<String> = Vec::new();
         if move_pods {
+            self.tell_others(run);
             let orders = self.drain_orders(batch, run.asking_batch()).await?;
             let rules = &self.settings.drain.options.rules;
             // An instance that never registered as a node has nothing to cordon or drain.

@@ -520,6 +520,7 @@ fn plan_context(args: &RollingUpdateArgs) -> CallContext {
         run_id: "plan".into(),
         dry_run: true,
         timing: Default::default(),
+        others: Vec::new(),
     }
 }
 

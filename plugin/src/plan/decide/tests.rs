@@ -133,6 +133,7 @@ pub fn ctx() -> CallContext {
         run_id: "r".into(),
         dry_run: true,
         timing: Default::default(),
+        others: Vec::new(),
     }
 }
 

@@ -160,6 +160,7 @@ mod tests {
                 run_id: "plan".into(),
                 dry_run: true,
                 timing: Default::default(),
+                others: Vec::new(),
             },
             estimates: Default::default(),
         };

@@ -218,6 +218,19 @@ impl Policy for Hostile {
                 reason: "forever".into(),
             })),
             "one" => Ok(BatchSize::size(1, "one at a time")),
+            // What the host says others disrupt in the group (contract 0.3.7).
+            "others" => {
+                let others: Vec<String> = (rollout_ext_hooks::host::others_disrupting().iter())
+                    .map(|d| format!("{}={}", d.node, d.by))
+                    .collect();
+                println!(
+                    "others batch {} [{}] dry-run={}",
+                    progress.batches_done,
+                    others.join(", "),
+                    ctx.dry_run
+                );
+                Ok(BatchSize::Defer)
+            }
             "trace" => {
                 println!(
                     "trace batch {} {} dry-run={}",

@@ -168,6 +168,7 @@ impl Inputs {
             run_id: "bench".into(),
             dry_run: true,
             timing: Default::default(),
+            others: Vec::new(),
         };
         let native_ctx =
             rollout_ext_hooks::testing::context(ctx.now, serde_json::json!({"maxPerZone": 1}));

@@ -34,6 +34,7 @@ fn input(old: &Controller, surge: IntOrPercent, unavailable: IntOrPercent) -> Pl
             run_id: "plan".into(),
             dry_run: true,
             timing: Default::default(),
+            others: Vec::new(),
         },
         estimates: Default::default(),
     }
