@@ -6,16 +6,11 @@
 //! that refuses the write is said once, not a stop: the ledger still counts kured's reboots.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use super::{GroupRun, RotateError, Rotation};
 use crate::cluster::kured::KuredLock;
-use crate::cluster::view::{Deadline, WaitError};
 use crate::events::Event;
 use crate::snapshot::kured::LockSpot;
-
-/// A hold on kured has no deadline of its own: an abort ends it.
-const NO_DEADLINE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 impl Rotation<'_> {
     /// Takes kured's lock for `nodes`, the batch about to be cordoned. Returns whether the run
@@ -65,24 +60,17 @@ impl Rotation<'_> {
             holders: by.to_vec(),
         };
         let what = format!("group {group}: {}", event.describe());
-        let wait = self
-            .view
-            .wait_until(Deadline::Within(NO_DEADLINE), |snapshot| {
-                let now = jiff::Timestamp::now().as_second();
-                match snapshot.kured_lock_has_room(spot, now) {
-                    true => Ok(()),
-                    false => Err(()),
-                }
-            });
+        let wait = self.until_view(|snapshot| {
+            let now = jiff::Timestamp::now().as_second();
+            match snapshot.kured_lock_has_room(spot, now) {
+                true => Ok(()),
+                false => Err(()),
+            }
+        });
         // Said once recorded: whoever sees the event finds the record.
         let waited = async {
             self.kernel.reporter.report(event);
-            wait.await.map_err(|e| match e {
-                WaitError::View(e) => RotateError::from(e),
-                WaitError::Expired(_) => {
-                    RotateError::Cluster(crate::cluster::ClusterError::ViewStopped)
-                }
-            })
+            wait.await
         };
         self.kernel.holding(what, None, waited).await
     }

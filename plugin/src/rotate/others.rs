@@ -124,27 +124,35 @@ impl Rotation<'_> {
             now.describe(),
             run.budget
         );
-        let wait = self
-            .view
-            .wait_until(Deadline::Within(NO_DEADLINE), |snapshot| {
-                let ledger = self.ledger(run, snapshot);
-                if enough(&ledger) {
-                    Ok(ledger)
-                } else {
-                    Err(ledger.disruptions)
-                }
-            });
+        let wait = self.until_view(|snapshot| {
+            let ledger = self.ledger(run, snapshot);
+            if enough(&ledger) {
+                Ok(ledger)
+            } else {
+                Err(ledger.disruptions)
+            }
+        });
         // Said once recorded: whoever sees the event finds the record.
         let waited = async {
             self.say_others(&now, 0, run.budget);
-            wait.await.map_err(|e| match e {
-                WaitError::View(e) => RotateError::from(e),
-                WaitError::Expired(_) => {
-                    RotateError::Cluster(crate::cluster::ClusterError::ViewStopped)
-                }
-            })
+            wait.await
         };
         self.kernel.holding(what, None, waited).await
+    }
+
+    /// Waits until `ready` holds of the view, with no deadline of its own: a hold on others
+    /// ends with them, or with an abort.
+    pub(super) async fn until_view<T, P: PartialEq>(
+        &self,
+        ready: impl FnMut(&Snapshot) -> Result<T, P>,
+    ) -> Result<T, RotateError> {
+        let waited = self.view.wait_until(Deadline::Within(NO_DEADLINE), ready);
+        waited.await.map_err(|e| match e {
+            WaitError::View(e) => RotateError::from(e),
+            WaitError::Expired(_) => {
+                RotateError::Cluster(crate::cluster::ClusterError::ViewStopped)
+            }
+        })
     }
 
     /// The nodes other tools are taking out, by a mark or a cordon the run did not find (not
