@@ -128,3 +128,7 @@ pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-do
 
 /// Beside [`SCALE_DOWN_DISABLED`] when a run put it there: only that one is ever removed.
 pub const SCALE_DOWN_DISABLED_BY_US: &str = "rollout-ext.io/scale-down-disabled";
+
+/// On a Karpenter NodePool whose voluntary disruptions a run paused for a batch: the pool's own
+/// `spec.disruption.budgets` (JSON; `null` when it set none), put back after the batch.
+pub const PAUSED_BUDGETS: &str = "rollout-ext.io/paused-disruption-budgets";

@@ -18,6 +18,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use rollout_ext_e2e::cluster::{BOOT, Karpenter, NODEPOOL_LABEL, TestCluster, new_kubelet};
 use rollout_ext_e2e::observer::pod_ready;
 use rollout_ext_e2e::{events, provider_rotation_args, run_plugin};
+use serde_json::json;
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -99,12 +100,34 @@ async fn a_node_pool_rotates_with_each_batchs_pods_ready_again_before_the_next()
     assert!(warned, "{plan}");
 
     let (most, watch) = most_unavailable(cluster, pool, 6).await;
-    let out = run_plugin(args(cluster, pool, &["--yes"])).await;
+    // The pool's budgets as each node is cordoned: Karpenter's own disruptions paused.
+    let during: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let (seen, handle, client) = (
+        during.clone(),
+        tokio::runtime::Handle::current(),
+        cluster.client().await,
+    );
+    let all: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let every = all.clone();
+    let on_event = move |event: &serde_json::Value| {
+        every.lock().unwrap().push(event.clone());
+        if event["event"] == "cordoned" {
+            let pools = rollout_ext_e2e::cluster::nodepools(&client);
+            let object = handle.block_on(pools.get(pool)).unwrap();
+            seen.lock()
+                .unwrap()
+                .push(object.data["spec"]["disruption"]["budgets"].clone());
+        }
+    };
+    let run = args(cluster, pool, &["--yes"]);
+    let (code, stderr) = rollout_ext_e2e::run_watching(run, on_event).await;
     watch.abort();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(*during.lock().unwrap(), vec![json!([{"nodes": "0"}]); 3]);
+    assert_eq!(
+        pool_budgets(cluster, pool).await,
+        (json!([{"nodes": "10%"}]), None),
+        "the pool's own budgets are back"
     );
     let unavailable = *most.lock().unwrap();
     assert_eq!(
@@ -116,7 +139,7 @@ async fn a_node_pool_rotates_with_each_batchs_pods_ready_again_before_the_next()
         .filter_map(|d| d.node)
         .collect();
     assert_eq!(removed, old, "each old node's NodeClaim deleted once");
-    let events = events(&out);
+    let events = all.lock().unwrap().clone();
     let back = events.iter().filter(|e| e["event"] == "pods-back").count();
     let batches = events
         .iter()
@@ -235,6 +258,11 @@ async fn a_run_stopped_before_its_last_pods_are_back_leaves_the_next_waiting_for
     let old = cluster.karpenter().await.busy_pool(pool, 1).await.unwrap();
     let _slow = SlowBoots::new(cluster).await;
     stopped_after_first_termination(cluster, pool, &old).await;
+    // Killed with its batch out: Karpenter's own disruptions of the pool are still paused, its
+    // budgets kept aside.
+    let (budgets, kept) = pool_budgets(cluster, pool).await;
+    assert_eq!(budgets, json!([{"nodes": "0"}]));
+    assert_eq!(kept.as_deref(), Some(r#"[{"nodes":"10%"}]"#));
 
     let out = run_plugin(args(cluster, pool, &["--yes"])).await;
     assert!(
@@ -260,6 +288,21 @@ async fn a_run_stopped_before_its_last_pods_are_back_leaves_the_next_waiting_for
     assert_eq!(back.len(), 1, "{kinds:?}");
     assert_eq!(back[0]["pods"], 2, "{back:?}");
     assert!(kinds.ends_with(&["group-done", "done"]), "{kinds:?}");
+    assert_eq!(
+        pool_budgets(cluster, pool).await,
+        (json!([{"nodes": "10%"}]), None),
+        "the next run put the pool's own budgets back"
+    );
+}
+
+/// NodePool `pool`'s `spec.disruption.budgets`, and the budgets a run kept aside, if any.
+async fn pool_budgets(cluster: &TestCluster, pool: &str) -> (serde_json::Value, Option<String>) {
+    let pools = rollout_ext_e2e::cluster::nodepools(&cluster.client().await);
+    let object = pools.get(pool).await.unwrap();
+    let kept = (object.metadata.annotations.unwrap_or_default())
+        .get("rollout-ext.io/paused-disruption-budgets")
+        .cloned();
+    (object.data["spec"]["disruption"]["budgets"].clone(), kept)
 }
 
 /// A run stopped right after its first termination, while the pods it evicted wait for a node:

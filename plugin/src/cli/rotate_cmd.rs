@@ -340,6 +340,7 @@ async fn rotate(
         estimates,
         marks_refused: Default::default(),
         kured_refused: Default::default(),
+        paused_pools: Default::default(),
     };
     let run = rotation.run();
     tokio::pin!(run);

@@ -13,6 +13,7 @@ pub mod kured;
 pub mod lock;
 pub mod machines;
 pub mod node_claims;
+pub mod node_pools;
 pub mod nodes;
 mod objects;
 pub mod recorder;

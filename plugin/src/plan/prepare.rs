@@ -70,10 +70,11 @@ pub fn survey<'a>(
         }
         group.nodes.retain(|n| !n.deleting);
     }
+    let paused = policy.others_disruptions == crate::policy::OthersDisruptions::Count;
     warnings.extend(
         groups
             .iter()
-            .filter_map(|g| snapshot.node_pool(&g.name)?.warning()),
+            .filter_map(|g| snapshot.node_pool(&g.name)?.warning(paused)),
     );
     warnings.extend(booting_warnings(&groups, &options.staleness));
     if !options.force {

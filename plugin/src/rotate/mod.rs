@@ -24,6 +24,7 @@ mod give_back;
 mod gone;
 mod kured;
 mod marks;
+mod node_pools;
 mod others;
 mod pods_back;
 mod ready;
@@ -99,6 +100,9 @@ pub struct Rotation<'a> {
     pub marks_refused: std::sync::atomic::AtomicBool,
     /// kured's lock could not be taken or let go once: said then, not again.
     pub kured_refused: std::sync::atomic::AtomicBool,
+    /// The Karpenter NodePools whose disruptions the run paused, and whether a pause or its
+    /// end was refused once (said then, not again).
+    pub paused_pools: node_pools::PausedPools,
 }
 
 /// The steps Ctrl-C must not cut in half: a termination or a surge, from its record to the
@@ -182,8 +186,8 @@ impl Rotation<'_> {
 
     /// Rotates every group the options choose, in order. Stopped by `abort --uncordon`, it
     /// uncordons what it leaves cordoned first.
-    /// However it ends, the marks it put for the cluster-autoscaler and its hold on kured's
-    /// lock go.
+    /// However it ends, the marks it put for the cluster-autoscaler, its hold on kured's lock
+    /// and its pause of Karpenter's NodePools go.
     pub async fn run(&mut self) -> Result<(), RotateError> {
         let result = match self.rotate_all().await {
             Err(RotateError::Stopped { request, at }) if request.uncordon => self
@@ -194,6 +198,7 @@ impl Rotation<'_> {
         };
         self.release_scale_down_marks().await;
         self.release_kured_lock().await;
+        self.resume_node_pools().await;
         result
     }
 
@@ -294,6 +299,8 @@ impl Rotation<'_> {
 
     /// Reads the cluster, starts the group's loop from it and drives the loop to its end.
     async fn rotate_group(&mut self, name: String, role: Role) -> Result<(), RotateError> {
+        // A killed run may have left the group's NodePool paused.
+        self.resume_node_pool(&name).await;
         let recorded = self
             .lock
             .state(&records::expected_key(&name))

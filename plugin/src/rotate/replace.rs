@@ -50,9 +50,11 @@ impl Rotation<'_> {
                 self.wait_ready(&group, run.expected).await?;
             }
         }
-        // kured's lock, then others' disruptions read again, right before the cordons: no
-        // lock is shared with the others. A run that held reads its batch again.
+        // kured's lock and a pause of Karpenter's own disruptions, then others' disruptions read
+        // again, right before the cordons: no lock is shared with the others. A run that held
+        // reads its batch again.
         let held_for_kured = self.take_kured_lock(&batch.instances, run).await?;
+        self.pause_node_pool(&group).await;
         if held_for_kured {
             self.refresh(run).await?;
         }
@@ -62,7 +64,7 @@ impl Rotation<'_> {
         };
         if batch.instances.is_empty() {
             self.estimates.dropped(&group, chosen);
-            self.release_kured_lock().await;
+            self.batch_let_go(&group).await;
             return Ok(Vec::new());
         }
         if self.settings.plan.interactive && !confirm(&group, batch) {
@@ -166,7 +168,7 @@ impl Rotation<'_> {
             clock.hold(self.kernel.hold(interval, reason)).await?;
         }
         if self.settings.plan.cloud_only {
-            self.release_kured_lock().await;
+            self.batch_let_go(&group).await;
             return Ok(set_aside);
         }
         if self.judges_by_pods(&group) {
@@ -186,8 +188,14 @@ impl Rotation<'_> {
         // Done with: the nodes replaced, and those removed by someone else.
         let done = chosen - set_aside.len();
         self.batch_replaced(&group, done, clock).await;
-        self.release_kured_lock().await;
+        self.batch_let_go(&group).await;
         Ok(set_aside)
+    }
+
+    /// The batch of `group` is over: kured's lock and Karpenter's pool are let go.
+    async fn batch_let_go(&self, group: &str) {
+        self.release_kured_lock().await;
+        self.resume_node_pool(group).await;
     }
 
     /// Sets aside `node`, whose drain failed with `error`: it stays cordoned with the pods it

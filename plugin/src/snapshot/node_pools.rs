@@ -27,14 +27,19 @@ impl NodePool {
             .any(|b| matches!(b.trim(), "0" | "0%"))
     }
 
-    /// The warning a plan of `group` gives when the pool's own budgets would also act.
-    pub fn warning(&self) -> Option<String> {
-        self.disrupts().then(|| {
-            format!(
-                "NodePool {} lets Karpenter disrupt nodes of its own while the rotation runs (budgets: {}): more nodes than the plan shows may be unavailable at once; set its spec.disruption.budgets to [{{nodes: \"0\"}}] for the rotation",
-                self.name,
-                self.standing_budgets.join(", ")
-            )
+    /// The warning a plan of `group` gives when the pool's own budgets would also act; `paused`
+    /// when the run pauses them while each batch is out (it counts others' disruptions).
+    pub fn warning(&self, paused: bool) -> Option<String> {
+        let budgets = self.standing_budgets.join(", ");
+        self.disrupts().then(|| match paused {
+            true => format!(
+                "NodePool {} lets Karpenter disrupt nodes of its own while the rotation runs (budgets: {budgets}): the run pauses that while each of its batches is out (budgets set to nodes \"0\", its own put back after) and counts what Karpenter disrupts between batches",
+                self.name
+            ),
+            false => format!(
+                "NodePool {} lets Karpenter disrupt nodes of its own while the rotation runs (budgets: {budgets}): more nodes than the plan shows may be unavailable at once; set its spec.disruption.budgets to [{{nodes: \"0\"}}] for the rotation",
+                self.name
+            ),
         })
     }
 }
@@ -100,7 +105,13 @@ mod tests {
     fn a_pool_disrupts_unless_a_standing_budget_allows_no_node() {
         let default = pool("{}");
         assert_eq!(default.standing_budgets, ["10%"]);
-        assert!(default.warning().unwrap().contains("budgets: 10%"));
+        assert!(default.warning(false).unwrap().contains("budgets: 10%"));
+        assert!(
+            default
+                .warning(true)
+                .unwrap()
+                .contains("the run pauses that")
+        );
         assert!(pool(r#"{"budgets": [{"nodes": "20%"}, {"nodes": "5"}]}"#).disrupts());
         assert!(!pool(r#"{"budgets": [{"nodes": "20%"}, {"nodes": "0"}]}"#).disrupts());
         // A scheduled budget is not always active: it does not stop the others.
