@@ -21,38 +21,30 @@ impl Rotation<'_> {
     /// Pauses Karpenter's disruptions of `group`'s NodePool, when it is one (the `karpenter`
     /// provider's groups are NodePools) and others' disruptions are counted.
     pub(super) async fn pause_node_pool(&self, group: &str) {
-        if !self.counts_others() || !self.judges_by_pods(group) {
-            return;
-        }
-        match self.cluster.pause_node_pool(group).await {
-            Ok(()) => {
-                let mut pools = self
-                    .paused_pools
-                    .pools
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                pools.insert(group.to_string());
-            }
-            Err(e) => self.pool_refused(group, &e),
-        }
+        self.set_pool_paused(group, true).await;
     }
 
     /// Puts back `group`'s NodePool's own budgets, if the run (or a killed one) paused it.
     pub(super) async fn resume_node_pool(&self, group: &str) {
+        self.set_pool_paused(group, false).await;
+    }
+
+    async fn set_pool_paused(&self, group: &str, paused: bool) {
         if !self.counts_others() || !self.judges_by_pods(group) {
             return;
         }
-        match self.cluster.resume_node_pool(group).await {
-            Ok(()) => {
-                let mut pools = self
-                    .paused_pools
-                    .pools
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                pools.remove(group);
-            }
-            Err(e) => self.pool_refused(group, &e),
+        let written = match paused {
+            true => self.cluster.pause_node_pool(group).await,
+            false => self.cluster.resume_node_pool(group).await,
+        };
+        if let Err(e) = written {
+            return self.pool_refused(group, &e);
         }
+        let mut pools = (self.paused_pools.pools.lock()).unwrap_or_else(|e| e.into_inner());
+        match paused {
+            true => pools.insert(group.to_string()),
+            false => pools.remove(group),
+        };
     }
 
     /// Resumes every pool the run paused and has not resumed.
