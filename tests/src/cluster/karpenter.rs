@@ -334,6 +334,18 @@ impl Karpenter {
             if names.len() != nodes {
                 bail!("Karpenter launched {names:?} for NodePool {pool}, not {nodes} nodes");
             }
+            // Karpenter's last word on a node it launched, which may come after its pods are
+            // Ready: a test that compares the cluster before and after a run must not see it.
+            for name in &names {
+                let initialized = |n: Option<&Node>| {
+                    n.and_then(|n| n.metadata.labels.as_ref())
+                        .and_then(|l| l.get("karpenter.sh/initialized"))
+                        .is_some_and(|v| v == "true")
+                };
+                tokio::time::timeout(WAIT, await_condition(api.clone(), name, initialized))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("Karpenter did not initialize node {name}"))??;
+            }
             let old = json!({"status": {"nodeInfo": {"kubeletVersion": OLD_KUBELET}}});
             for name in &names {
                 api.patch_status(name, &PatchParams::default(), &Patch::Merge(&old))
