@@ -158,7 +158,7 @@ impl Prometheus {
                 "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: app\n    static_configs:\n      - targets: [\"{target}\"]\n"
             ),
         )?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let [port] = crate::cluster::free_ports()?;
         let processes = Processes::new();
         let args: Vec<String> = vec![
             format!("--config.file={}", config.display()),

@@ -3,7 +3,7 @@
 //! storing into a temporary directory, optionally behind basic auth.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ impl OciRegistry {
         let dir = tempfile::Builder::new()
             .prefix("rollout-ext-registry-")
             .tempdir()?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let [port] = crate::cluster::free_ports()?;
         let auth = match htpasswd {
             Some(line) => {
                 let file = dir.path().join("htpasswd");

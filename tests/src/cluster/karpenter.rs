@@ -147,7 +147,7 @@ impl Karpenter {
         kubeconfig: &Path,
         root: &Path,
     ) -> anyhow::Result<()> {
-        let [metrics, health] = super::free_ports()?;
+        let [metrics, health] = super::ports::free_ports()?;
         let args = [
             "--disable-leader-election".to_string(),
             format!("--metrics-port={metrics}"),

@@ -15,10 +15,10 @@ mod kubelet_logs;
 mod kwok;
 mod node_maintenance;
 mod nodes;
+mod ports;
 mod process;
 mod runner_pods;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -36,6 +36,7 @@ pub use karpenter::{
 pub use kwok::{READINESS_LABEL, TERMINATION_LABEL};
 pub use node_maintenance::node_maintenances;
 pub use nodes::{GROUP_LABEL, NodeSim, NodeSpec};
+pub use ports::free_ports;
 pub use process::Processes;
 pub use runner_pods::{RUNNER_LABEL, RunnerPods};
 
@@ -86,19 +87,6 @@ fn installed(path: PathBuf) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
-}
-
-/// `N` distinct free ports: each is held until all are chosen, so that two of them are never
-/// the same port handed out twice.
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
 }
 
 /// Working directories are named `rollout-ext-cluster-<pid>-…` after the test process.
@@ -185,7 +173,7 @@ impl TestCluster {
         let root = dir.path();
         let processes = Processes::new();
 
-        let [etcd_port, peer_port, api_port] = free_ports()?;
+        let [etcd_port, peer_port, api_port] = ports::free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         processes.spawn(
