@@ -1,4 +1,6 @@
-//! Messages for the operator on stderr: warnings always, info with `-v`, debug with `-vv`.
+//! Messages for the operator on stderr: warnings always, info with `-v`, debug with `-vv`, and
+//! with `-vvv` one line per API request (its method, path, status and latency, as kubectl's
+//! `-v=6`), to see where a run's time goes.
 //! Data goes to stdout elsewhere; this never writes there.
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -9,6 +11,7 @@ pub enum Level {
     Warn = 1,
     Info = 2,
     Debug = 3,
+    Trace = 4,
 }
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(Level::Warn as u8);
@@ -39,6 +42,7 @@ pub fn log(level: Level, message: &str) {
             Level::Warn => "warning",
             Level::Info => "info",
             Level::Debug => "debug",
+            Level::Trace => "trace",
         };
         eprintln!("{tag}: {message}");
     }

@@ -37,7 +37,7 @@ pub struct Cli {
     #[command(flatten)]
     pub kube: KubeFlags,
 
-    /// More detail on stderr (-v info, -vv debug).
+    /// More detail on stderr (-v info, -vv debug, -vvv every API request with its latency).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
@@ -351,7 +351,8 @@ pub fn main() -> ExitCode {
     report::set_verbosity(match cli.verbose {
         0 => report::Level::Warn,
         1 => report::Level::Info,
-        _ => report::Level::Debug,
+        2 => report::Level::Debug,
+        _ => report::Level::Trace,
     });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,12 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service};
+
+use crate::report::{self, Level};
 
 /// How long a failing request is retried by default: long enough for an API server to restart
 /// (as it does when its own node is rotated), short enough that a dead cluster is reported.
@@ -294,13 +296,16 @@ where
         Box::pin(async move {
             let method = req.method().clone();
             let path = req.uri().path().to_string();
+            let uri = req.uri().clone();
             let started = Instant::now();
             let mut delay = layer.first_delay;
             let mut attempts = 1u32;
             let mut req = req;
             loop {
                 let next = copy(&req);
+                let sent = Instant::now();
                 let (result, message) = settle(attempt(&inner, req).await).await;
+                trace_request(&method, &uri, &result, sent.elapsed());
                 let Some(reason) = transient(&method, &path, &result, message.as_deref()) else {
                     return result;
                 };
@@ -336,6 +341,33 @@ where
             }
         })
     }
+}
+
+/// One line per request with `-vvv`: when it was answered, what it was and how long the
+/// answer (its headers: a watch streams on) took.
+fn trace_request<B>(
+    method: &Method,
+    uri: &Uri,
+    result: &Result<Response<B>, BoxError>,
+    took: Duration,
+) {
+    if !report::enabled(Level::Trace) {
+        return;
+    }
+    let target = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let outcome = match result {
+        Ok(response) => response.status().as_u16().to_string(),
+        Err(e) => format!("failed ({e})"),
+    };
+    let now = jiff::Timestamp::now().round(jiff::Unit::Millisecond);
+    let now = now.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    report::log(
+        Level::Trace,
+        &format!(
+            "{now} {method} {target} {outcome} in {:.1} ms",
+            took.as_secs_f64() * 1000.0
+        ),
+    );
 }
 
 fn human(d: Duration) -> String {

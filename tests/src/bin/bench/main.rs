@@ -22,6 +22,10 @@
 //! `bench --repeat CALL N` makes one hook call (`select`, or `native-select` for the peer) N
 //! times after a warm-up and prints only the total: a steady loop for a profiler, e.g.
 //! `valgrind --tool=callgrind bench --repeat select 20`.
+//!
+//! With `BENCH_TRACE_DIR=DIR` set, `rotation` runs the plugin with `-vvv` and keeps each
+//! rotation's stderr as `DIR/trace-<revision>.txt`: every API request with when it was answered
+//! and its latency, beside the run's events, to see where the tool's time goes.
 
 mod calls;
 mod drain;

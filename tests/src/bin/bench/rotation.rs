@@ -264,8 +264,18 @@ pub fn rotate(
         .arg(policy)
         .args(FAST_ROTATION)
         .env("XDG_CACHE_HOME", work.join("cache"));
+    let trace = std::env::var_os("BENCH_TRACE_DIR");
+    if trace.is_some() {
+        cmd.arg("-vvv");
+    }
     let stderr_file = work.join("rotation-stderr.txt");
     let sample = measure::run(&mut cmd, &stderr_file)?;
+    if let Some(dir) = trace {
+        std::fs::copy(
+            &stderr_file,
+            Path::new(&dir).join(format!("trace-{revision}.txt")),
+        )?;
+    }
     let wall = sample.wall;
     let waits = std::fs::read_to_string(&stderr_file)?
         .lines()
