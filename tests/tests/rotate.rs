@@ -1289,3 +1289,62 @@ async fn nodes_removed_by_someone_else_at_any_phase_are_dropped_and_the_rest_rep
         "every node is a new one"
     );
 }
+
+/// With `-vvv` each API request of the run is said with when it was answered, how and how
+/// long it took (as kubectl's `-v=6`); the pods of a node the run follows are read no older
+/// than where its watch of pods started, which the API server answers from its cache at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_vvv_each_request_is_said_and_pods_are_read_no_older_than_the_watch() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let nodes = outdated_group(cluster, "trace", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cluster.exec_policy(dir.path(), "");
+    let mut args = rotate_args(cluster, &policy, "trace");
+    args.push("-vvv".into());
+    let out = run_to_success(args).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // trace: <answered at> <METHOD> <path?query> <status> in <milliseconds> ms
+    let requests: Vec<Vec<&str>> = (stderr.lines())
+        .filter_map(|l| l.strip_prefix("trace: "))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    assert!(requests.len() > 10, "{stderr}");
+    for r in &requests {
+        assert_eq!(r.len(), 7, "{r:?}");
+        assert!(r[0].parse::<jiff::Timestamp>().is_ok(), "{r:?}");
+        assert!(
+            ["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&r[1]),
+            "{r:?}"
+        );
+        assert!(r[2].starts_with("/api"), "{r:?}");
+        assert!(r[3].parse::<u16>().is_ok(), "{r:?}");
+        assert_eq!((r[4], r[6]), ("in", "ms"), "{r:?}");
+        assert!(r[5].parse::<f64>().is_ok_and(|ms| ms >= 0.0), "{r:?}");
+    }
+    let node = &nodes[0];
+    let said = |method: &str, path: &str, status: &str| {
+        requests
+            .iter()
+            .any(|r| r[1] == method && r[2].starts_with(path) && r[3] == status)
+    };
+    assert!(
+        said("PATCH", &format!("/api/v1/nodes/{node}?"), "200"),
+        "{stderr}"
+    );
+    assert!(
+        said("DELETE", &format!("/api/v1/nodes/{node}?"), "200"),
+        "{stderr}"
+    );
+    let followed = (requests.iter()).find(|r| {
+        r[1] == "GET"
+            && r[2].starts_with("/api/v1/pods?")
+            && r[2].contains(&format!("fieldSelector=spec.nodeName%3D{node}&"))
+            && !r[2].contains("watch=true")
+    });
+    let followed = followed.unwrap_or_else(|| panic!("no list of {node}'s pods: {stderr}"));
+    assert!(
+        followed[2].contains("&resourceVersionMatch=NotOlderThan"),
+        "{followed:?}"
+    );
+}

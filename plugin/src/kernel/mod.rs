@@ -51,7 +51,7 @@ pub struct Kernel<'a> {
     /// The run's lock, when it holds one: a run that lost it stops at its next safe point.
     pub lock: Option<&'a LockGuard>,
     /// A write of the durations the run measured failed: said once, not tried again.
-    durations_unrecorded: bool,
+    durations_unrecorded: std::sync::atomic::AtomicBool,
     /// What the next question's hooks are told of how long things take (see [`Kernel::tell`]).
     timing: Timing,
     /// What every question's hooks are told others disrupt (see [`Kernel::tell_others`]).
@@ -82,7 +82,7 @@ impl<'a> Kernel<'a> {
             run_id: parts.run_id,
             controls: parts.controls,
             lock: parts.lock,
-            durations_unrecorded: false,
+            durations_unrecorded: std::sync::atomic::AtomicBool::new(false),
             warned: Default::default(),
             timing: Timing::default(),
             others: Vec::new(),
@@ -130,15 +130,18 @@ impl Kernel<'_> {
     /// Keeps what the run measured of `subject` (a group, or a workload `KIND/NS/NAME`) in the
     /// cluster's history, for later estimates. A write that fails is said once and not tried
     /// again: estimates are advice, never a reason to stop.
-    pub async fn record_durations(&mut self, subject: &str, measured: &[(Stage, u64)]) {
-        if self.durations_unrecorded {
+    pub async fn record_durations(&self, subject: &str, measured: &[(Stage, u64)]) {
+        use std::sync::atomic::Ordering;
+        if self.durations_unrecorded.load(Ordering::Relaxed) {
             return;
         }
         let written = (self.cluster)
             .record_history(subject, &self.run_id, measured)
             .await;
         if let Err(e) = written {
-            self.durations_unrecorded = true;
+            if self.durations_unrecorded.swap(true, Ordering::Relaxed) {
+                return;
+            }
             self.warn(format!(
                 "cannot record this run's durations for later estimates (plans fall back on the policy's or the built-in figures): {e}"
             ));

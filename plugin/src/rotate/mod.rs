@@ -43,11 +43,11 @@ use gone::Presence;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::Cluster;
 use crate::cluster::drain::{Cordon, DrainSettings};
 use crate::cluster::lock::LockGuard;
 use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
-use crate::cluster::{Cluster, ClusterError};
 use crate::events::Event;
 use crate::kernel::Kernel;
 use crate::plan::decide;
@@ -471,39 +471,35 @@ impl Rotation<'_> {
         }
         let group = run.name.as_str();
         let this = &*self;
-        let taints = (instances.iter())
-            .filter(|n| tainted && run.registered(n))
+        // Each node is kept from the cluster-autoscaler's scale-down until the run ends, then
+        // tainted: one after the other, as both write the Node (the taint is a compare-and-swap
+        // that a concurrent write would send back); the nodes side by side.
+        let marked_and_tainted = (instances.iter())
+            .filter_map(|n| (run.latest.nodes.iter()).find(|x| &x.name == n && x.registered))
             .map(|node| async move {
-                let tainted = this.cluster.taint_prefer_no_schedule(
-                    node,
-                    &this.settings.taint_key,
-                    false,
-                    this.kernel.reporter,
-                );
-                // Removed since it was read: said, and its batch goes on without it.
-                if Presence::after(tainted).await? == Presence::Gone {
-                    this.node_gone(group, node);
+                let mut presence = this.keep_from_scale_down(node).await?;
+                if tainted && presence == Presence::Here {
+                    let tainting = this.cluster.taint_prefer_no_schedule(
+                        &node.name,
+                        &this.settings.taint_key,
+                        false,
+                        this.kernel.reporter,
+                    );
+                    presence = Presence::after(tainting).await?;
                 }
-                Ok::<_, ClusterError>(())
+                // Removed since it was read: said, and its batch goes on without it.
+                if presence == Presence::Gone {
+                    this.node_gone(group, &node.name);
+                }
+                Ok::<_, RotateError>(())
             });
-        // Kept from the cluster-autoscaler's scale-down until the run ends (a node removed
-        // meanwhile is said by its taint).
-        let marks = (instances.iter())
-            .filter_map(|n| {
-                run.latest
-                    .nodes
-                    .iter()
-                    .find(|x| &x.name == n && x.registered)
-            })
-            .map(|node| self.keep_from_scale_down(node));
-        futures::future::try_join_all(marks).await?;
-        // A taint needs no record first: it only steers new pods away, and a run stopped
-        // before the record counts the group's nodes again, all of them still there.
-        let (expected, _) = tokio::try_join!(self.expected_size(run), async {
-            futures::future::try_join_all(taints)
-                .await
-                .map_err(RotateError::from)
-        })?;
+        // A taint or a mark needs no record first: each only steers others away, and a run
+        // stopped before the record counts the group's nodes again, all of them still there
+        // (its marks are removed by the next run).
+        let (expected, _) = tokio::try_join!(
+            self.expected_size(run),
+            futures::future::try_join_all(marked_and_tainted)
+        )?;
         run.expected = expected;
         run.begun = true;
         Ok(())

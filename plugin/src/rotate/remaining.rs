@@ -60,22 +60,31 @@ impl RunEstimates {
 impl Rotation<'_> {
     /// Says, and records on the Lease, how long the rest of the run likely takes.
     pub(super) async fn say_estimate(&mut self) {
+        if let Some(event) = self.estimate() {
+            self.record_estimate(&event).await;
+            self.kernel.reporter.report(event);
+        }
+    }
+
+    /// How long the rest of the run likely takes, if anything can tell.
+    pub(super) fn estimate(&mut self) -> Option<Event> {
         let timing = self.estimates.timing(AskedAbout::Other);
-        let Some(e) = timing.remaining else {
-            return;
-        };
-        let event = Event::Estimate {
+        let e = timing.remaining?;
+        Some(Event::Estimate {
             elapsed_seconds: self.clock.elapsed().as_secs(),
             remaining_seconds: e.seconds,
             remaining_p90_seconds: e.p90_seconds,
             ends_at: e.ends_at,
             basis: e.basis,
-        };
-        if let Ok(text) = serde_json::to_string(&event) {
-            // Advice for `status`: a Lease that cannot take it does not stop the run.
+        })
+    }
+
+    /// Puts `estimate` on the Lease, for `status`: advice, so a Lease that cannot take it does
+    /// not stop the run.
+    pub(super) async fn record_estimate(&self, estimate: &Event) {
+        if let Ok(text) = serde_json::to_string(estimate) {
             let _ = self.lock.set_state(keys::ESTIMATE, Some(&text)).await;
         }
-        self.kernel.reporter.report(event);
     }
 
     /// Keeps what a replaced batch of `group` measured, for the run's next estimates.

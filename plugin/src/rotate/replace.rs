@@ -275,12 +275,10 @@ impl Rotation<'_> {
                 return Ok(Presence::Gone);
             }
         }
-        self.mark_drain(node, DrainCondition::Draining).await;
-        match self
-            .cluster
-            .drain_ordered(node, &self.settings.drain, turns, reporter)
-            .await
-        {
+        // The mark tells others, the drain needs nothing from it: the two go side by side.
+        let marked = self.mark_drain(node, DrainCondition::Draining);
+        let drained = (self.cluster).drain_ordered(node, &self.settings.drain, turns, reporter);
+        match tokio::join!(marked, drained).1 {
             Ok(()) => {}
             // A pod that asks not to be disrupted, and a ladder that ends in Stop, stop the run
             // whatever --fail-on-drain-error says: both are the policy's explicit word.
@@ -300,8 +298,9 @@ impl Rotation<'_> {
             }
             Err(e) => return Err(e.into()),
         }
-        self.mark_drain(node, DrainCondition::Drained).await;
-        Ok(Presence::after(self.cluster.set_phase(node, "drained")).await?)
+        let marked = self.mark_drain(node, DrainCondition::Drained);
+        let phase = Presence::after(self.cluster.set_phase(node, "drained"));
+        Ok(tokio::join!(marked, phase).1?)
     }
 }
 

@@ -111,9 +111,20 @@ impl Rotation<'_> {
     pub(super) async fn batch_replaced(&mut self, group: &str, replaced: usize, clock: BatchClock) {
         self.clock.last_batch_end = Some(Instant::now());
         let measured = clock.measured();
-        self.kernel.record_durations(group, &measured).await;
         self.learn(group, replaced, &measured);
-        self.say_estimate().await;
+        let estimate = self.estimate();
+        // Two writes on the way to the next batch, neither waiting on the other.
+        let this = &*self;
+        let recorded = this.kernel.record_durations(group, &measured);
+        let said = async {
+            if let Some(event) = &estimate {
+                this.record_estimate(event).await;
+            }
+        };
+        tokio::join!(recorded, said);
+        if let Some(event) = estimate {
+            self.kernel.reporter.report(event);
+        }
     }
 
     /// Records the run's setup: its start to its first batch, and its last batch to now.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 
 use super::object::{Watched, version_of};
@@ -220,11 +220,15 @@ pub async fn whole<W, T, F>(
     watch_whole(watching, api, config, seen, |error| shared.fail(error)).await
 }
 
-/// Lists the pods of `scope` (page by page, one version) into the view.
+/// Lists the pods of `scope` (page by page, one version) into the view, once the watch of
+/// bound pods is open.
 pub async fn list_scope(shared: &Shared, api: &Api<Watched<Pod>>, scope: &Scope) {
+    let Some(from) = watch_start(shared).await else {
+        return;
+    };
     let mut resuming = Resuming::new(shared.retry_for);
     loop {
-        match read_scope(api, scope).await {
+        match read_scope(api, scope, &from).await {
             Ok((pods, version)) => {
                 return shared.change(|state| {
                     state.pods.merge_list(scope, pods, version);
@@ -252,9 +256,33 @@ pub async fn list_scope(shared: &Shared, api: &Api<Watched<Pod>>, scope: &Scope)
     }
 }
 
+/// The version the watch of bound pods started from, once it is open; none if the view failed
+/// first.
+async fn watch_start(shared: &Shared) -> Option<String> {
+    let mut changes = shared.changed.subscribe();
+    loop {
+        {
+            let state = shared.lock();
+            if state.failed.is_some() {
+                return None;
+            }
+            if let Some(from) = &state.pods_from {
+                return Some(from.clone());
+            }
+        }
+        changes.changed().await.ok()?;
+    }
+}
+
+/// Reads `scope` at a version no older than `from`, where the watch of bound pods started. A
+/// read that must be no older than a given version is answered from the API server's cache as
+/// soon as the cache has it (at once: the watch is served from there); one that must be current
+/// waits for the cache to learn from etcd that it is (Kubernetes 1.31 and later), which measured
+/// 70 to 260 ms per read on the 1.37 test cluster.
 async fn read_scope(
     api: &Api<Watched<Pod>>,
     scope: &Scope,
+    from: &str,
 ) -> Result<(Vec<(Key, Entry<Pod>)>, u64), kube::Error> {
     let (fields, api) = match scope {
         Scope::Node(node) => (format!("spec.nodeName={node}"), api.clone()),
@@ -264,7 +292,9 @@ async fn read_scope(
             (BOUND.to_string(), api)
         }
     };
-    let mut params = ListParams::default().fields(&fields).limit(PAGE);
+    let mut params = (ListParams::default().fields(&fields).limit(PAGE))
+        .at(from)
+        .matching(VersionMatch::NotOlderThan);
     let mut pods = Vec::new();
     let mut version = None;
     loop {
@@ -315,10 +345,11 @@ pub async fn bound_pods(shared: Arc<Shared>, api: Api<Watched<Pod>>) {
             };
             let mut stream = stream.boxed();
             resuming.succeeded();
-            if first {
+            if first || relist {
                 first = false;
+                let started = from.clone();
                 shared.change(|state| {
-                    state.pods_watched = true;
+                    state.pods_from = Some(started);
                     true
                 });
             }

@@ -54,8 +54,9 @@ pub struct State {
     system: Whole<Pod>,
     /// Bound pods where the run looks.
     pods: Scoped,
-    /// The watch of bound pods is open.
-    pods_watched: bool,
+    /// The version the watch of bound pods last (re)started from, once it is open: a scope's
+    /// list is read at a version no older, so that the two leave no gap between them.
+    pods_from: Option<String>,
     pdbs: Whole<Pdb>,
     machines: Whole<Machine>,
     node_pools: Whole<NodePool>,
@@ -86,7 +87,7 @@ impl State {
     fn synced(&self) -> bool {
         self.nodes.synced
             && self.system.synced
-            && self.pods_watched
+            && self.pods_from.is_some()
             && self.pdbs.synced
             && (!self.watches_machines || self.machines.synced)
             && (!self.watches_node_pools || self.node_pools.synced)
@@ -228,7 +229,7 @@ impl LiveView {
             nodes: Whole::default(),
             system: Whole::default(),
             pods: Scoped::leaving(keys::SYSTEM_NAMESPACES),
-            pods_watched: false,
+            pods_from: None,
             pdbs: Whole::default(),
             machines: Whole::default(),
             node_pools: Whole::default(),
