@@ -12,13 +12,16 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
 use kube::runtime::{WatchStreamExt, watcher};
 use rollout_ext_e2e::cluster::{BOOT, Karpenter, NODEPOOL_LABEL, TestCluster, new_kubelet};
 use rollout_ext_e2e::observer::pod_ready;
 use rollout_ext_e2e::{events, provider_rotation_args, run_plugin};
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 /// One rotation at a time: they share the cluster's lock.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -342,4 +345,254 @@ async fn a_resumed_run_counts_what_its_batch_owes_once_the_last_pods_are_back() 
         old.iter().cloned().collect::<Vec<_>>(),
         "each old node's NodeClaim deleted once: {removed:?}"
     );
+}
+
+/// A node of `pool` is out when it is initialized by Karpenter and cordoned, tainted by
+/// Karpenter's disruption, being deleted or not Ready: out of service for either tool.
+fn out_of_service(node: &Node) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    if labels.get("karpenter.sh/initialized").map(String::as_str) != Some("true") {
+        return false;
+    }
+    let spec = node.spec.clone().unwrap_or_default();
+    let disrupted = (spec.taints.unwrap_or_default().iter()).any(|t| t.key == DISRUPTED_TAINT);
+    let ready = (node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter())
+    .flatten()
+    .any(|c| c.type_ == "Ready" && c.status == "True");
+    spec.unschedulable == Some(true)
+        || disrupted
+        || node.metadata.deletion_timestamp.is_some()
+        || !ready
+}
+
+const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+
+/// Watches the nodes of `pool` from now on; the returned cell holds the most that were ever out
+/// of service at once (see [`out_of_service`]), counted once the first listing is complete.
+async fn most_out(cluster: &TestCluster, pool: &str) -> (Arc<Mutex<usize>>, JoinHandle<()>) {
+    let api: Api<Node> = Api::all(cluster.client().await);
+    let config = watcher::Config::default().labels(&format!("{NODEPOOL_LABEL}={pool}"));
+    let most = Arc::new(Mutex::new(0));
+    let seen = most.clone();
+    let (synced_tx, synced) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut out: BTreeMap<String, bool> = BTreeMap::new();
+        let mut synced_tx = Some(synced_tx);
+        let mut events = watcher(api, config).default_backoff().boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                    out.insert(n.name_any(), out_of_service(&n));
+                }
+                watcher::Event::Delete(n) => {
+                    out.remove(&n.name_any());
+                }
+                watcher::Event::Init => continue,
+                watcher::Event::InitDone => {
+                    if let Some(tx) = synced_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+            if synced_tx.is_none() {
+                let now = out.values().filter(|o| **o).count();
+                let mut most = seen.lock().unwrap();
+                *most = (*most).max(now);
+            }
+        }
+    });
+    synced.await.expect("the node watch lists the pool");
+    (most, task)
+}
+
+/// Empties `node` of `pool`'s pods (ReplicaSet `web` scaled down by as many, those pods the
+/// cheapest to delete) and holds its deletion with a finalizer of the test's, which
+/// [`let_go`] removes.
+async fn empty_and_hold(client: &kube::Client, pool: &str, node: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), pool);
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let doomed = pods.list(&on_node).await.unwrap().items;
+    let cheap = json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}});
+    for pod in &doomed {
+        (pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&cheap),
+        ))
+        .await
+        .unwrap();
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let hold = json!([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]);
+    let patch = Patch::Json::<()>(serde_json::from_value(hold).unwrap());
+    nodes
+        .patch(node, &PatchParams::default(), &patch)
+        .await
+        .unwrap();
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), pool);
+    let replicas = sets
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .replicas
+        .unwrap();
+    let fewer = json!({"spec": {"replicas": replicas - doomed.len() as i32}});
+    (sets.patch("web", &PatchParams::default(), &Patch::Merge(&fewer)))
+        .await
+        .unwrap();
+}
+
+const HOLD: &str = "rollout-ext.test/hold";
+
+/// Removes the test's finalizer from `node`.
+async fn let_go(client: &kube::Client, node: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let now = nodes.get(node).await.unwrap();
+    let finalizers = now.metadata.finalizers.unwrap_or_default();
+    let at = finalizers.iter().position(|f| f == HOLD).unwrap();
+    let remove = json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{at}"), "value": HOLD},
+        {"op": "remove", "path": format!("/metadata/finalizers/{at}")},
+    ]);
+    let patch = Patch::Json::<()>(serde_json::from_value(remove).unwrap());
+    nodes
+        .patch(node, &PatchParams::default(), &patch)
+        .await
+        .unwrap();
+}
+
+/// Karpenter's consolidation (WhenEmpty, consolidateAfter 1s, a budget of one node) beside a
+/// rotation of the same pool, with the rotation's budget of one: the run is paused after its
+/// first batch, a node it has yet to rotate is emptied, and Karpenter consolidates it (its
+/// deletion held by a finalizer of the test's). Once resumed, the run holds before its next
+/// batch, saying Karpenter disrupts that node, and goes on once the node is gone, dropping it.
+/// At no moment are more than one of the pool's nodes out of service, counting both tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_karpenters_consolidation_the_pool_is_never_below_its_budget() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pool = "kp-cons";
+    let karpenter = cluster.karpenter().await;
+    let consolidating = json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1s",
+                               "budgets": [{"nodes": "1"}]});
+    let old = (karpenter.busy_pool_with(pool, 3, Some(consolidating)))
+        .await
+        .unwrap();
+    let client = cluster.client().await;
+    let (most, watch) = most_out(cluster, pool).await;
+
+    let control = {
+        let kubeconfig = cluster.kubeconfig.clone();
+        move |args: &[&str]| {
+            let out = std::process::Command::new(rollout_ext_e2e::plugin_binary())
+                .args(args)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+        }
+    };
+    let all: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let consolidated: Arc<Mutex<Option<String>>> = Arc::default();
+    let (every, emptied, handle) = (
+        all.clone(),
+        consolidated.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let (old_nodes, pool_name) = (old.clone(), pool.to_string());
+    let on_event = move |event: &serde_json::Value| {
+        every.lock().unwrap().push(event.clone());
+        match event["event"].as_str().unwrap_or_default() {
+            "batch-started" if emptied.lock().unwrap().is_none() => {
+                control(&["pause", "--reason", "Karpenter's turn"]);
+            }
+            "paused" => {
+                // The first batch's node gone, a node not rotated yet is emptied, and
+                // Karpenter's disruption of it is seen.
+                let nodes: Api<Node> = Api::all(client.clone());
+                let node = handle.block_on(async {
+                    let mut left = Vec::new();
+                    for name in &old_nodes {
+                        let Some(n) = nodes.get_opt(name).await.unwrap() else {
+                            continue;
+                        };
+                        if n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
+                            left.push(name.clone());
+                            continue;
+                        }
+                        let gone =
+                            await_condition(nodes.clone(), name, |n: Option<&Node>| n.is_none());
+                        tokio::time::timeout(Duration::from_secs(60), gone)
+                            .await
+                            .expect("the first batch's node goes")
+                            .unwrap();
+                    }
+                    assert_eq!(left.len(), 2, "two old nodes left to rotate: {left:?}");
+                    left.remove(0)
+                });
+                handle.block_on(empty_and_hold(&client, &pool_name, &node));
+                let disrupted = |n: Option<&Node>| {
+                    n.and_then(|n| n.spec.as_ref()?.taints.as_ref())
+                        .is_some_and(|t| t.iter().any(|t| t.key == DISRUPTED_TAINT))
+                };
+                let seen = tokio::time::timeout(
+                    Duration::from_secs(120),
+                    await_condition(nodes.clone(), &node, disrupted),
+                );
+                handle
+                    .block_on(seen)
+                    .expect("Karpenter consolidates the emptied node")
+                    .unwrap();
+                *emptied.lock().unwrap() = Some(node);
+                control(&["resume"]);
+            }
+            "others-disrupting" => {
+                let node = emptied.lock().unwrap().clone().expect("a node was emptied");
+                handle.block_on(let_go(&client, &node));
+            }
+            _ => {}
+        }
+    };
+    let run = args(cluster, pool, &["--yes", "--max-unavailable", "1"]);
+    let (code, stderr) = rollout_ext_e2e::run_watching(run, on_event).await;
+    watch.abort();
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = all.lock().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let node = consolidated.lock().unwrap().clone().unwrap();
+    let told = (events.iter())
+        .find(|e| e["event"] == "others-disrupting")
+        .unwrap_or_else(|| panic!("the run never held for Karpenter: {kinds:?}"));
+    assert_eq!(
+        told["disrupting"],
+        format!("1 node of group {pool} is being disrupted by karpenter: {node}"),
+        "{told}"
+    );
+    assert_eq!(
+        (told["room"].as_u64(), told["budget"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let gone = (events.iter()).any(|e| e["event"] == "node-gone" && e["node"] == node.as_str());
+    assert!(gone, "the consolidated node is dropped: {kinds:?}");
+    let batches = kinds.iter().filter(|k| **k == "batch-started").count();
+    assert_eq!(batches, 2, "{kinds:?}");
+    assert_eq!(
+        *most.lock().unwrap(),
+        1,
+        "one node of the pool out at a time, counting both tools"
+    );
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    for name in &old {
+        assert!(
+            nodes.get_opt(name).await.unwrap().is_none(),
+            "{name} is gone"
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! between them, so a run reads the ledger again right before it sizes a batch and right before
 //! it cordons one.
 //!
-//! Counted, once per node, by the first mark found: the Node being deleted, or its Machine;
+//! Counted, once per node, by the first mark found: the Node being deleted (by whoever tainted
+//! it, below, if anyone did), or its Machine;
 //! a NodeMaintenance naming it (medik8s' node-maintenance-operator); kured's reboot lock naming
 //! it (on kured's DaemonSet, a holder whose TTL has not run out);
 //! a taint of Karpenter (`karpenter.sh/disrupted`), the cluster-autoscaler
@@ -148,8 +149,13 @@ fn cause(
     found_cordoned: &HashSet<String>,
     now: i64,
 ) -> Option<String> {
+    let tainted_by = (keys::DISRUPTOR_TAINTS.iter())
+        .find(|(key, _)| node.taints.iter().any(|t| t.key == *key))
+        .map(|(_, who)| (*who).to_string());
+    // A disruptor deletes the nodes it tainted (Karpenter, the cluster-autoscaler): the taint
+    // says who.
     if node.deleting {
-        return Some("a deletion (the Node is being deleted)".into());
+        return Some(tainted_by.unwrap_or_else(|| "a deletion (the Node is being deleted)".into()));
     }
     let machine = node.machine.as_ref().and_then(|m| {
         (snapshot.machines.iter()).find(|x| x.namespace == m.namespace && x.name == m.name)
@@ -172,11 +178,8 @@ fn cause(
             kured.id()
         ));
     }
-    if let Some((_, who)) = keys::DISRUPTOR_TAINTS
-        .iter()
-        .find(|(key, _)| node.taints.iter().any(|t| t.key == *key))
-    {
-        return Some((*who).to_string());
+    if tainted_by.is_some() {
+        return tainted_by;
     }
     if let Some(condition) = &node.in_progress {
         return Some(format!("whoever set its {condition}"));
@@ -263,8 +266,10 @@ mod tests {
 
     #[test]
     fn each_mark_counts_once_and_names_who() {
-        let mut deleted = tainted("a", "karpenter.sh/disrupted");
+        let mut deleted = node("a");
         deleted.deleting = true;
+        let mut consolidated = tainted("a2", "karpenter.sh/disrupted");
+        consolidated.deleting = true;
         let mut cordoned = node("e");
         cordoned.unschedulable = true;
         let mut drained = node("f");
@@ -274,6 +279,7 @@ mod tests {
         let l = ledger(
             &[
                 deleted,
+                consolidated,
                 tainted("b", "karpenter.sh/disrupted"),
                 tainted("c", "ToBeDeletedByClusterAutoscaler"),
                 tainted("d", "medik8s.io/drain"),
@@ -291,6 +297,7 @@ mod tests {
             by,
             [
                 ("a", "a deletion (the Node is being deleted)"),
+                ("a2", "karpenter"),
                 ("b", "karpenter"),
                 ("c", "cluster-autoscaler"),
                 ("d", "medik8s"),
@@ -299,7 +306,7 @@ mod tests {
                 ("g", "being NotReady"),
             ]
         );
-        assert_eq!((l.room(10), l.room(3)), (3, 0));
+        assert_eq!((l.room(10), l.room(3)), (2, 0));
     }
 
     #[test]

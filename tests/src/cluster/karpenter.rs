@@ -301,7 +301,18 @@ impl Karpenter {
     /// pool at its size). Once the pods are Ready the nodes are marked as running an older
     /// kubelet ([`OLD_KUBELET`]); returns them.
     pub async fn busy_pool(&self, pool: &str, nodes: usize) -> anyhow::Result<BTreeSet<String>> {
-        self.create_pool(pool, None).await?;
+        self.busy_pool_with(pool, nodes, None).await
+    }
+
+    /// [`Karpenter::busy_pool`] with `disruption` merged over the pool's disruption rules (see
+    /// [`Karpenter::create_pool`]).
+    pub async fn busy_pool_with(
+        &self,
+        pool: &str,
+        nodes: usize,
+        disruption: Option<serde_json::Value>,
+    ) -> anyhow::Result<BTreeSet<String>> {
+        self.create_pool(pool, disruption).await?;
         let spec = json!({
             "nodeSelector": {NODEPOOL_LABEL: pool},
             "tolerations": [{"key": POOL_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
