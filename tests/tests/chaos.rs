@@ -1125,8 +1125,8 @@ async fn pool_instances(cluster: &TestCluster, pool: &str) -> Vec<String> {
         .collect()
 }
 
-/// The rotation chaos loop over a busy NodePool with `--provider karpenter`: whatever moment a
-/// run is killed at (mid-drain, between a NodeClaim's deletion and the wait for the pods it
+/// The rotation chaos loop over a busy NodePool with `--provider karpenter`, Karpenter's
+/// consolidation on beside it: whatever moment a run is killed at (mid-drain, between a NodeClaim's deletion and the wait for the pods it
 /// evicted), the next finishes it with each old node's NodeClaim deleted once and no new
 /// node's, drained first, the nodes budget kept, one node's pods unavailable at a time, and
 /// the lock released.
@@ -1139,7 +1139,12 @@ async fn a_karpenter_rotation_killed_anywhere_resumes_and_stays_safe() {
     let pool = "kp-chaos";
     let nodes = 6;
     let karpenter = cluster.karpenter().await;
-    let old = karpenter.busy_pool(pool, nodes).await.unwrap();
+    // Karpenter consolidates beside the run (WhenEmptyOrUnderutilized, after 1 s): a node a
+    // killed run drained and left is empty, and Karpenter's whenever the pool is not paused.
+    let consolidating = json!({"consolidateAfter": "1s"});
+    let old = (karpenter.busy_pool_with(pool, nodes, Some(consolidating)))
+        .await
+        .unwrap();
     // One node at a time, no surge: the pool's nodes never fewer than all but one available.
     let budget = Budget {
         outdated: old.clone(),

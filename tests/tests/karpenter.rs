@@ -450,12 +450,16 @@ async fn empty_and_hold(client: &kube::Client, pool: &str, node: &str) {
 
 const HOLD: &str = "rollout-ext.test/hold";
 
-/// Removes the test's finalizer from `node`.
+/// Removes the test's finalizer from `node` (once: a node let go already is left alone).
 async fn let_go(client: &kube::Client, node: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
-    let now = nodes.get(node).await.unwrap();
+    let Some(now) = nodes.get_opt(node).await.unwrap() else {
+        return;
+    };
     let finalizers = now.metadata.finalizers.unwrap_or_default();
-    let at = finalizers.iter().position(|f| f == HOLD).unwrap();
+    let Some(at) = finalizers.iter().position(|f| f == HOLD) else {
+        return;
+    };
     let remove = json!([
         {"op": "test", "path": format!("/metadata/finalizers/{at}"), "value": HOLD},
         {"op": "remove", "path": format!("/metadata/finalizers/{at}")},
@@ -465,6 +469,128 @@ async fn let_go(client: &kube::Client, node: &str) {
         .patch(node, &PatchParams::default(), &patch)
         .await
         .unwrap();
+}
+
+/// Runs `rollout-ext ARGS` (a control: pause, resume) against `cluster`; asserts it succeeded.
+fn control(cluster: &TestCluster) -> impl Fn(&[&str]) + Send + 'static {
+    let kubeconfig = cluster.kubeconfig.clone();
+    move |args: &[&str]| {
+        let out = std::process::Command::new(rollout_ext_e2e::plugin_binary())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+}
+
+/// The nodes of `old` the run has yet to rotate, once those it cordoned are gone.
+async fn left_to_rotate(nodes: &Api<Node>, old: &BTreeSet<String>) -> Vec<String> {
+    let mut left = Vec::new();
+    for name in old {
+        let Some(n) = nodes.get_opt(name).await.unwrap() else {
+            continue;
+        };
+        if n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
+            left.push(name.clone());
+            continue;
+        }
+        let gone = await_condition(nodes.clone(), name, |n: Option<&Node>| n.is_none());
+        (tokio::time::timeout(Duration::from_secs(60), gone))
+            .await
+            .expect("a rotated node goes")
+            .unwrap();
+    }
+    left
+}
+
+/// Waits until Karpenter taints one of `candidates` (nodes of `pool`) as disrupted; returns it.
+async fn karpenter_disrupts(nodes: &Api<Node>, pool: &str, candidates: &[String]) -> String {
+    let config = watcher::Config::default().labels(&format!("{NODEPOOL_LABEL}={pool}"));
+    let mut changes = watcher(nodes.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let tainted = async {
+        while let Some(Ok(node)) = changes.next().await {
+            let taints = node.spec.as_ref().and_then(|s| s.taints.clone());
+            let disrupted = (taints.unwrap_or_default().iter()).any(|t| t.key == DISRUPTED_TAINT);
+            if disrupted && candidates.contains(&node.name_any()) {
+                return node.name_any();
+            }
+        }
+        panic!("the watch of {pool}'s nodes ended");
+    };
+    (tokio::time::timeout(Duration::from_secs(120), tainted))
+        .await
+        .unwrap_or_else(|_| panic!("Karpenter disrupted none of {candidates:?}"))
+}
+
+/// What a test does beside a rotation paused for Karpenter (see [`paused_for_karpenter`]).
+struct Beside<F, M, H> {
+    /// As the first batch starts, before the pause is asked.
+    first_batch: F,
+    /// While the run is paused, given the nodes left to rotate: returns the node Karpenter
+    /// disrupts.
+    meanwhile: M,
+    /// When the run says others disrupt the pool, given that node.
+    on_hold: H,
+}
+
+/// Runs a rotation of `pool` (budget one) that is paused after its first batch and resumed
+/// once Karpenter disrupts a node, as `beside` says. Returns the run's events and that node.
+async fn paused_for_karpenter<F, M, H>(
+    cluster: &TestCluster,
+    pool: &str,
+    old: &BTreeSet<String>,
+    beside: Beside<F, M, H>,
+) -> (Vec<serde_json::Value>, String)
+where
+    F: Fn() + Send + 'static,
+    M: Fn(Vec<String>) -> String + Send + 'static,
+    H: Fn(&str) + Send + 'static,
+{
+    let Beside {
+        first_batch,
+        meanwhile,
+        on_hold,
+    } = beside;
+    let control = control(cluster);
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let all: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let disrupted: Arc<Mutex<Option<String>>> = Arc::default();
+    let (every, chosen, handle) = (
+        all.clone(),
+        disrupted.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let old = old.clone();
+    let on_event = move |event: &serde_json::Value| {
+        every.lock().unwrap().push(event.clone());
+        match event["event"].as_str().unwrap_or_default() {
+            "batch-started" if chosen.lock().unwrap().is_none() => {
+                first_batch();
+                control(&["pause", "--reason", "Karpenter's turn"]);
+            }
+            "paused" => {
+                let left = handle.block_on(left_to_rotate(&nodes, &old));
+                assert_eq!(left.len(), old.len() - 1, "one batch done: {left:?}");
+                *chosen.lock().unwrap() = Some(meanwhile(left));
+                control(&["resume"]);
+            }
+            "others-disrupting" => {
+                on_hold(chosen.lock().unwrap().as_deref().expect("Karpenter's node"));
+            }
+            _ => {}
+        }
+    };
+    let run = args(cluster, pool, &["--yes", "--max-unavailable", "1"]);
+    let (code, stderr) = rollout_ext_e2e::run_watching(run, on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = all.lock().unwrap().clone();
+    let node = disrupted.lock().unwrap().clone().expect("the run paused");
+    (events, node)
 }
 
 /// Karpenter's consolidation (WhenEmpty, consolidateAfter 1s, a budget of one node) beside a
@@ -486,87 +612,25 @@ async fn beside_karpenters_consolidation_the_pool_is_never_below_its_budget() {
         .unwrap();
     let client = cluster.client().await;
     let (most, watch) = most_out(cluster, pool).await;
-
-    let control = {
-        let kubeconfig = cluster.kubeconfig.clone();
-        move |args: &[&str]| {
-            let out = std::process::Command::new(rollout_ext_e2e::plugin_binary())
-                .args(args)
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{args:?}: {out:?}");
-        }
+    let handle = tokio::runtime::Handle::current();
+    let (emptying, releasing) = (client.clone(), client.clone());
+    let (nodes, name, on_hold_handle) =
+        (Api::all(client.clone()), pool.to_string(), handle.clone());
+    let meanwhile = move |left: Vec<String>| {
+        handle.block_on(async {
+            empty_and_hold(&emptying, &name, &left[0]).await;
+            karpenter_disrupts(&nodes, &name, &left[..1]).await
+        })
     };
-    let all: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let consolidated: Arc<Mutex<Option<String>>> = Arc::default();
-    let (every, emptied, handle) = (
-        all.clone(),
-        consolidated.clone(),
-        tokio::runtime::Handle::current(),
-    );
-    let (old_nodes, pool_name) = (old.clone(), pool.to_string());
-    let on_event = move |event: &serde_json::Value| {
-        every.lock().unwrap().push(event.clone());
-        match event["event"].as_str().unwrap_or_default() {
-            "batch-started" if emptied.lock().unwrap().is_none() => {
-                control(&["pause", "--reason", "Karpenter's turn"]);
-            }
-            "paused" => {
-                // The first batch's node gone, a node not rotated yet is emptied, and
-                // Karpenter's disruption of it is seen.
-                let nodes: Api<Node> = Api::all(client.clone());
-                let node = handle.block_on(async {
-                    let mut left = Vec::new();
-                    for name in &old_nodes {
-                        let Some(n) = nodes.get_opt(name).await.unwrap() else {
-                            continue;
-                        };
-                        if n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
-                            left.push(name.clone());
-                            continue;
-                        }
-                        let gone =
-                            await_condition(nodes.clone(), name, |n: Option<&Node>| n.is_none());
-                        tokio::time::timeout(Duration::from_secs(60), gone)
-                            .await
-                            .expect("the first batch's node goes")
-                            .unwrap();
-                    }
-                    assert_eq!(left.len(), 2, "two old nodes left to rotate: {left:?}");
-                    left.remove(0)
-                });
-                handle.block_on(empty_and_hold(&client, &pool_name, &node));
-                let disrupted = |n: Option<&Node>| {
-                    n.and_then(|n| n.spec.as_ref()?.taints.as_ref())
-                        .is_some_and(|t| t.iter().any(|t| t.key == DISRUPTED_TAINT))
-                };
-                let seen = tokio::time::timeout(
-                    Duration::from_secs(120),
-                    await_condition(nodes.clone(), &node, disrupted),
-                );
-                handle
-                    .block_on(seen)
-                    .expect("Karpenter consolidates the emptied node")
-                    .unwrap();
-                *emptied.lock().unwrap() = Some(node);
-                control(&["resume"]);
-            }
-            "others-disrupting" => {
-                let node = emptied.lock().unwrap().clone().expect("a node was emptied");
-                handle.block_on(let_go(&client, &node));
-            }
-            _ => {}
-        }
+    let on_hold = move |node: &str| on_hold_handle.block_on(let_go(&releasing, node));
+    let beside = Beside {
+        first_batch: || {},
+        meanwhile,
+        on_hold,
     };
-    let run = args(cluster, pool, &["--yes", "--max-unavailable", "1"]);
-    let (code, stderr) = rollout_ext_e2e::run_watching(run, on_event).await;
+    let (events, node) = paused_for_karpenter(cluster, pool, &old, beside).await;
     watch.abort();
-    assert_eq!(code, Some(0), "{stderr}");
-    let events = all.lock().unwrap().clone();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-    let node = consolidated.lock().unwrap().clone().unwrap();
     let told = (events.iter())
         .find(|e| e["event"] == "others-disrupting")
         .unwrap_or_else(|| panic!("the run never held for Karpenter: {kinds:?}"));
@@ -595,4 +659,74 @@ async fn beside_karpenters_consolidation_the_pool_is_never_below_its_budget() {
             "{name} is gone"
         );
     }
+}
+
+/// Karpenter's drift (the NodePool's template changed as the run's first batch starts; the
+/// pool's budget one node, its disruptions paused during each batch of the run's, the run
+/// paused after its first) beside a rotation of the same nodes: each old node is
+/// disrupted once, by one tool or the other: its NodeClaim deleted once, one replacement each
+/// (the pool ends at its size, every node new), and the node Karpenter replaces is never in a
+/// batch of the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_karpenters_drift_no_node_is_disrupted_twice() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let pool = "kp-drift";
+    let karpenter = cluster.karpenter().await;
+    let budget = json!({"budgets": [{"nodes": "1"}]});
+    let old = karpenter
+        .busy_pool_with(pool, 3, Some(budget))
+        .await
+        .unwrap();
+    let client = cluster.client().await;
+    let handle = tokio::runtime::Handle::current();
+    let (nodes, name) = (Api::<Node>::all(client.clone()), pool.to_string());
+    // Before the first batch's replacement is launched: only the old nodes drift.
+    let (drifting, pool_name, drift_handle) = (client.clone(), name.clone(), handle.clone());
+    let first_batch = move || {
+        let pools = rollout_ext_e2e::cluster::nodepools(&drifting);
+        let drift = json!({"spec": {"template": {"metadata": {"labels": {"rollout-ext.test/drift": "1"}}}}});
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&drift));
+        drift_handle
+            .block_on(pools.patch(&pool_name, &params, &patch))
+            .unwrap();
+    };
+    let meanwhile =
+        move |left: Vec<String>| handle.block_on(karpenter_disrupts(&nodes, &name, &left));
+    let beside = Beside {
+        first_batch,
+        meanwhile,
+        on_hold: |_: &str| {},
+    };
+    let (events, node) = paused_for_karpenter(cluster, pool, &old, beside).await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let batched: Vec<&str> = (events.iter())
+        .filter(|e| e["event"] == "batch-started")
+        .flat_map(|e| e["nodes"].as_array().unwrap().iter())
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        !batched.contains(&node.as_str()),
+        "{node}, drifted by Karpenter, is not in a batch of the run's: {kinds:?}"
+    );
+    let deleted: Vec<String> = (karpenter.deletions().into_iter())
+        .filter(|d| d.nodeclaim.starts_with(&format!("{pool}-")))
+        .filter_map(|d| d.node)
+        .collect();
+    let mut sorted = deleted.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        old.iter().cloned().collect::<Vec<_>>(),
+        "each old node's NodeClaim deleted once, no new one: {deleted:?}"
+    );
+    let nodes: Api<Node> = Api::all(cluster.client().await);
+    let selector = format!("{NODEPOOL_LABEL}={pool}");
+    let now = nodes
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap();
+    let names: Vec<String> = now.items.iter().map(|n| n.name_any()).collect();
+    assert_eq!(names.len(), 3, "one replacement per old node: {names:?}");
+    assert!(names.iter().all(|n| !old.contains(n)), "{names:?}");
 }

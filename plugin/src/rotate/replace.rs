@@ -298,9 +298,9 @@ impl Rotation<'_> {
             }
             Err(e) => return Err(e.into()),
         }
-        let marked = self.mark_drain(node, DrainCondition::Drained);
-        let phase = Presence::after(self.cluster.set_phase(node, "drained"));
-        Ok(tokio::join!(marked, phase).1?)
+        // Others are told before the run records the drain as done.
+        self.mark_drain(node, DrainCondition::Drained).await;
+        Ok(Presence::after(self.cluster.set_phase(node, "drained")).await?)
     }
 }
 
