@@ -2,6 +2,8 @@
 //! carries kured's reboot lock, written in the format kured's own lock code writes. kured itself
 //! does not run: it reboots machines.
 
+use std::time::Duration;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -32,9 +34,15 @@ pub async fn daemon_set(client: Client) -> Api<DaemonSet> {
 
 /// Takes kured's lock for `node` as kured does (a single lock, no TTL); `None` lets it go.
 pub async fn hold_for(client: Client, node: Option<&str>) {
+    hold_with_ttl(client, node, Duration::ZERO).await
+}
+
+/// Takes kured's lock for `node` from now for `ttl` (kured's `--lock-ttl`; zero for as long as
+/// it is there); `None` lets it go.
+pub async fn hold_with_ttl(client: Client, node: Option<&str>, ttl: Duration) {
     let value = node.map(|node| {
         json!({"nodeID": node, "metadata": {"unschedulable": false},
-               "created": jiff::Timestamp::now().to_string(), "TTL": 0})
+               "created": jiff::Timestamp::now().to_string(), "TTL": ttl.as_nanos() as u64})
         .to_string()
     });
     let patch = json!({"metadata": {"annotations": {LOCK: value}}});

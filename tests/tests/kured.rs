@@ -1,6 +1,7 @@
 //! What a run does with kured's reboot lock on the real test cluster (kured played by a
 //! DaemonSet that runs its image and carries its lock): it holds the lock while each batch is out
-//! and lets go of it after; it waits while kured holds it; and the lock is let go after an
+//! and lets go of it after; it waits while kured holds it, or until kured's hold runs out of its
+//! TTL; and the lock is let go after an
 //! abort, and by the next run after a run killed while it held it.
 
 use std::io::{BufRead, BufReader};
@@ -139,6 +140,35 @@ async fn the_run_waits_while_kured_holds_its_lock_then_takes_it() {
             .contains("kured's reboot lock on DaemonSet kube-system/kured is held by elsewhere-1"),
         "status says what the run waits for: {status}"
     );
+    assert_eq!(kured::lock(client).await, None, "let go after the run");
+}
+
+/// kured's lock taken with a TTL (kured's `--lock-ttl`) by a node elsewhere, which then never
+/// lets go: the run waits while it holds, and goes on once its TTL runs out, with nothing in the
+/// cluster changing meanwhile.
+#[tokio::test]
+async fn the_run_goes_on_once_kureds_lock_runs_out_of_its_ttl() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let client = cluster.client().await;
+    let group = "kured-ttl";
+    let run = rotation(cluster, group, 1, "0s").await;
+    let ttl = std::time::Duration::from_secs(3);
+    kured::hold_with_ttl(client.clone(), Some("elsewhere-2"), ttl).await;
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let events = seen.clone();
+    let on_event = move |event: &Value| events.lock().unwrap().push(event.clone());
+    // A hold that missed the TTL running out would last for ever: nothing else changes.
+    let (code, stderr) = rollout_ext_e2e::run_watching(run.args.clone(), on_event).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let events = seen.lock().unwrap().clone();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let held = (kinds.iter())
+        .position(|k| *k == "kured-lock-held")
+        .unwrap_or_else(|| panic!("the run never waited for kured: {kinds:?}"));
+    let cordoned = kinds.iter().position(|k| *k == "cordoned").unwrap();
+    assert!(held < cordoned, "{kinds:?}");
+    assert_eq!(events[held]["holders"], serde_json::json!(["elsewhere-2"]));
     assert_eq!(kured::lock(client).await, None, "let go after the run");
 }
 

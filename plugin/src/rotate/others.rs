@@ -141,18 +141,29 @@ impl Rotation<'_> {
     }
 
     /// Waits until `ready` holds of the view, with no deadline of its own: a hold on others
-    /// ends with them, or with an abort.
+    /// ends with them, or with an abort. A kured lock whose TTL runs out changes nothing in
+    /// view, so the view is also looked at again when the next one does.
     pub(super) async fn until_view<T, P: PartialEq>(
         &self,
-        ready: impl FnMut(&Snapshot) -> Result<T, P>,
+        mut ready: impl FnMut(&Snapshot) -> Result<T, P>,
     ) -> Result<T, RotateError> {
-        let waited = self.view.wait_until(Deadline::Within(NO_DEADLINE), ready);
-        waited.await.map_err(|e| match e {
-            WaitError::View(e) => RotateError::from(e),
-            WaitError::Expired(_) => {
-                RotateError::Cluster(crate::cluster::ClusterError::ViewStopped)
+        loop {
+            let at = now();
+            let expiry = self.view.current()?.kured_next_expiry(at);
+            // A second past it: the TTL has run out by the time the view is looked at.
+            let wake = expiry.map(|end| Duration::from_secs((end - at + 1).unsigned_abs()));
+            let waited = self
+                .view
+                .wait_until(Deadline::Within(wake.unwrap_or(NO_DEADLINE)), &mut ready);
+            match waited.await {
+                Ok(done) => return Ok(done),
+                Err(WaitError::Expired(_)) if wake.is_some() => continue,
+                Err(WaitError::Expired(_)) => {
+                    return Err(crate::cluster::ClusterError::ViewStopped.into());
+                }
+                Err(WaitError::View(e)) => return Err(e.into()),
             }
-        })
+        }
     }
 
     /// The nodes other tools are taking out, by a mark or a cordon the run did not find (not

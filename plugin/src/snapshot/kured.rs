@@ -77,9 +77,14 @@ pub struct LockHolder {
 impl LockHolder {
     /// Whether the lock still holds at `now` (Unix seconds).
     pub fn holds_at(&self, now: i64) -> bool {
+        self.expires_at().is_none_or(|end| now < end)
+    }
+
+    /// When the lock stops holding by itself (its TTL runs out), Unix seconds; none if never.
+    pub fn expires_at(&self) -> Option<i64> {
         match (self.ttl_seconds, self.created) {
-            (ttl, Some(created)) if ttl > 0 => now < created + ttl,
-            _ => true,
+            (ttl, Some(created)) if ttl > 0 => Some(created + ttl),
+            _ => None,
         }
     }
 }
@@ -301,6 +306,15 @@ impl Snapshot {
         (held as u32) < spot.max_owners
     }
 
+    /// The first moment after `now` at which a holder of a kured lock stops holding by itself
+    /// (its TTL runs out): what a wait on the view must look again at, as no watch event comes.
+    pub fn kured_next_expiry(&self, now: i64) -> Option<i64> {
+        (self.kured.iter().flat_map(|ds| ds.holders.iter()))
+            .filter_map(LockHolder::expires_at)
+            .filter(|end| *end > now)
+            .min()
+    }
+
     /// The node kured is rebooting at `now`, as the holder of which DaemonSet's lock.
     pub fn kured_lock_on(&self, node: &str, now: i64) -> Option<&KuredDaemonSet> {
         self.kured
@@ -334,8 +348,31 @@ mod tests {
             "a TTL that ran out frees it"
         );
         assert_eq!(many[1].node_id, "ip-3");
+        assert_eq!(
+            (many[0].expires_at(), many[1].expires_at()),
+            (Some(created + 1800), None)
+        );
         assert_eq!(holders(r#"{"maxOwners":2}"#).unwrap(), []);
         assert!(holders("yes").is_err());
+    }
+
+    #[test]
+    fn the_next_expiry_is_the_first_ttl_to_run_out_after_now() {
+        let lock = r#"{\"maxOwners\":3,\"locks\":[{\"nodeID\":\"a\",\"created\":\"2026-11-28T10:00:00Z\",\"TTL\":60000000000},{\"nodeID\":\"b\",\"created\":\"2026-11-28T10:00:00Z\",\"TTL\":30000000000},{\"nodeID\":\"c\",\"TTL\":0}]}"#;
+        let list = format!(
+            r#"{{"kind":"List","apiVersion":"v1","items":[
+              {{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{{"name":"kured","namespace":"kube-system","annotations":{{"weave.works/kured-node-lock":"{lock}"}}}},
+               "spec":{{"template":{{"spec":{{"containers":[{{"name":"kured","image":"ghcr.io/kubereboot/kured:1.17.1"}}]}}}}}}}}]}}"#
+        );
+        let snapshot = Snapshot::from_json(list.as_bytes()).unwrap();
+        let created = super::super::parse_timestamp("2026-11-28T10:00:00Z").unwrap();
+        assert_eq!(snapshot.kured_next_expiry(created), Some(created + 30));
+        assert_eq!(snapshot.kured_next_expiry(created + 30), Some(created + 60));
+        assert_eq!(
+            snapshot.kured_next_expiry(created + 60),
+            None,
+            "c holds for ever"
+        );
     }
 
     #[test]
