@@ -191,3 +191,44 @@ fn the_javascript_helpers_pass_their_tests() {
         "{report}"
     );
 }
+
+/// A JavaScript hook whose `describe` throws (a point name mistyped, `gates`) is refused at load
+/// with the error it threw, not the engine's abort notice that follows it on stderr.
+#[test]
+fn a_javascript_error_at_load_is_said_in_its_own_words() {
+    let root = rollout_ext_e2e::workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-js/app.js")).unwrap();
+    let declared = "['select', 'batch', 'gate']";
+    assert!(app.contains(declared), "the example declares its points");
+    let typo = app.replace(declared, "['select', 'batch', 'gates']");
+    std::fs::write(dir.path().join("app.js"), typo).unwrap();
+    let built = Command::new("bash")
+        .arg(root.join("hooks-sdk/js/build.sh"))
+        .args(["app.js", "typo.wasm"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    let (snapshot, _) = setup(dir.path(), "");
+    let policy = dir.path().join("typo.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rollout-ext/v1alpha1\nkind: RolloutPolicy\nspec:\n  hooks:\n  - {name: typo, module: typo.wasm, points: [select]}\n",
+    )
+    .unwrap();
+    let out = plan(dir.path(), &snapshot, Some(&policy));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let error = (stderr.lines())
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        error.contains("hook typo: cannot instantiate ")
+            && error.contains(
+                r#"(guest said: describe: unknown point "gates" (one of select, batch, gate))"#
+            ),
+        "{error}"
+    );
+    assert!(!error.contains("mozalloc_abort"), "{error}");
+}

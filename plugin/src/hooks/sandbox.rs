@@ -386,7 +386,8 @@ impl HostMonotonicClock for FrozenClock {
     }
 }
 
-/// Logs what the guest printed; returns its last stderr line, which usually says why it trapped.
+/// Logs what the guest printed; returns what says why it trapped: its last stderr line that is
+/// not a language runtime's own (a stack, a backtrace hint, an abort notice).
 pub(super) fn capture(
     hook: &str,
     stdout: &MemoryOutputPipe,
@@ -404,12 +405,43 @@ pub(super) fn capture(
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         report::log(report::Level::Warn, &format!("[hook {hook}] {line}"));
     }
-    // The last line that is not Rust's backtrace hint is usually the panic message.
-    text.lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
-        .map(String::from)
+    cause(&text)
+}
+
+/// The line of a guest's stderr that says why it failed: the last that is not the runtime's own
+/// words around it. Rust's panic message comes before its backtrace hint; a JavaScript error's
+/// (componentize-js) before its `Stack:` and frames and the engine's abort notice; a Python
+/// exception's (componentize-py) after its traceback's frames.
+fn cause(stderr: &str) -> Option<String> {
+    let runtimes = |line: &str| {
+        line.is_empty()
+            || line.starts_with("note: run with `RUST_BACKTRACE")
+            || line.starts_with("Redirecting call to abort()")
+            || line == "Stack:"
+            || line == "Traceback (most recent call last):"
+            || line.starts_with("File \"")
+            || js_frame(line)
+    };
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    let last = lines.iter().rposition(|l| !runtimes(l))?;
+    // A Python traceback's frame is followed by its source line: that is not the cause.
+    let after_frame = last > 0 && lines[last - 1].starts_with("File \"");
+    match after_frame {
+        true => lines[..last - 1].iter().rev().find(|l| !runtimes(l)),
+        false => Some(&lines[last]),
+    }
+    .map(|l| l.to_string())
+}
+
+/// A frame of a SpiderMonkey stack: `function@file:line:column`.
+fn js_frame(line: &str) -> bool {
+    let Some((_, place)) = line.rsplit_once('@') else {
+        return false;
+    };
+    let mut numbers = place.rsplitn(3, ':');
+    let column = numbers.next().is_some_and(|n| n.parse::<u32>().is_ok());
+    let row = numbers.next().is_some_and(|n| n.parse::<u32>().is_ok());
+    column && row && numbers.next().is_some()
 }
 
 /// Why a read of `kind` (in `namespace`, or cluster-wide) is refused: what it asked, and what
@@ -447,6 +479,26 @@ fn not_granted(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cause_of_a_trap_is_the_guests_own_words_not_its_runtimes() {
+        let js = "describe: unknown point \"gates\" (one of select, batch, gate)\nStack:\n  describe@rollout_ext_hooks.js:31:13\n  export_metadata_0_3_7$describe@/tmp/x/sources/initializer.js:1185:15\nRedirecting call to abort() to mozalloc_abort\n";
+        assert_eq!(
+            cause(js).as_deref(),
+            Some("describe: unknown point \"gates\" (one of select, batch, gate)")
+        );
+        let rust = "thread '<unnamed>' panicked at src/lib.rs:10:5:\nno zone label\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(cause(rust).as_deref(), Some("no zone label"));
+        let python = "Traceback (most recent call last):\n  File \"app.py\", line 12, in check\n    raise ValueError('bad window')\nValueError: bad window\n";
+        assert_eq!(cause(python).as_deref(), Some("ValueError: bad window"));
+        let frame_last = "  File \"app.py\", line 12, in check\n    total = a / b\n";
+        assert_eq!(
+            cause(frame_last),
+            None,
+            "a frame and its source are no cause"
+        );
+        assert_eq!(cause(""), None);
+    }
 
     #[test]
     fn a_refused_read_says_what_was_asked_and_what_is_granted() {
