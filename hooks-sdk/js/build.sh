@@ -46,6 +46,19 @@ cp -R "$app_dir/." "$stage/"
 cp "$sdk/js/rollout_ext_hooks.js" "$stage/"
 
 out_dir=$(mkdir -p "$(dirname "$out")" && cd "$(dirname "$out")" && pwd)
-# The host links WASI 0.2 without wasi:http, so the engine's fetch support is left out.
-node "$cli" "$stage/$(basename "$app")" --wit "$sdk/wit" --world-name policy \
-  --disable http fetch-event --out "$out_dir/$(basename "$out")"
+# The host links WASI 0.2 without wasi:http, so the engine's fetch support is left out. A point's
+# export left out, the failure every new hook meets, is said plainly with what to write instead
+# of componentize-js's stack.
+if ! errors=$(node "$cli" "$stage/$(basename "$app")" --wit "$sdk/wit" --world-name policy \
+  --disable http fetch-event --out "$out_dir/$(basename "$out")" 2>&1 > /dev/null); then
+  missing=$(sed -n 's/.*does not export a "\([a-z-]*\)" interface.*/\1/p' <<< "$errors" | head -n 1)
+  case $missing in
+    metadata)
+      echo "build.sh: $app exports no metadata: every hook does, with describe() and validateConfig() (anyConfig(name, points) from './rollout_ext_hooks.js' gives both)" >&2 ;;
+    selection | batching | gates)
+      defer="defer${missing^}"
+      echo "build.sh: $app exports no $missing: every hook exports metadata, selection, batching and gates; for a point it does not serve, export the SDK's deferring one: export const $missing = $defer; (import { $defer } from './rollout_ext_hooks.js')" >&2 ;;
+    *) printf '%s\n' "$errors" >&2 ;;
+  esac
+  exit 1
+fi

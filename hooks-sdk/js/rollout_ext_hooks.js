@@ -1,8 +1,8 @@
 // Helpers for rollout-ext policy hooks written in JavaScript. hooks-sdk/js/build.sh puts this
 // module beside the hook's own: `import { … } from './rollout_ext_hooks.js'`.
 //
-// What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (write
-// only the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
+// What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (a hook
+// exports each point and writes only those it serves), `describe`, `hold` (wait for N checks, then abort), week windows,
 // `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), what other tools are taking out
 // (`othersDisrupting`, `disruptedBy`), and typed views of the objects hooks read most, with the
 // API's defaults.

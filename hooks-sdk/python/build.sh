@@ -38,4 +38,18 @@ if [[ ! -x $venv/bin/componentize-py ]]; then
 fi
 
 mkdir -p "$(dirname "$out")"
-"$venv/bin/componentize-py" -d "$sdk/wit" -w policy componentize -p "$app_dir" -p "$sdk/python" "$app_module" -o "$out" > /dev/null
+# componentize-py's own failure is a Python traceback wrapped in a Rust error (with a backtrace
+# when RUST_BACKTRACE is set); the one that every new hook meets, a point's class left out, is
+# said plainly with what to write instead.
+if ! errors=$(RUST_BACKTRACE=0 "$venv/bin/componentize-py" -d "$sdk/wit" -w policy componentize \
+  -p "$app_dir" -p "$sdk/python" "$app_module" -o "$out" 2>&1 > /dev/null); then
+  missing=$(sed -n "s/.*module '$app_module' has no attribute '\([A-Za-z]*\)'.*/\1/p" <<< "$errors" | head -n 1)
+  case $missing in
+    Metadata)
+      echo "build.sh: $app defines no class Metadata: every hook has one, with describe() (derive it from the SDK's AnyConfig: class Metadata(AnyConfig))" >&2 ;;
+    Selection | Batching | Gates)
+      echo "build.sh: $app defines no class $missing: every hook exports Metadata, Selection, Batching and Gates; for a point it does not serve, take the SDK's deferring one: class $missing(Defer$missing): pass (from rollout_ext_hooks import Defer$missing)" >&2 ;;
+    *) printf '%s\n' "$errors" >&2 ;;
+  esac
+  exit 1
+fi

@@ -1,8 +1,8 @@
 """Helpers for rollout-ext policy hooks written in Python (built with hooks-sdk/python/build.sh,
 which puts this module beside the hook's own).
 
-What the Rust SDK gives a hook, for Python: base classes whose every method defers (write only
-the points you serve), `describe`, `hold` (wait for N checks, then abort), week windows,
+What the Rust SDK gives a hook, for Python: base classes whose every method defers (a hook
+keeps a class per point and overrides only the points it serves), `describe`, `hold` (wait for N checks, then abort), week windows,
 `percent_of`, the plugin's estimates (`estimates`, `batch_ends`), what other tools are taking
 out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks read most, with
 the API's defaults.

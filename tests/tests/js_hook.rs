@@ -232,3 +232,29 @@ fn a_javascript_error_at_load_is_said_in_its_own_words() {
     );
     assert!(!error.contains("mozalloc_abort"), "{error}");
 }
+
+/// A JavaScript hook that leaves out a point's export (here `gates`) does not build, and the
+/// build says which and what to write, not componentize-js's stack.
+#[test]
+fn a_javascript_hook_without_a_points_export_is_told_what_to_write() {
+    let root = rollout_ext_e2e::workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-js/app.js")).unwrap();
+    let gates = app
+        .find("export const gates")
+        .expect("the example exports gates");
+    std::fs::write(dir.path().join("app.js"), &app[..gates]).unwrap();
+    let out = Command::new("bash")
+        .arg(root.join("hooks-sdk/js/build.sh"))
+        .args(["app.js", "app.wasm"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "build.sh: app.js exports no gates: every hook exports metadata, selection, batching and gates; for a point it does not serve, export the SDK's deferring one: export const gates = deferGates; (import { deferGates } from './rollout_ext_hooks.js')"
+    );
+    assert!(!dir.path().join("app.wasm").exists());
+}

@@ -123,3 +123,30 @@ fn the_python_helpers_pass_their_tests() {
         "{report}"
     );
 }
+
+/// A Python hook that leaves out a point's class (here `Gates`) does not build, and the build
+/// says which class and what to write, not componentize-py's traceback and backtrace.
+#[test]
+fn a_python_hook_without_a_points_class_is_told_what_to_write() {
+    let root = rollout_ext_e2e::workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-py/app.py")).unwrap();
+    let gates = app
+        .find("class Gates(DeferGates):")
+        .expect("the example has a Gates class");
+    std::fs::write(dir.path().join("app.py"), &app[..gates]).unwrap();
+    let out = Command::new("bash")
+        .arg(root.join("hooks-sdk/python/build.sh"))
+        .args(["app.py", "app.wasm"])
+        .current_dir(dir.path())
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "build.sh: app.py defines no class Gates: every hook exports Metadata, Selection, Batching and Gates; for a point it does not serve, take the SDK's deferring one: class Gates(DeferGates): pass (from rollout_ext_hooks import DeferGates)"
+    );
+    assert!(!dir.path().join("app.wasm").exists());
+}
