@@ -31,31 +31,32 @@ fn args(cluster: &TestCluster, pool: &str, flags: &[&str]) -> Vec<String> {
     provider_rotation_args(cluster, "karpenter", pool, &new_kubelet(), flags)
 }
 
-/// Watches the pods of `namespace` from now on; the returned cell holds the most that were
-/// ever missing or not Ready at once (of `want`), counted once the first listing is complete.
-async fn most_unavailable(
-    cluster: &TestCluster,
-    namespace: &str,
-    want: usize,
-) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
-    let api: Api<Pod> = Api::namespaced(cluster.client().await, namespace);
+/// Watches `api`'s objects (those `config` selects) from now on, each marked by `mark`; the
+/// returned cell holds the most `tally` ever said of the marks at once, counted once the first
+/// listing is complete.
+async fn most_at_once<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mark: impl Fn(&K) -> bool + Send + 'static,
+    tally: impl Fn(&BTreeMap<String, bool>) -> usize + Send + 'static,
+) -> (Arc<Mutex<usize>>, JoinHandle<()>)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     let most = Arc::new(Mutex::new(0));
     let seen = most.clone();
     let (synced_tx, synced) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
-        let mut ready: BTreeMap<String, bool> = BTreeMap::new();
+        let mut marks: BTreeMap<String, bool> = BTreeMap::new();
         let mut synced_tx = Some(synced_tx);
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let mut events = watcher(api, config).default_backoff().boxed();
         while let Some(Ok(event)) = events.next().await {
             match event {
-                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    let up = pod_ready(&p) && p.metadata.deletion_timestamp.is_none();
-                    ready.insert(p.metadata.name.unwrap_or_default(), up);
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    marks.insert(o.name_any(), mark(&o));
                 }
-                watcher::Event::Delete(p) => {
-                    ready.remove(&p.metadata.name.unwrap_or_default());
+                watcher::Event::Delete(o) => {
+                    marks.remove(&o.name_any());
                 }
                 watcher::Event::Init => continue,
                 watcher::Event::InitDone => {
@@ -65,14 +66,28 @@ async fn most_unavailable(
                 }
             }
             if synced_tx.is_none() {
-                let up = ready.values().filter(|r| **r).count();
+                let now = tally(&marks);
                 let mut most = seen.lock().unwrap();
-                *most = (*most).max(want.saturating_sub(up));
+                *most = (*most).max(now);
             }
         }
     });
-    synced.await.expect("the pod watch lists the namespace");
+    synced.await.expect("the watch lists what it watches");
     (most, task)
+}
+
+/// Watches the pods of `namespace` from now on; the returned cell holds the most that were
+/// ever missing or not Ready at once (of `want`), counted once the first listing is complete.
+async fn most_unavailable(
+    cluster: &TestCluster,
+    namespace: &str,
+    want: usize,
+) -> (Arc<Mutex<usize>>, JoinHandle<()>) {
+    let api: Api<Pod> = Api::namespaced(cluster.client().await, namespace);
+    let up = |p: &Pod| pod_ready(p) && p.metadata.deletion_timestamp.is_none();
+    let missing =
+        move |up: &BTreeMap<String, bool>| want.saturating_sub(up.values().filter(|r| **r).count());
+    most_at_once(api, watcher::Config::default(), up, missing).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,37 +391,8 @@ const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 async fn most_out(cluster: &TestCluster, pool: &str) -> (Arc<Mutex<usize>>, JoinHandle<()>) {
     let api: Api<Node> = Api::all(cluster.client().await);
     let config = watcher::Config::default().labels(&format!("{NODEPOOL_LABEL}={pool}"));
-    let most = Arc::new(Mutex::new(0));
-    let seen = most.clone();
-    let (synced_tx, synced) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut out: BTreeMap<String, bool> = BTreeMap::new();
-        let mut synced_tx = Some(synced_tx);
-        let mut events = watcher(api, config).default_backoff().boxed();
-        while let Some(Ok(event)) = events.next().await {
-            match event {
-                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
-                    out.insert(n.name_any(), out_of_service(&n));
-                }
-                watcher::Event::Delete(n) => {
-                    out.remove(&n.name_any());
-                }
-                watcher::Event::Init => continue,
-                watcher::Event::InitDone => {
-                    if let Some(tx) = synced_tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-            }
-            if synced_tx.is_none() {
-                let now = out.values().filter(|o| **o).count();
-                let mut most = seen.lock().unwrap();
-                *most = (*most).max(now);
-            }
-        }
-    });
-    synced.await.expect("the node watch lists the pool");
-    (most, task)
+    let out = |marks: &BTreeMap<String, bool>| marks.values().filter(|o| **o).count();
+    most_at_once(api, config, out_of_service, out).await
 }
 
 /// Empties `node` of `pool`'s pods (ReplicaSet `web` scaled down by as many, those pods the
