@@ -147,6 +147,31 @@ pub fn events(out: &std::process::Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Builds, in `dir`, the site-policy example of `language` (`js` or `py`) as `app.<language>`
+/// with `edit` applied to its source, by the SDK's build script for that language
+/// (hooks-sdk/<js|python>/build.sh), into `app.wasm`; the build's output.
+pub fn build_site_policy(
+    dir: &Path,
+    language: &str,
+    edit: impl FnOnce(&str) -> String,
+) -> std::process::Output {
+    let root = workspace_root();
+    let (sdk, app) = match language {
+        "js" => ("js", "app.js"),
+        _ => ("python", "app.py"),
+    };
+    let example = root.join(format!("examples-hooks/site-policy-{language}/{app}"));
+    let source = std::fs::read_to_string(example).unwrap();
+    std::fs::write(dir.join(app), edit(&source)).unwrap();
+    std::process::Command::new("bash")
+        .arg(root.join(format!("hooks-sdk/{sdk}/build.sh")))
+        .args([app, "app.wasm"])
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap()
+}
+
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -196,20 +196,14 @@ fn the_javascript_helpers_pass_their_tests() {
 /// with the error it threw, not the engine's abort notice that follows it on stderr.
 #[test]
 fn a_javascript_error_at_load_is_said_in_its_own_words() {
-    let root = rollout_ext_e2e::workspace_root();
     let dir = tempfile::tempdir().unwrap();
-    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-js/app.js")).unwrap();
-    let declared = "['select', 'batch', 'gate']";
-    assert!(app.contains(declared), "the example declares its points");
-    let typo = app.replace(declared, "['select', 'batch', 'gates']");
-    std::fs::write(dir.path().join("app.js"), typo).unwrap();
-    let built = Command::new("bash")
-        .arg(root.join("hooks-sdk/js/build.sh"))
-        .args(["app.js", "typo.wasm"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
+    let built = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
+        let declared = "['select', 'batch', 'gate']";
+        assert!(app.contains(declared), "the example declares its points");
+        app.replace(declared, "['select', 'batch', 'gates']")
+    });
     assert!(built.status.success(), "{built:?}");
+    std::fs::rename(dir.path().join("app.wasm"), dir.path().join("typo.wasm")).unwrap();
     let (snapshot, _) = setup(dir.path(), "");
     let policy = dir.path().join("typo.yaml");
     std::fs::write(
@@ -237,19 +231,13 @@ fn a_javascript_error_at_load_is_said_in_its_own_words() {
 /// build says which and what to write, not componentize-js's stack.
 #[test]
 fn a_javascript_hook_without_a_points_export_is_told_what_to_write() {
-    let root = rollout_ext_e2e::workspace_root();
     let dir = tempfile::tempdir().unwrap();
-    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-js/app.js")).unwrap();
-    let gates = app
-        .find("export const gates")
-        .expect("the example exports gates");
-    std::fs::write(dir.path().join("app.js"), &app[..gates]).unwrap();
-    let out = Command::new("bash")
-        .arg(root.join("hooks-sdk/js/build.sh"))
-        .args(["app.js", "app.wasm"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
+        let gates = app
+            .find("export const gates")
+            .expect("the example exports gates");
+        app[..gates].to_string()
+    });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(

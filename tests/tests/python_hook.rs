@@ -128,20 +128,13 @@ fn the_python_helpers_pass_their_tests() {
 /// says which class and what to write, not componentize-py's traceback and backtrace.
 #[test]
 fn a_python_hook_without_a_points_class_is_told_what_to_write() {
-    let root = rollout_ext_e2e::workspace_root();
     let dir = tempfile::tempdir().unwrap();
-    let app = std::fs::read_to_string(root.join("examples-hooks/site-policy-py/app.py")).unwrap();
-    let gates = app
-        .find("class Gates(DeferGates):")
-        .expect("the example has a Gates class");
-    std::fs::write(dir.path().join("app.py"), &app[..gates]).unwrap();
-    let out = Command::new("bash")
-        .arg(root.join("hooks-sdk/python/build.sh"))
-        .args(["app.py", "app.wasm"])
-        .current_dir(dir.path())
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .unwrap();
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
+        let gates = app
+            .find("class Gates(DeferGates):")
+            .expect("the example has Gates");
+        app[..gates].to_string()
+    });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
