@@ -454,8 +454,11 @@ async fn each_node_the_run_drains_says_so_in_its_lifecycle_conditions() {
                 status("DrainInProgress"),
                 status("Drained"),
             );
+            // Each node's states as they change (a node's other changes, its phase or its
+            // deletion, repeat its conditions; other nodes' events come between).
             let mut seen = record.lock().unwrap();
-            if seen.last() != Some(&state) {
+            let last = seen.iter().rev().find(|(n, _, _)| *n == state.0);
+            if last != Some(&state) {
                 seen.push(state);
             }
         }
