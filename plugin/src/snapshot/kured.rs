@@ -356,13 +356,21 @@ mod tests {
         assert!(holders("yes").is_err());
     }
 
+    /// kured's DaemonSet (its image, kube-system/kured) carrying `lock` (escaped for a JSON
+    /// string) in its default lock annotation: a list item.
+    fn kured_item(lock: &str) -> String {
+        format!(
+            r#"{{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{{"name":"kured","namespace":"kube-system","annotations":{{"weave.works/kured-node-lock":"{lock}"}}}},
+               "spec":{{"template":{{"spec":{{"containers":[{{"name":"kured","image":"ghcr.io/kubereboot/kured:1.17.1"}}]}}}}}}}}"#
+        )
+    }
+
     #[test]
     fn the_next_expiry_is_the_first_ttl_to_run_out_after_now() {
         let lock = r#"{\"maxOwners\":3,\"locks\":[{\"nodeID\":\"a\",\"created\":\"2026-11-28T10:00:00Z\",\"TTL\":60000000000},{\"nodeID\":\"b\",\"created\":\"2026-11-28T10:00:00Z\",\"TTL\":30000000000},{\"nodeID\":\"c\",\"TTL\":0}]}"#;
         let list = format!(
-            r#"{{"kind":"List","apiVersion":"v1","items":[
-              {{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{{"name":"kured","namespace":"kube-system","annotations":{{"weave.works/kured-node-lock":"{lock}"}}}},
-               "spec":{{"template":{{"spec":{{"containers":[{{"name":"kured","image":"ghcr.io/kubereboot/kured:1.17.1"}}]}}}}}}}}]}}"#
+            r#"{{"kind":"List","apiVersion":"v1","items":[{}]}}"#,
+            kured_item(lock)
         );
         let snapshot = Snapshot::from_json(list.as_bytes()).unwrap();
         let created = super::super::parse_timestamp("2026-11-28T10:00:00Z").unwrap();
@@ -379,13 +387,12 @@ mod tests {
     fn a_list_gives_kureds_daemon_set_and_node_maintenances_and_leaves_other_daemon_sets() {
         let lock = r#"{\"nodeID\":\"n1\",\"created\":\"2026-11-28T10:00:00Z\",\"TTL\":0}"#;
         let list = format!(
-            r#"{{"kind":"List","apiVersion":"v1","items":[
-              {{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{{"name":"kured","namespace":"kube-system","annotations":{{"weave.works/kured-node-lock":"{lock}"}}}},
-               "spec":{{"template":{{"spec":{{"containers":[{{"name":"kured","image":"ghcr.io/kubereboot/kured:1.17.1"}}]}}}}}}}},
+            r#"{{"kind":"List","apiVersion":"v1","items":[{},
               {{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{{"name":"fluentd","namespace":"logging"}},
                "spec":{{"template":{{"spec":{{"containers":[{{"name":"f","image":"fluentd:1"}}]}}}}}}}},
               {{"kind":"NodeMaintenance","apiVersion":"nodemaintenance.medik8s.io/v1beta1","metadata":{{"name":"nm"}},
-               "spec":{{"nodeName":"n2","reason":"firmware"}},"status":{{"phase":"Running"}}}}]}}"#
+               "spec":{{"nodeName":"n2","reason":"firmware"}},"status":{{"phase":"Running"}}}}]}}"#,
+            kured_item(lock)
         );
         let snapshot = Snapshot::from_json(list.as_bytes()).unwrap();
         assert_eq!(snapshot.kured.len(), 1);
