@@ -296,7 +296,8 @@ where
         Box::pin(async move {
             let method = req.method().clone();
             let path = req.uri().path().to_string();
-            let uri = req.uri().clone();
+            // Kept only for `-vvv`: requests are many.
+            let traced = report::enabled(Level::Trace).then(|| req.uri().clone());
             let started = Instant::now();
             let mut delay = layer.first_delay;
             let mut attempts = 1u32;
@@ -305,7 +306,9 @@ where
                 let next = copy(&req);
                 let sent = Instant::now();
                 let (result, message) = settle(attempt(&inner, req).await).await;
-                trace_request(&method, &uri, &result, sent.elapsed());
+                if let Some(uri) = &traced {
+                    trace_request(&method, uri, &result, sent.elapsed());
+                }
                 let Some(reason) = transient(&method, &path, &result, message.as_deref()) else {
                     return result;
                 };
@@ -351,9 +354,6 @@ fn trace_request<B>(
     result: &Result<Response<B>, BoxError>,
     took: Duration,
 ) {
-    if !report::enabled(Level::Trace) {
-        return;
-    }
     let target = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let outcome = match result {
         Ok(response) => response.status().as_u16().to_string(),
