@@ -252,8 +252,11 @@ pub fn hand(
         }
         if create_rbac {
             cluster.create_runner_rbac(&namespace).await?;
+            let within = std::time::Duration::from_secs(10);
+            (cluster.await_runner_access(&namespace, RUNNER_ACCOUNT, &needed, within)).await?;
+        } else {
+            (cluster.check_runner_access(&namespace, RUNNER_ACCOUNT, &needed)).await?;
         }
-        (cluster.check_runner_access(&namespace, RUNNER_ACCOUNT, &needed)).await?;
         let name = format!("rollout-ext-run-{}", jiff::Timestamp::now().as_second());
         let runner = Runner {
             namespace: namespace.clone(),

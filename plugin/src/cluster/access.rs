@@ -14,6 +14,7 @@ use kube::api::{Api, PostParams};
 use super::lock::LOCK_NAMESPACE;
 use super::{Cluster, ClusterError, Request};
 use crate::plan::rolling_update::controller::Kind;
+use crate::report::{self, Level};
 
 /// How many access reviews are in flight at once.
 const REVIEWS_AT_ONCE: usize = 4;
@@ -267,6 +268,40 @@ impl Cluster {
                 account: format!("{namespace}/{name}"),
                 missing,
             }),
+        }
+    }
+
+    /// As [`Self::check_runner_access`], just after the runner's RBAC was applied: the API
+    /// server's authorizer learns of a new binding from its own watch, a moment after the write,
+    /// so a refusal is reviewed again (said with `-v`) until `within` has passed.
+    pub async fn await_runner_access(
+        &self,
+        namespace: &str,
+        name: &str,
+        needed: &[Permission],
+        within: std::time::Duration,
+    ) -> Result<(), AccessError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match self.check_runner_access(namespace, name, needed).await {
+                Err(AccessError::MissingForRunner { missing, .. })
+                    if tokio::time::Instant::now() + pause < deadline =>
+                {
+                    report::log(
+                        Level::Info,
+                        &format!(
+                            "the runner's new RBAC is not in force yet ({} of {} permissions refused): asking again in {} ms",
+                            missing.len(),
+                            needed.len(),
+                            pause.as_millis()
+                        ),
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                answer => return answer,
+            }
         }
     }
 
