@@ -410,18 +410,6 @@ impl Estimator<'_> {
         estimate(elapsed, Some(now + seconds(elapsed.p50)), &run_bases)
     }
 
-    /// What is left of a run: `left` batches per group (no pause, gate wait or budget wave
-    /// foreseen: a run re-estimates after each batch), ending from `now`.
-    pub fn remaining(&self, left: &[WorkLeft], now: i64) -> Estimate {
-        let mut bases = Bases::default();
-        let mut span = Span::default();
-        for work in left.iter().filter(|w| w.batches > 0) {
-            let batch = self.replacement(&work.group, work.role, 1, &mut bases);
-            span = span + batch.times(work.batches);
-        }
-        estimate(span, Some(now + seconds(span.p50)), &bases)
-    }
-
     /// Fills the estimates of `plan`: every batch, every group and the run, each with the time
     /// it likely ends from `now` (seconds since the Unix epoch).
     pub fn annotate(&self, plan: &mut Plan, now: i64) {
@@ -472,14 +460,6 @@ impl Estimator<'_> {
         let samples = self.history.groups.get(group)?.samples.get(&stage)?;
         percentile(samples, 90)
     }
-}
-
-/// What a group has left in a run: its batches still to go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkLeft {
-    pub group: String,
-    pub role: Role,
-    pub batches: u64,
 }
 
 /// How many times the batch's drain waits for a budget: the most waves any budget makes its

@@ -325,10 +325,15 @@ impl Planner<'_> {
             return;
         };
         let (name, role) = (&plan.group.name, plan.group.role);
-        let millis = (self.options.durations.estimator()).carried_out(name, role, batch);
+        let estimator = self.options.durations.estimator();
+        let mut millis = estimator.carried_out(name, role, batch);
+        if !self.tally.started() {
+            // The run's setup comes before its first batch, as the plan's estimate counts it.
+            millis += estimator.setup(name);
+        }
         self.now += i64::try_from(millis.div_ceil(1000)).unwrap_or(0);
         if !batch.surge {
-            self.tally.replaced(name, batch.instances.len());
+            self.tally.batch_done(name, batch.instances.len());
         }
     }
 

@@ -42,7 +42,7 @@ impl RunEstimates {
 
     /// `dropped` instances of `group` need no batch any more (removed by someone else).
     pub(super) fn dropped(&mut self, group: &str, dropped: usize) {
-        self.tally.replaced(group, dropped);
+        self.tally.dropped(group, dropped);
     }
 
     /// What the hooks of a question about `asking`, asked now, are told.
@@ -91,7 +91,7 @@ impl Rotation<'_> {
     pub(super) fn learn(&mut self, group: &str, replaced: usize, measured: &[(Stage, u64)]) {
         let run_id = self.settings.plan.run_id.clone();
         self.estimates.durations.learn(group, &run_id, measured);
-        self.estimates.tally.replaced(group, replaced);
+        self.estimates.tally.batch_done(group, replaced);
     }
 
     /// Runs `work`, the `stage` of a batch of `group`: past the stage's 90th percentile in the

@@ -1,8 +1,8 @@
 //! What a run has left, group by group, and what hooks are told of it with each question: the
 //! planner and the run keep the same tally and ask the same estimator, so a hook sees in a plan
-//! what it would see in the run.
+//! what it would see in the run, and the figure the plan prints for what is left.
 
-use super::{Bases, Estimator, FixedWaits, History, Span, Stage, WorkLeft, estimate};
+use super::{Bases, Estimator, FixedWaits, History, Span, Stage, estimate, seconds};
 use crate::plan::group_loop::{GroupLoop, GroupStart};
 use crate::plan::hook::Timing;
 use crate::plan::{BatchPlan, Role};
@@ -44,12 +44,25 @@ struct Tallied {
     concurrency: usize,
     /// Whether the first batch is a canary of one still to come.
     canary: bool,
+    /// The size of its last batch: the batches still to go are foreseen at that size (a
+    /// hook that sizes them one at a time is told of a longer run than the budget allows).
+    last_size: Option<usize>,
 }
 
 /// The groups a run rotates, in order, and what each has left.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkTally {
     groups: Vec<Tallied>,
+    /// Whether a batch of the run is done: until then the run's setup is still to come.
+    started: bool,
+}
+
+/// What a group has left in a run: its batches still to go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WorkLeft<'a> {
+    group: &'a str,
+    role: Role,
+    batches: u64,
 }
 
 impl WorkTally {
@@ -66,6 +79,7 @@ impl WorkTally {
             instances: start.info.selected as usize,
             concurrency,
             canary: start.info.up_to_date == 0 && !surges,
+            last_size: None,
         });
     }
 
@@ -81,27 +95,44 @@ impl WorkTally {
         }
     }
 
-    /// `replaced` more instances of `group` are done.
-    pub fn replaced(&mut self, group: &str, replaced: usize) {
+    /// A batch of `replaced` instances of `group` is done: the batches still to go are
+    /// foreseen at its size (unless it was the canary).
+    pub fn batch_done(&mut self, group: &str, replaced: usize) {
+        self.started = true;
         if let Some(g) = self.groups.iter_mut().find(|g| g.group == group) {
-            g.instances = g.instances.saturating_sub(replaced);
+            // A canary's size is the rule's, not a choice the next batches follow.
+            if !g.canary {
+                g.last_size = Some(replaced.max(1));
+            }
+        }
+        self.dropped(group, replaced);
+    }
+
+    /// `dropped` instances of `group` need no batch any more (gone, or replaced by a batch).
+    pub fn dropped(&mut self, group: &str, dropped: usize) {
+        if let Some(g) = self.groups.iter_mut().find(|g| g.group == group) {
+            g.instances = g.instances.saturating_sub(dropped);
             g.canary = false;
         }
     }
 
+    /// Whether a batch of the run is done (its setup is behind it).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
     /// Each group's batches still to go.
-    pub fn left(&self) -> Vec<WorkLeft> {
-        (self.groups.iter())
-            .map(|g| {
-                let canary = usize::from(g.canary && g.instances > 0);
-                let rest = (g.instances - canary).div_ceil(g.concurrency);
-                WorkLeft {
-                    group: g.group.clone(),
-                    role: g.role,
-                    batches: (canary + rest) as u64,
-                }
-            })
-            .collect()
+    fn left(&self) -> impl Iterator<Item = WorkLeft<'_>> {
+        self.groups.iter().map(|g| {
+            let canary = usize::from(g.canary && g.instances > 0);
+            let at_once = g.last_size.unwrap_or(g.concurrency).min(g.concurrency);
+            let rest = (g.instances - canary).div_ceil(at_once.max(1));
+            WorkLeft {
+                group: &g.group,
+                role: g.role,
+                batches: (canary + rest) as u64,
+            }
+        })
     }
 }
 
@@ -128,8 +159,31 @@ impl Estimator<'_> {
         };
         Timing {
             batch,
-            remaining: Some(self.remaining(&tally.left(), now)),
+            remaining: Some(self.remaining(tally, now)),
         }
+    }
+
+    /// What is left of a run as `tally` counts it, ending from `now`: the run's setup while no
+    /// batch is done, then each group's batches (nothing foreseen: no pause, gate wait or
+    /// budget wave; a run re-estimates after each batch), as the plan adds them up.
+    fn remaining(&self, tally: &WorkTally, now: i64) -> super::Estimate {
+        let mut bases = Bases::default();
+        let mut span = Span::default();
+        let mut left = tally.left().filter(|w| w.batches > 0).peekable();
+        if let Some(first) = left.peek().filter(|_| !tally.started) {
+            span = self.stage(first.group, Stage::Setup, &mut bases);
+        }
+        for work in left {
+            let batch = self.replacement(work.group, work.role, 1, &mut bases);
+            span = span + batch.times(work.batches);
+        }
+        estimate(span, Some(now + seconds(span.p50)), &bases)
+    }
+
+    /// The run's setup before `group`'s first batch, in milliseconds: a plan's clock moves by
+    /// it with the run's first batch.
+    pub fn setup(&self, group: &str) -> u64 {
+        self.stage(group, Stage::Setup, &mut Bases::default()).p50
     }
 
     /// How long a planned batch of `group` likely takes in milliseconds, with the budget

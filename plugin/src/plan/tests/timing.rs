@@ -57,10 +57,17 @@ fn hooks_are_told_the_batch_at_hand_and_what_is_left_as_the_plan_clock_moves() {
         let batch = ctx.timing.batch.as_ref().expect("a batch's estimate");
         assert_eq!(batch.seconds, 40, "batch {i}");
         assert_eq!(batch.basis, "history of 1 run");
+        // The run's setup (5 s by default) is left until its first batch is done.
+        let setup = if i == 0 { 5 } else { 0 };
         let left = ctx.timing.remaining.as_ref().expect("what is left");
-        assert_eq!(left.seconds, 40 * (3 - i as u64), "batch {i}");
-        // The plan's clock moved by each batch done, as a run's would.
-        assert_eq!(ctx.now, 1_000_000 + 40 * i as i64, "batch {i}");
+        assert_eq!(left.seconds, setup + 40 * (3 - i as u64), "batch {i}");
+        // The plan's clock moved by the setup and each batch done, as a run's would.
+        let now = if i == 0 {
+            1_000_000
+        } else {
+            1_000_005 + 40 * i as i64
+        };
+        assert_eq!(ctx.now, now, "batch {i}");
     }
     let before = calls_at(&calls, "before-batch");
     assert_eq!(before.len(), 3);
@@ -69,7 +76,7 @@ fn hooks_are_told_the_batch_at_hand_and_what_is_left_as_the_plan_clock_moves() {
     for point in ["select", "before-group"] {
         let ctx = &calls_at(&calls, point)[0];
         assert_eq!(ctx.timing.batch, None, "{point}");
-        assert_eq!(ctx.timing.remaining.as_ref().unwrap().seconds, 120);
+        assert_eq!(ctx.timing.remaining.as_ref().unwrap().seconds, 125);
     }
     // After the last batch nothing is left.
     let after = calls_at(&calls, "after-batch");
@@ -84,8 +91,15 @@ fn hooks_are_told_the_batch_at_hand_and_what_is_left_as_the_plan_clock_moves() {
             .seconds,
         0
     );
-    // The plan's own estimate agrees with what the hooks were told, with the run's setup.
-    assert_eq!(p.estimate.as_ref().unwrap().seconds, 120 + 5);
+    // The plan's own estimate is what the hooks were told at its start.
+    let estimate = p.estimate.as_ref().unwrap();
+    assert_eq!(estimate.seconds, 125);
+    let told = calls_at(&calls, "select")[0]
+        .timing
+        .remaining
+        .clone()
+        .unwrap();
+    assert_eq!(told.ends_at, estimate.ends_at);
 }
 
 #[test]
@@ -116,11 +130,11 @@ fn a_selection_that_leaves_instances_out_shortens_what_hooks_are_told_is_left() 
             .as_ref()
             .unwrap()
             .seconds,
-        160
+        165
     );
     let sized = calls_at(&calls, "batch");
     assert_eq!(sized.len(), 1);
-    assert_eq!(sized[0].timing.remaining.as_ref().unwrap().seconds, 40);
+    assert_eq!(sized[0].timing.remaining.as_ref().unwrap().seconds, 5 + 40);
 }
 
 #[test]
@@ -158,5 +172,50 @@ fn a_canary_counts_as_a_batch_of_what_is_left() {
     let left: Vec<u64> = (calls_at(&calls, "batch").iter())
         .map(|c| c.timing.remaining.as_ref().unwrap().seconds)
         .collect();
-    assert_eq!(left, [160, 120, 80, 40]);
+    assert_eq!(left, [165, 120, 80, 40]);
+}
+
+/// A hook that sizes batches below the budget is told of the run those batches make, the
+/// figure the plan prints: at each batch, what is left ends when the plan's last batch does.
+#[test]
+fn hooks_are_told_what_is_left_at_the_size_they_choose_as_the_plan_prints_it() {
+    let mut opts = options(None, Some(3));
+    opts.now = 1_000_000;
+    opts.durations.history = history_of("nodes", 10);
+    let mut hook = FakeHook::new("h", &[HookPoint::Batch]);
+    hook.batch = Box::new(|_| {
+        Ok(crate::plan::hook::BatchAnswer::Size {
+            count: 1,
+            reason: "one at a time".into(),
+        })
+    });
+    let calls = hook.calls.clone();
+    let p = plan_nodes(
+        &group_of_six(5),
+        &Policy::default(),
+        &opts,
+        &mut [hook.boxed()],
+    )
+    .unwrap();
+    let batches = &p.groups[0].batches;
+    assert_eq!(batches.len(), 5, "{:?}", shape(&p.groups[0]));
+    let sized = calls_at(&calls, "batch");
+    assert_eq!(sized.len(), 5);
+    let plan_ends = p.estimate.as_ref().unwrap().ends_at.clone();
+    assert!(plan_ends.is_some());
+    let told: Vec<u64> = (sized.iter())
+        .map(|c| c.timing.remaining.as_ref().unwrap().seconds)
+        .collect();
+    // Before its first batch the budget (3 at a time) was all the run could foresee: a setup
+    // and two batches. From then on, the batches of one the hook chose.
+    assert_eq!(told, [5 + 80, 160, 120, 80, 40]);
+    for (i, ctx) in sized.iter().enumerate().skip(1) {
+        let left = ctx.timing.remaining.as_ref().unwrap();
+        assert_eq!(left.ends_at, plan_ends, "batch {i}");
+        let plan_left: u64 = batches[i..]
+            .iter()
+            .map(|b| b.estimate.as_ref().unwrap().seconds)
+            .sum();
+        assert_eq!(left.seconds, plan_left, "batch {i}");
+    }
 }
