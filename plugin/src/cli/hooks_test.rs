@@ -74,9 +74,9 @@ pub struct TestRun {
     /// the cluster as the plan simulates it after each batch.
     #[arg(long = "phase", value_enum, value_delimiter = ',')]
     phases: Vec<PhaseArg>,
-    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, recorded metrics, and
-    /// per group the expected order, batches and gates): exit 1 with the differences when a
-    /// decision differs.
+    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, group, estimates,
+    /// recorded metrics, and per group the expected order, batches and gates): exit 1 with the
+    /// differences when a decision differs.
     #[arg(long, value_name = "FILE")]
     expect: Option<PathBuf>,
     /// Output format.
@@ -123,11 +123,22 @@ impl From<PhaseArg> for Phase {
 }
 
 pub fn run(mut run: TestRun) -> Result<(), Failure> {
-    let fixture = match &run.expect {
+    let mut fixture = match &run.expect {
         Some(file) => Some(read_fixture(file)?),
         None => None,
     };
-    if let (Some(fixture), Some(file)) = (&fixture, &run.expect) {
+    let mut stated = None;
+    if let (Some(fixture), Some(file)) = (&mut fixture, &run.expect) {
+        if let Some(raw) = fixture.estimates.take() {
+            let at = |value: &serde_saphyr::Spanned<String>, message: String| {
+                let line = value.referenced.line();
+                Failure::usage(format!("{}:{line}: {message}", file.display()))
+            };
+            stated = Some(raw.stated(at)?);
+        }
+        if run.groups.is_empty() {
+            run.groups = fixture.group.names();
+        }
         let base = file.parent().unwrap_or(Path::new("."));
         run.snapshot
             .get_or_insert_with(|| base.join(&fixture.snapshot));
@@ -219,7 +230,7 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         ask_after_batch: phases.contains(&Phase::AfterBatch),
         instance_groups: run.groups.clone(),
         durations: crate::plan::estimate::Durations {
-            stated: policy.estimates,
+            stated: stated.unwrap_or(policy.estimates),
             ..Default::default()
         },
         ..Default::default()

@@ -12,9 +12,11 @@ use super::{Located, PolicyError, parse_duration};
 /// The longest duration a stage may be stated to take.
 const MAX_STATED: Duration = Duration::from_secs(7 * 24 * 3600);
 
-#[derive(Deserialize)]
+/// An `estimates` section as written (a policy's `spec.estimates`, a `hooks test` fixture's
+/// `estimates`): each stage a duration such as `5m`.
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct RawEstimates {
+pub struct RawEstimates {
     drain: Option<Spanned<String>>,
     replacement: Option<Spanned<String>>,
     validation: Option<Spanned<String>>,
@@ -37,25 +39,36 @@ pub struct StatedDurations {
 impl Located<'_> {
     /// The `estimates` section: each a duration more than 0 and at most 7 days.
     pub(super) fn estimates(&self, raw: RawEstimates) -> Result<StatedDurations, PolicyError> {
+        raw.stated(|value, message| self.of(value, message))
+    }
+}
+
+impl RawEstimates {
+    /// The durations stated, each more than 0 and at most 7 days; `at` places an error at the
+    /// value it is about.
+    pub fn stated<E>(
+        self,
+        at: impl Fn(&Spanned<String>, String) -> E,
+    ) -> Result<StatedDurations, E> {
         let stated = |value: Option<Spanned<String>>, field: &str| {
             let Some(value) = value else {
                 return Ok(None);
             };
-            let d = parse_duration(&value.value).map_err(|m| self.of(&value, m))?;
+            let d = parse_duration(&value.value).map_err(|m| at(&value, m))?;
             if d.is_zero() || d > MAX_STATED {
                 let message = format!(
                     "estimates.{field} {:?}: expected more than 0 and at most 7d",
                     value.value
                 );
-                return Err(self.of(&value, message));
+                return Err(at(&value, message));
             }
             Ok(Some(d))
         };
         Ok(StatedDurations {
-            drain: stated(raw.drain, "drain")?,
-            replacement: stated(raw.replacement, "replacement")?,
-            validation: stated(raw.validation, "validation")?,
-            pods_back: stated(raw.pods_back, "podsBack")?,
+            drain: stated(self.drain, "drain")?,
+            replacement: stated(self.replacement, "replacement")?,
+            validation: stated(self.validation, "validation")?,
+            pods_back: stated(self.pods_back, "podsBack")?,
         })
     }
 }

@@ -24,7 +24,7 @@ pub mod provider;
 mod syntax;
 
 use drain::{DrainPolicy, RawDrain};
-pub use estimates::StatedDurations;
+pub use estimates::{RawEstimates, StatedDurations};
 pub use int_or_percent::IntOrPercent;
 pub use metrics::MetricsSource;
 pub use module::{ModuleSource, OciReference, PulledModule};

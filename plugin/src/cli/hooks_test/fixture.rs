@@ -10,6 +10,7 @@ use super::{DrainOrderStep, PhaseArg};
 use crate::cli::Failure;
 use crate::metrics::Recorded;
 use crate::plan::Plan;
+use crate::policy::RawEstimates;
 
 /// A fixture: the input of one test and the decisions expected of the hook.
 #[derive(Debug, Deserialize)]
@@ -26,11 +27,37 @@ pub(super) struct Fixture {
     /// The gate phases asked, as `--phase` takes them.
     #[serde(default)]
     pub(super) phases: Vec<PhaseArg>,
+    /// Only these groups, as `--group`: one name or a list.
+    #[serde(default)]
+    pub(super) group: Groups,
+    /// What stages take, as a policy's `spec.estimates` states them (in place of the
+    /// policy's): what hooks are told by `host.estimates()` rests on them.
+    pub(super) estimates: Option<RawEstimates>,
     /// Answers to the hook's metrics queries, by source and query: no Prometheus is asked.
     /// Without a policy the hook is granted every source recorded here.
     pub(super) metrics: Option<Recorded>,
     /// Expectations per group; only the fields given are compared.
     pub(super) groups: BTreeMap<String, Expected>,
+}
+
+/// A fixture's `group`: one name or a list.
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Groups {
+    #[default]
+    All,
+    One(String),
+    Some(Vec<String>),
+}
+
+impl Groups {
+    pub(super) fn names(&self) -> Vec<String> {
+        match self {
+            Groups::All => Vec::new(),
+            Groups::One(name) => vec![name.clone()],
+            Groups::Some(names) => names.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,6 +71,8 @@ pub(super) struct Expected {
     pub(super) gates: Option<Vec<String>>,
     /// The same for the after-batch gate (asked with `phases: [after-batch]`).
     pub(super) after_gates: Option<Vec<String>>,
+    /// Per replacement batch, the pause before it (`7h30m`, as the plan shows it) or `-`.
+    pub(super) pauses: Option<Vec<String>>,
     /// For the nodes named, the drain order in words: `turns ns/a, ns/b | ns/c`, or
     /// `policy order`.
     pub(super) drain_order: Option<BTreeMap<String, String>>,
@@ -95,11 +124,18 @@ pub(super) fn compare(
                 .map(|b| gate(b).map_or("-".into(), |s| s.verdict.to_string()))
                 .collect::<Vec<String>>()
         };
+        let pauses: Vec<String> = (replaced.iter())
+            .map(|b| match &b.pause {
+                Some(p) => crate::duration::human_duration(p.seconds as i64),
+                None => "-".into(),
+            })
+            .collect();
         let gates = verdicts(|b| b.gate.as_ref());
         let after_gates = verdicts(|b| b.after_gate.as_ref());
         out.extend(mismatch(name, "order", &expected.order, &order));
         out.extend(mismatch(name, "batches", &expected.batches, &batches));
         out.extend(mismatch(name, "gates", &expected.gates, &gates));
+        out.extend(mismatch(name, "pauses", &expected.pauses, &pauses));
         out.extend(mismatch(
             name,
             "afterGates",
