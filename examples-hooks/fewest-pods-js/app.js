@@ -3,8 +3,8 @@
 //
 // Selection only: the instances the built-in rules chose are replaced fewest pods first (the
 // pods a drain would move), then by name, so the first batches disturb the least. Up-to-date
-// instances are never chosen (that would need `force`). Every other point defers. The hook
-// takes no config: any JSON object is accepted.
+// instances are never chosen (that would need `force`). The points it leaves out defer (the
+// build exports the SDK's deferring ones). The hook takes no config: any JSON object is accepted.
 //
 // The bindings map the WIT as jco does: interfaces are exported as objects of camelCase
 // functions, records are objects with camelCase fields, enums are their kebab-case strings,
@@ -62,17 +62,5 @@ export const selection = {
         force: false,
       })),
     };
-  },
-};
-
-export const batching = {
-  nextBatch(ctx, progress, pending) {
-    return { tag: 'defer' };
-  },
-};
-
-export const gates = {
-  check(ctx, phase, batch, summary) {
-    return { tag: 'defer' };
   },
 };

@@ -2,14 +2,16 @@
 componentize-py against the same WIT as the Rust hooks (hooks-sdk/wit/policy.wit).
 
 Selection only: the instances the built-in rules chose are replaced oldest first (by creation
-time; those without one last), then by name. Up-to-date instances are never chosen (that would
-need `force`). Every other point defers. The hook takes no config: any JSON object is accepted.
+time; those without one first, as the Rust and JavaScript helpers sort them), then by name. Up-to-date instances are never chosen (that would
+need `force`). The points it leaves out defer (the build puts in the SDK's deferring classes).
+The hook takes no config: any JSON object is accepted.
 """
 
 import json
 
 from componentize_py_types import Err
 from wit_world import exports
+from rollout_ext_hooks import oldest_first
 from wit_world.imports import host, types
 
 # The contract this module is built against: the package version of hooks-sdk/wit/policy.wit.
@@ -45,8 +47,7 @@ class Selection(exports.Selection):
         chosen = [c for c in everyone if c.reason is not None and not c.up_to_date]
         if not chosen:
             return types.Selection_Defer()
-        never = 2**62
-        chosen.sort(key=lambda c: (c.created if c.created is not None else never, c.name))
+        chosen = oldest_first(chosen)
         host.log(host.Level.DEBUG, f"oldest-first: {len(chosen)} instance(s) of {group.name}")
         return types.Selection_Choose(
             [
@@ -59,20 +60,3 @@ class Selection(exports.Selection):
             ]
         )
 
-
-class Batching(exports.Batching):
-    def next_batch(
-        self, ctx: types.Context, progress: types.Progress, pending: types.Instances
-    ) -> types.BatchSize:
-        return types.BatchSize_Defer()
-
-
-class Gates(exports.Gates):
-    def check(
-        self,
-        ctx: types.Context,
-        phase: types.Phase,
-        batch: types.Batch,
-        summary: types.ValidationSummary,
-    ) -> types.Verdict:
-        return types.Verdict_Defer()

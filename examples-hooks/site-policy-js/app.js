@@ -8,7 +8,7 @@ import { DEFER, PROCEED, anyConfig, choose, hold, pods, size } from './rollout_e
 const PINNED = 'example.com/pinned';
 const RACK = 'example.com/rack';
 
-export const metadata = anyConfig('site-policy-js', ['select', 'batch', 'gate']);
+export const metadata = anyConfig('site-policy-js');
 
 export const selection = {
   select(ctx, group, candidates) {

@@ -4,19 +4,17 @@ never two of one example.com/rack; after each batch, wait (3 checks, 20 s apart)
 namespace payments is not Ready, then abort.
 """
 
-from rollout_ext_hooks import (AnyConfig, DeferBatching, DeferGates, DeferSelection, choose,
-                               describe, hold, pods, size)
+from rollout_ext_hooks import AnyConfig, choose, hold, pods, size
 from wit_world.imports import types
 
 PINNED, RACK = "example.com/pinned", "example.com/rack"
 
 
 class Metadata(AnyConfig):
-    def describe(self):
-        return describe("site-policy-py", ["select", "batch", "gate"])
+    NAME = "site-policy-py"
 
 
-class Selection(DeferSelection):
+class Selection:
     def select(self, ctx, group, candidates):
         pinned = {i for i in range(candidates.len()) if candidates.label(i, PINNED) == "true"}
         everyone = candidates.get(0, candidates.len())
@@ -25,13 +23,13 @@ class Selection(DeferSelection):
         return choose((c.name, f"{c.pods} pods to move") for c in chosen)
 
 
-class Batching(DeferBatching):
+class Batching:
     def next_batch(self, ctx, progress, pending):
         two = pending.len() > 1 and pending.label(0, RACK) != pending.label(1, RACK)
         return size(2 if two else 1, "at most 2, one per rack")
 
 
-class Gates(DeferGates):
+class Gates:
     def check(self, ctx, phase, batch, summary):
         if phase != types.Phase.AFTER_BATCH:
             return types.Verdict_Defer()

@@ -2,7 +2,8 @@
 // module beside the hook's own: `import { … } from './rollout_ext_hooks.js'`.
 //
 // What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (a hook
-// exports each point and writes only those it serves), `describe`, `hold` (wait for N checks, then abort), week windows,
+// exports only the points it serves: the build exports a deferring one for each point left out,
+// and declares the points served), `describe`, `hold` (wait for N checks, then abort), week windows,
 // `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), what other tools are taking out
 // (`othersDisrupting`, `disruptedBy`), and typed views of the objects hooks read most, with the
 // API's defaults.
@@ -24,8 +25,14 @@ export const PROCEED = { tag: 'proceed' };
 
 const POINTS = ['select', 'batch', 'gate'];
 
-/** The module's `describe` answer: its name and the points ('select', 'batch', 'gate') it serves. */
-export function describe(name, points) {
+// The points the hook's exports serve, found by the build's entry module (`hookExports`).
+let served = null;
+
+/**
+ * The module's `describe` answer: its name and the points ('select', 'batch', 'gate') it
+ * serves; without `points`, those its exports serve.
+ */
+export function describe(name, points = served ?? []) {
   for (const p of points) {
     if (!POINTS.includes(p)) {
       throw new Error(`describe: unknown point ${JSON.stringify(p)} (one of ${POINTS.join(', ')})`);
@@ -49,8 +56,11 @@ export function configObject(config) {
   return value;
 }
 
-/** A `metadata` export: `describe` as given, any JSON object accepted as config. */
-export function anyConfig(name, points) {
+/**
+ * A `metadata` export: the hook is `name`, serving `points` (without them, the points its
+ * exports serve); any JSON object is accepted as config.
+ */
+export function anyConfig(name, points = undefined) {
   return {
     describe: () => describe(name, points),
     validateConfig: (config) => {
@@ -63,6 +73,54 @@ export function anyConfig(name, points) {
 export const deferSelection = { select: () => DEFER };
 export const deferBatching = { nextBatch: () => DEFER };
 export const deferGates = { check: () => DEFER };
+
+// Each point: the export that serves it, its function, and the SDK's deferring export.
+const POINT_EXPORTS = [
+  ['select', 'selection', 'select', deferSelection],
+  ['batch', 'batching', 'nextBatch', deferBatching],
+  ['gate', 'gates', 'check', deferGates],
+];
+
+/**
+ * What the build's entry module exports for the hook module `app` (its namespace; `file` names
+ * it): its metadata, checked so that `describe` declares every point an export serves (a point
+ * served but not declared would never be asked, silently), and its selection, batching and
+ * gates, the SDK's deferring export for each one left out.
+ */
+export function hookExports(app, file) {
+  const metadata = app.metadata;
+  if (metadata === undefined) {
+    throw new Error(
+      `rollout-ext-build: ${file} exports no metadata: every hook does (export const metadata = anyConfig('my-policy'), from './rollout_ext_hooks.js')`,
+    );
+  }
+  const hook = {};
+  const serving = [];
+  for (const [point, name, fn, defer] of POINT_EXPORTS) {
+    const exported = app[name] ?? defer;
+    if (exported[fn] !== defer[fn]) {
+      serving.push(point);
+    }
+    hook[name] = exported;
+  }
+  served = serving;
+  hook.metadata = {
+    describe() {
+      const info = metadata.describe();
+      for (const point of serving) {
+        if (!info.points.includes(point)) {
+          const name = POINT_EXPORTS.find(([p]) => p === point)[1];
+          throw new Error(
+            `describe: ${file}'s export ${name} serves point "${point}", which describe leaves out of its points: declare it, or leave the points out (anyConfig(name) declares those served)`,
+          );
+        }
+      }
+      return info;
+    },
+    validateConfig: (config) => metadata.validateConfig(config),
+  };
+  return hook;
+}
 
 /** A batch of `count` instances, with why. */
 export function size(count, reason) {
@@ -219,8 +277,12 @@ export function workloads(kind, namespace, selector) {
   return listObjects('apps/v1', kind, namespace, selector).map((o) => Workload.of(kind, o));
 }
 
-/** Instances oldest first; an unknown creation time (`created` undefined) sorts first. */
+/**
+ * Instances oldest first, as a new array: an unknown creation time (`created` undefined) sorts
+ * first, as the oldest (a node that never registered); names break ties (by code unit).
+ */
 export function oldestFirst(instances) {
   const key = (i) => (i.created === undefined ? -Infinity : Number(i.created));
-  return [...instances].sort((a, b) => key(a) - key(b));
+  const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  return [...instances].sort((a, b) => key(a) - key(b) || byName(a, b));
 }

@@ -2,7 +2,8 @@
 which puts this module beside the hook's own).
 
 What the Rust SDK gives a hook, for Python: base classes whose every method defers (a hook
-keeps a class per point and overrides only the points it serves), `describe`, `hold` (wait for N checks, then abort), week windows,
+writes a class only for the points it serves: the build puts in a deferring one for each point
+left out, and declares the points served), `describe`, `hold` (wait for N checks, then abort), week windows,
 `percent_of`, the plugin's estimates (`estimates`, `batch_ends`), what other tools are taking
 out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks read most, with
 the API's defaults.
@@ -25,9 +26,18 @@ POINTS = {
 }
 
 
-def describe(name, points):
+# The points the hook's classes serve, found by the build's entry module (`hook_exports`).
+_served = None
+
+
+def describe(name, points=None):
     """The module's `describe` answer: its name and the points (`"select"`, `"batch"`,
-    `"gate"`) it serves."""
+    `"gate"`) it serves; without `points`, those its classes serve."""
+    if points is None:
+        points = list(_served or [])
+    for p in points:
+        if p not in POINTS:
+            raise ValueError(f"describe: unknown point {p!r} (one of {', '.join(POINTS)})")
     return types.Info(
         name=name,
         sdk_version=WIT_VERSION,
@@ -48,7 +58,15 @@ def config_object(config):
 
 
 class AnyConfig(exports.Metadata):
-    """Metadata that accepts any JSON object as config: subclass it and write `describe`."""
+    """Metadata that accepts any JSON object as config and describes the hook as `NAME` with the
+    points its classes serve: `class Metadata(AnyConfig): NAME = "my-policy"`."""
+
+    NAME = None
+
+    def describe(self):
+        if not self.NAME:
+            raise ValueError(f"{type(self).__name__} sets no NAME (NAME = \"my-policy\")")
+        return describe(self.NAME)
 
     def validate_config(self, config: str) -> None:
         config_object(config)
@@ -67,6 +85,53 @@ class DeferBatching(exports.Batching):
 class DeferGates(exports.Gates):
     def check(self, ctx, phase, batch, summary):
         return types.Verdict_Defer()
+
+
+# Each point: the class that serves it, the method, and the SDK's deferring class.
+_POINT_CLASSES = (
+    ("select", "Selection", "select", DeferSelection),
+    ("batch", "Batching", "next_batch", DeferBatching),
+    ("gate", "Gates", "check", DeferGates),
+)
+
+
+def hook_exports(app):
+    """What the build's entry module exports for the hook module `app`: its Metadata, checked so
+    that `describe` declares every point a class serves (a point served but not declared would
+    never be asked, silently), and its Selection, Batching and Gates, the SDK's deferring class
+    for each one left out."""
+    global _served
+    file = f"{app.__name__}.py"
+    metadata = getattr(app, "Metadata", None)
+    if metadata is None:
+        raise AttributeError(
+            f"rollout-ext-build: {file} defines no class Metadata: every hook has one "
+            f'(class Metadata(AnyConfig): NAME = "my-policy", from rollout_ext_hooks import AnyConfig)'
+        )
+    served, classes = {}, []
+    for point, name, method, defer in _POINT_CLASSES:
+        cls = getattr(app, name, None) or defer
+        if getattr(cls, method, None) is not getattr(defer, method):
+            served[point] = f"class {name}"
+        classes.append(cls)
+    _served = list(served)
+    names = {v: k for k, v in POINTS.items()}
+
+    class Checked(metadata):
+        def describe(self):
+            info = super().describe()
+            declared = {names.get(p, p) for p in info.points}
+            for point, where in served.items():
+                if point not in declared:
+                    raise ValueError(
+                        f"describe: {file}'s {where} serves point {point!r}, which describe "
+                        "leaves out of its points: declare it, or leave the points out "
+                        "(describe(name) declares those served)"
+                    )
+            return info
+
+    Checked.__name__ = Checked.__qualname__ = "Metadata"
+    return (Checked, *classes)
 
 
 def size(count, reason):
@@ -120,6 +185,12 @@ def in_window(now, start, end, utc_offset_minutes=0):
 
     m, a, b = minute_of_week(now, utc_offset_minutes), at(start), at(end)
     return a <= m < b if a <= b else m >= a or m < b
+
+
+def oldest_first(instances):
+    """Instances (`types.Instance` records) oldest first, as a new list: an unknown creation
+    time sorts first, as the oldest (a node that never registered); names break ties."""
+    return sorted(instances, key=lambda i: (i.created is not None, i.created or 0, i.name))
 
 
 def estimates():

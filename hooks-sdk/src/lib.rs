@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use rollout_ext_hooks::{
-//!     export_policy, BatchSize, Choice, Context, Group, HookPoint, Instances, Policy, Progress,
+//!     export_policy, policy, BatchSize, Choice, Context, Group, Instances, Policy, Progress,
 //!     Selection,
 //! };
 //!
@@ -20,9 +20,10 @@
 //! }
 //!
 //! struct PoolFirst;
+//! // Declares the points implemented here: select and batch.
+//! #[policy]
 //! impl Policy for PoolFirst {
 //!     const NAME: &'static str = "pool-first";
-//!     const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch];
 //!
 //!     fn validate_config(config: &str) -> Result<(), String> {
 //!         rollout_ext_hooks::check_config::<Config>(config)
@@ -48,6 +49,24 @@
 //!     }
 //! }
 //! export_policy!(PoolFirst);
+//! ```
+//!
+//! [`#[policy]`](policy) declares the points the impl implements (`POINTS`, and `ORDERS_DRAINS`
+//! for [`Policy::drain_order`]): the host asks only declared points, so a point implemented but
+//! not declared would never be asked. `POINTS` written by hand is checked against the methods
+//! written; this does not build, since `check` is the gate point:
+//!
+//! ```compile_fail
+//! use rollout_ext_hooks::*;
+//! struct Gate;
+//! #[policy]
+//! impl Policy for Gate {
+//!     const NAME: &'static str = "gate";
+//!     const POINTS: &'static [HookPoint] = &[HookPoint::Select];
+//!     fn check(_: &Context, _: Phase, _: &Batch, _: &ValidationSummary) -> Result<Verdict, String> {
+//!         Ok(Verdict::Proceed)
+//!     }
+//! }
 //! ```
 //!
 //! Build with `cargo build --release --target wasm32-wasip2`; the `.wasm` file is the component.
@@ -118,6 +137,21 @@ pub use objects::{
     StatefulSet, Workload,
 };
 pub use progress::Progress;
+pub use rollout_ext_hooks_macros::policy;
+
+/// Whether `points` holds `point`: `#[policy]`'s check, at compile time, that `POINTS` written
+/// by hand declares each point the impl implements.
+#[doc(hidden)]
+pub const fn __declares(points: &[HookPoint], point: HookPoint) -> bool {
+    let mut i = 0;
+    while i < points.len() {
+        if points[i] as u8 == point as u8 {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
 
 use bindings::exports::rollout_ext::policy::{
     batching, draining, flat_selection, gates, metadata, selection, stage_gates,
@@ -175,7 +209,8 @@ impl BatchSize {
 pub trait Policy {
     /// The module's name, shown by `hooks inspect`.
     const NAME: &'static str;
-    /// The points this module implements. A policy file may only enable these.
+    /// The points this module implements; a policy file may only enable these, and the host
+    /// asks no other. [`#[policy]`](policy) on the impl writes it from the methods implemented.
     const POINTS: &'static [HookPoint];
     /// Whether it orders drains ([`Policy::drain_order`], the `drain-order` point of contract
     /// 0.3.1; `HookPoint` keeps the points of 0.3.0).

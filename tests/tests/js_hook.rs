@@ -198,9 +198,12 @@ fn the_javascript_helpers_pass_their_tests() {
 fn a_javascript_error_at_load_is_said_in_its_own_words() {
     let dir = tempfile::tempdir().unwrap();
     let built = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        let declared = "['select', 'batch', 'gate']";
-        assert!(app.contains(declared), "the example declares its points");
-        app.replace(declared, "['select', 'batch', 'gates']")
+        let named = "anyConfig('site-policy-js')";
+        assert!(app.contains(named), "the example is named");
+        app.replace(
+            named,
+            "anyConfig('site-policy-js', ['select', 'batch', 'gates'])",
+        )
     });
     assert!(built.status.success(), "{built:?}");
     std::fs::rename(dir.path().join("app.wasm"), dir.path().join("typo.wasm")).unwrap();
@@ -227,22 +230,58 @@ fn a_javascript_error_at_load_is_said_in_its_own_words() {
     assert!(!error.contains("mozalloc_abort"), "{error}");
 }
 
-/// A JavaScript hook that leaves out a point's export (here `gates`) does not build, and the
-/// build says which and what to write, not componentize-js's stack.
+/// `hooks inspect` on a built module: its exit code, stdout and stderr.
+fn inspect(module: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(plugin_binary())
+        .args(["hooks", "inspect"])
+        .arg(module)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A JavaScript hook exports only the points it serves: one that leaves out `gates` builds,
+/// and describes itself as serving select and batch; one that serves a point its metadata does
+/// not declare is refused at load, naming the export and the point.
 #[test]
-fn a_javascript_hook_without_a_points_export_is_told_what_to_write() {
+fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
     let dir = tempfile::tempdir().unwrap();
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        let gates = app
-            .find("export const gates")
-            .expect("the example exports gates");
+        let gates = (app.find("export const gates")).expect("the example exports gates");
         app[..gates].to_string()
+    });
+    assert!(out.status.success(), "{out:?}");
+    let (code, stdout, stderr) = inspect(&dir.path().join("app.wasm"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
+
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
+        let named = "anyConfig('site-policy-js')";
+        assert!(
+            app.contains(named),
+            "the example declares the points it serves"
+        );
+        app.replace(named, "anyConfig('site', ['select', 'batch'])")
+    });
+    assert!(out.status.success(), "{out:?}");
+    let (code, _, stderr) = inspect(&dir.path().join("app.wasm"));
+    assert_eq!(code, Some(2), "{stderr}");
+    let error = (stderr.lines())
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        error.contains(r#"(guest said: describe: app.js's export gates serves point "gate", which describe leaves out of its points"#),
+        "{error}"
+    );
+
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
+        app.replace("export const metadata = anyConfig('site-policy-js');\n", "")
     });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "build.sh: app.js exports no gates: every hook exports metadata, selection, batching and gates; for a point it does not serve, export the SDK's deferring one: export const gates = deferGates; (import { deferGates } from './rollout_ext_hooks.js')"
+        "build.sh: app.js exports no metadata: every hook does (export const metadata = anyConfig('my-policy'), from './rollout_ext_hooks.js')"
     );
-    assert!(!dir.path().join("app.wasm").exists());
 }

@@ -124,22 +124,74 @@ fn the_python_helpers_pass_their_tests() {
     );
 }
 
-/// A Python hook that leaves out a point's class (here `Gates`) does not build, and the build
-/// says which class and what to write, not componentize-py's traceback and backtrace.
+/// `hooks inspect` on a built module: its exit code, stdout and stderr.
+fn inspect(module: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = Command::new(plugin_binary())
+        .args(["hooks", "inspect"])
+        .arg(module)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A Python hook writes classes only for the points it serves: one that leaves out `Gates`
+/// builds, and describes itself as serving select and batch (the build's entry puts in the
+/// SDK's deferring class and declares the points served).
 #[test]
-fn a_python_hook_without_a_points_class_is_told_what_to_write() {
+fn a_python_hook_writes_only_the_points_it_serves() {
     let dir = tempfile::tempdir().unwrap();
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
-        let gates = app
-            .find("class Gates(DeferGates):")
-            .expect("the example has Gates");
+        let gates = app.find("class Gates:").expect("the example has Gates");
         app[..gates].to_string()
+    });
+    assert!(out.status.success(), "{out:?}");
+    let (code, stdout, stderr) = inspect(&dir.path().join("app.wasm"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
+}
+
+/// A Python hook whose class serves a point its `describe` leaves out (here `gate`, which would
+/// never be asked) is refused at load, naming the class and the point in its own words.
+#[test]
+fn a_python_hook_serving_a_point_it_does_not_declare_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
+        let named = "    NAME = \"site-policy-py\"\n";
+        assert!(app.contains(named), "the example is named by NAME");
+        let declared =
+            "    def describe(self):\n        return describe(\"site\", [\"select\", \"batch\"])\n";
+        let app = app.replace(named, declared);
+        format!("from rollout_ext_hooks import describe\n{app}")
+    });
+    assert!(out.status.success(), "{out:?}");
+    let (code, _, stderr) = inspect(&dir.path().join("app.wasm"));
+    assert_eq!(code, Some(2), "{stderr}");
+    let error = (stderr.lines())
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        error.contains("(guest said: ValueError: describe: app.py's class Gates serves point 'gate', which describe leaves out of its points"),
+        "{error}"
+    );
+}
+
+/// A Python hook without a Metadata class does not build, and the build says what to write,
+/// not componentize-py's traceback and backtrace.
+#[test]
+fn a_python_hook_without_metadata_is_told_what_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
+        app.replace(
+            "class Metadata(AnyConfig):\n    NAME = \"site-policy-py\"\n",
+            "",
+        )
     });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "build.sh: app.py defines no class Gates: every hook exports Metadata, Selection, Batching and Gates; for a point it does not serve, take the SDK's deferring one: class Gates(DeferGates): pass (from rollout_ext_hooks import DeferGates)"
+        "build.sh: app.py defines no class Metadata: every hook has one (class Metadata(AnyConfig): NAME = \"my-policy\", from rollout_ext_hooks import AnyConfig)"
     );
     assert!(!dir.path().join("app.wasm").exists());
 }

@@ -19,10 +19,9 @@ fn tier() -> String {
 
 pub struct DrainTiers;
 
+#[policy]
 impl Policy for DrainTiers {
     const NAME: &'static str = "drain-tiers";
-    const POINTS: &'static [HookPoint] = &[];
-    const ORDERS_DRAINS: bool = true;
 
     fn validate_config(config: &str) -> Result<(), String> {
         check_config::<Config>(config)

@@ -5,8 +5,7 @@
 //! Config: `{"maxPodsNotReady": 0, "maxFailedChecks": 10, "retrySeconds": 30}`.
 
 use rollout_ext_hooks::{
-    Batch, Context, HookPoint, Phase, Policy, ValidationSummary, Verdict, check_config, config,
-    hold,
+    Batch, Context, Phase, Policy, ValidationSummary, Verdict, check_config, config, hold, policy,
 };
 use serde::Deserialize;
 
@@ -30,9 +29,9 @@ fn thirty() -> u32 {
 
 pub struct ErrorBudget;
 
+#[policy]
 impl Policy for ErrorBudget {
     const NAME: &'static str = "error-budget";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Gate];
 
     fn validate_config(config: &str) -> Result<(), String> {
         check_config::<Config>(config)

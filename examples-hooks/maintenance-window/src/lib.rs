@@ -12,8 +12,8 @@
 //! A window whose end is not after its start runs past midnight into the next day.
 
 use rollout_ext_hooks::{
-    BatchSize, Context, HookPoint, Pause, Policy, Progress, WeekTime, config, host, parse_clock,
-    parse_config, parse_weekday,
+    BatchSize, Context, Pause, Policy, Progress, WeekTime, config, host, parse_clock, parse_config,
+    parse_weekday, policy,
 };
 use serde::Deserialize;
 
@@ -98,9 +98,9 @@ fn utc_offset(minutes: i32) -> String {
 
 pub struct MaintenanceWindow;
 
+#[policy]
 impl Policy for MaintenanceWindow {
     const NAME: &'static str = "maintenance-window";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Batch];
 
     fn validate_config(config: &str) -> Result<(), String> {
         parse_config::<Config>(config)?.check().map(drop)

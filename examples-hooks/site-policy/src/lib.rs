@@ -10,9 +10,9 @@ const RACK: &str = "example.com/rack";
 
 pub struct SitePolicy;
 
+#[policy]
 impl Policy for SitePolicy {
     const NAME: &'static str = "site-policy";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch, HookPoint::Gate];
 
     fn select(_: &Context, _: &Group, candidates: &Instances) -> Result<Selection, String> {
         let pinned = |c: &Candidate| c.label(PINNED).as_deref() == Some("true");

@@ -14,7 +14,7 @@
 
 use rollout_ext_hooks::host::{self, TimeRange};
 use rollout_ext_hooks::{
-    Batch, Context, HookPoint, Phase, Policy, ValidationSummary, Verdict, config, hold,
+    Batch, Context, Phase, Policy, ValidationSummary, Verdict, config, hold, policy,
 };
 use serde::Deserialize;
 
@@ -68,9 +68,9 @@ impl Config {
 
 pub struct SloGate;
 
+#[policy]
 impl Policy for SloGate {
     const NAME: &'static str = "slo-gate";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Gate];
 
     fn validate_config(config: &str) -> Result<(), String> {
         rollout_ext_hooks::parse_config::<Config>(config)?.check()

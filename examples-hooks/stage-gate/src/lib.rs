@@ -14,7 +14,7 @@
 //! ```
 
 use rollout_ext_hooks::{
-    Context, HookPoint, Pause, Policy, Stage, StageOutcome, Verdict, check_config, config, host,
+    Context, Pause, Policy, Stage, StageOutcome, Verdict, check_config, config, host, policy,
 };
 use serde::Deserialize;
 
@@ -32,9 +32,9 @@ const MAX_WAIT_SECONDS: u64 = 604_800;
 
 pub struct StageGate;
 
+#[policy]
 impl Policy for StageGate {
     const NAME: &'static str = "stage-gate";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Gate];
 
     fn validate_config(config: &str) -> Result<(), String> {
         check_config::<Config>(config)

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rollout_ext_hooks::{
-    BatchSize, Choice, Context, Group, HookPoint, Instance, Instances, Policy, Progress, Selection,
-    config, export_policy, parse_config, zone,
+    BatchSize, Choice, Context, Group, Instance, Instances, Policy, Progress, Selection, config,
+    export_policy, parse_config, policy, zone,
 };
 use serde::Deserialize;
 
@@ -39,9 +39,9 @@ impl Config {
 
 pub struct ZoneSpread;
 
+#[policy]
 impl Policy for ZoneSpread {
     const NAME: &'static str = "zone-spread";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch];
 
     fn validate_config(config: &str) -> Result<(), String> {
         parse_config::<Config>(config)?.check()

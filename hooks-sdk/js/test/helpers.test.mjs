@@ -102,13 +102,34 @@ test('answers have the shapes of the WIT variants', () => {
   assert.throws(() => h.describe('site', ['sellect']), /unknown point/);
 });
 
-test('oldest first puts an unknown creation time first', () => {
+test('oldest first puts an unknown creation time first and breaks ties by name', () => {
   const order = h.oldestFirst([
-    { name: 'b', created: 200n },
+    { name: 'c', created: 200n },
+    { name: 'b', created: 100n },
     { name: 'a', created: 100n },
     { name: 'x', created: undefined },
   ]);
-  assert.deepEqual(order.map((i) => i.name), ['x', 'a', 'b']);
+  assert.deepEqual(order.map((i) => i.name), ['x', 'a', 'b', 'c']);
+});
+
+test('the build entry defers the points left out and declares those served', () => {
+  const gates = { check: () => h.PROCEED };
+  const hook = h.hookExports({ metadata: h.anyConfig('site'), gates }, 'app.js');
+  assert.equal(hook.selection, h.deferSelection);
+  assert.equal(hook.batching, h.deferBatching);
+  assert.equal(hook.gates, gates);
+  assert.deepEqual(hook.metadata.describe().points, ['gate']);
+  assert.throws(() => hook.metadata.validateConfig('[1]'), (e) => e === 'config must be an object');
+});
+
+test('a point served but not declared is refused naming it', () => {
+  const batching = { nextBatch: () => h.size(1, 'one') };
+  const hook = h.hookExports({ metadata: h.anyConfig('site', ['select']), batching }, 'app.js');
+  assert.throws(() => hook.metadata.describe(), /app.js's export batching serves point "batch"/);
+  const spread = { ...h.deferSelection };
+  const quiet = h.hookExports({ metadata: h.anyConfig('site', []), selection: spread }, 'app.js');
+  assert.deepEqual(quiet.metadata.describe().points, [], 'a spread deferral serves nothing');
+  assert.throws(() => h.hookExports({}, 'app.js'), /rollout-ext-build: app.js exports no metadata/);
 });
 
 test('a batch ends at its cautious estimate; a call about no batch has none', () => {

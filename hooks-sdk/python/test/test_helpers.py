@@ -10,11 +10,13 @@ from pathlib import Path
 
 
 class Record:
-    """A stand-in for any generated WIT type: its name and the arguments it was built with (an
-    enum's cases are its upper-case attributes)."""
+    """A stand-in for any generated WIT type: its name and the arguments it was built with, the
+    keyword ones also as fields (an enum's cases are its upper-case attributes)."""
 
     def __init__(self, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
+        # A record's fields read as the dataclass's would.
+        self.__dict__.update(kwargs)
 
     def __eq__(self, other):
         return type(self) is type(other) and (self.args, self.kwargs) == (other.args, other.kwargs)
@@ -134,6 +136,40 @@ class Helpers(unittest.TestCase):
         with self.assertRaises(Err):
             h.config_object("[1]")
         self.assertEqual(h.config_object('{"a": 1}'), {"a": 1})
+
+    def test_oldest_first_puts_an_unknown_creation_first_and_breaks_ties_by_name(self):
+        at = lambda name, created: pytypes.SimpleNamespace(name=name, created=created)
+        order = h.oldest_first([at("c", 200), at("b", 100), at("a", 100), at("x", None)])
+        self.assertEqual([i.name for i in order], ["x", "a", "b", "c"])
+
+    def test_the_build_entry_defers_the_points_left_out_and_declares_those_served(self):
+        class Metadata(h.AnyConfig):
+            NAME = "site"
+
+        class Gates:
+            def check(self, ctx, phase, batch, summary):
+                return None
+
+        app = pytypes.SimpleNamespace(__name__="app", Metadata=Metadata, Gates=Gates)
+        meta, selection, batching, gates = h.hook_exports(app)
+        self.assertEqual((selection, batching, gates), (h.DeferSelection, h.DeferBatching, Gates))
+        self.assertEqual(meta().describe().kwargs["points"], [h.POINTS["gate"]])
+
+    def test_a_point_served_but_not_declared_is_refused_naming_it(self):
+        class Metadata(h.AnyConfig):
+            def describe(self):
+                return h.describe("site", ["select"])
+
+        class Batching(h.DeferBatching):
+            def next_batch(self, ctx, progress, pending):
+                return h.size(1, "one")
+
+        app = pytypes.SimpleNamespace(__name__="app", Metadata=Metadata, Batching=Batching)
+        meta = h.hook_exports(app)[0]
+        with self.assertRaisesRegex(ValueError, "app.py's class Batching serves point 'batch'"):
+            meta().describe()
+        with self.assertRaisesRegex(AttributeError, "rollout-ext-build: app.py defines no class Metadata"):
+            h.hook_exports(pytypes.SimpleNamespace(__name__="app"))
 
 
 if __name__ == "__main__":

@@ -410,27 +410,31 @@ pub(super) fn capture(
 
 /// The line of a guest's stderr that says why it failed: the last that is not the runtime's own
 /// words around it. Rust's panic message comes before its backtrace hint; a JavaScript error's
-/// (componentize-js) before its `Stack:` and frames and the engine's abort notice; a Python
-/// exception's (componentize-py) after its traceback's frames.
+/// (componentize-js) before its `Stack:` and frames and the engine's abort notice. A Python
+/// exception (componentize-py) is the unindented line that ends its traceback (its frames and
+/// their source lines are indented), whatever the runtime's panic says after it.
 fn cause(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let traceback = "Traceback (most recent call last):";
+    if let Some(start) = lines.iter().rposition(|l| l.trim() == traceback) {
+        let exception = lines[start + 1..]
+            .iter()
+            .find(|l| !l.starts_with(' ') && !l.trim().is_empty());
+        return exception.map(|l| l.trim().to_string());
+    }
     let runtimes = |line: &str| {
         line.is_empty()
             || line.starts_with("note: run with `RUST_BACKTRACE")
             || line.starts_with("Redirecting call to abort()")
             || line == "Stack:"
-            || line == "Traceback (most recent call last):"
             || line.starts_with("File \"")
             || js_frame(line)
     };
-    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
-    let last = lines.iter().rposition(|l| !runtimes(l))?;
-    // A Python traceback's frame is followed by its source line: that is not the cause.
-    let after_frame = last > 0 && lines[last - 1].starts_with("File \"");
-    match after_frame {
-        true => lines[..last - 1].iter().rev().find(|l| !runtimes(l)),
-        false => Some(&lines[last]),
-    }
-    .map(|l| l.to_string())
+    let trimmed: Vec<&str> = lines.iter().map(|l| l.trim()).collect();
+    let last = trimmed.iter().rposition(|l| !runtimes(l))?;
+    // A Python frame without its traceback's header is followed by its source line: no cause.
+    let after_frame = last > 0 && trimmed[last - 1].starts_with("File \"");
+    (!after_frame).then(|| trimmed[last].to_string())
 }
 
 /// A frame of a SpiderMonkey stack: `function@file:line:column`.
@@ -491,6 +495,12 @@ mod tests {
         assert_eq!(cause(rust).as_deref(), Some("no zone label"));
         let python = "Traceback (most recent call last):\n  File \"app.py\", line 12, in check\n    raise ValueError('bad window')\nValueError: bad window\n";
         assert_eq!(cause(python).as_deref(), Some("ValueError: bad window"));
+        // componentize-py: no source line (the source is not in the component), then its panic.
+        let componentize_py = "Traceback (most recent call last):\n  File \"/2/sdk.py\", line 126, in describe\nValueError: describe: point 'gate' left out\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1280:25:\nPython function threw an unexpected exception\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            cause(componentize_py).as_deref(),
+            Some("ValueError: describe: point 'gate' left out")
+        );
         let frame_last = "  File \"app.py\", line 12, in check\n    total = a / b\n";
         assert_eq!(
             cause(frame_last),

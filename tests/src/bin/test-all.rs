@@ -143,6 +143,9 @@ impl Job {
                     .current_dir(&b.package_dir)
                     .env("CARGO_MANIFEST_DIR", &b.package_dir)
                     .env("CARGO_PKG_NAME", &b.package_name);
+                if let Some(path) = library_path() {
+                    c.env(LIBRARY_PATH_VAR, path);
+                }
                 c
             }
             Job::DocTests(cargo) => {
@@ -164,6 +167,34 @@ impl Job {
             output,
         }
     }
+}
+
+/// The variable the dynamic loader searches: a proc-macro crate's test binary links the
+/// toolchain's standard library dynamically, and `cargo test` points it there.
+const LIBRARY_PATH_VAR: &str = if cfg!(target_os = "macos") {
+    "DYLD_FALLBACK_LIBRARY_PATH"
+} else {
+    "LD_LIBRARY_PATH"
+};
+
+/// The loader's search path with the toolchain's libraries first (as `cargo test` sets it), or
+/// none when rustc cannot say where they are.
+fn library_path() -> Option<&'static std::ffi::OsString> {
+    static PATH: std::sync::OnceLock<Option<std::ffi::OsString>> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let out = Command::new(rustc)
+            .args(["--print", "target-libdir"])
+            .output()
+            .ok()?;
+        let libdir = String::from_utf8(out.stdout).ok()?;
+        let mut dirs = vec![PathBuf::from(libdir.trim())];
+        if let Some(old) = std::env::var_os(LIBRARY_PATH_VAR) {
+            dirs.extend(std::env::split_paths(&old));
+        }
+        std::env::join_paths(dirs).ok()
+    })
+    .as_ref()
 }
 
 /// Runs `command` with stdout and stderr into one file (in the order written), returning

@@ -7,8 +7,8 @@
 //! config is accepted.
 
 use rollout_ext_hooks::{
-    Batch, BatchSize, Choice, Context, Group, HookPoint, Instances, Pause, Phase, Policy, Progress,
-    Selection, ValidationSummary, Verdict, config, export_policy,
+    Batch, BatchSize, Choice, Context, Group, Instances, Pause, Phase, Policy, Progress, Selection,
+    ValidationSummary, Verdict, config, export_policy, policy,
 };
 use serde::Deserialize;
 
@@ -120,9 +120,9 @@ fn list_objects() -> String {
 
 pub struct Hostile;
 
+#[policy]
 impl Policy for Hostile {
     const NAME: &'static str = "hostile";
-    const POINTS: &'static [HookPoint] = &[HookPoint::Select, HookPoint::Batch, HookPoint::Gate];
 
     fn validate_config(config: &str) -> Result<(), String> {
         match serde_json::from_str::<Modes>(config) {

@@ -1,0 +1,205 @@
+//! `#[policy]`, re-exported by `rollout-ext-hooks`: the points a hook declares are the ones its
+//! `impl Policy` implements, so a point cannot be implemented and left undeclared (the host
+//! never asks an undeclared point: a gate written but not declared would never hold a run).
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as Tokens;
+use quote::{ToTokens, quote};
+use syn::{ImplItem, ItemImpl, Path, parse_quote};
+
+/// Each method of the `Policy` trait that serves a point, with the point (a `HookPoint`
+/// variant; drain-order is declared by `ORDERS_DRAINS` instead).
+const METHODS: &[(&str, Served)] = &[
+    ("select", Served::Point("Select", "select")),
+    ("next_batch", Served::Point("Batch", "batch")),
+    ("check", Served::Point("Gate", "gate")),
+    ("check_stage", Served::Point("Gate", "gate")),
+    ("drain_order", Served::DrainOrder),
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Served {
+    /// A `HookPoint` variant and the point's name in a policy file.
+    Point(&'static str, &'static str),
+    DrainOrder,
+}
+
+/// On `impl Policy for MyPolicy { … }`: declares the points the impl implements (`POINTS`,
+/// and `ORDERS_DRAINS` when it writes `drain_order`). An impl that writes `POINTS` itself does
+/// not build when it leaves out a point it implements. `#[policy(crate = sdk)]` names the SDK
+/// when the dependency is renamed.
+#[proc_macro_attribute]
+pub fn policy(attr: TokenStream, item: TokenStream) -> TokenStream {
+    match expand(attr.into(), item.into()) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
+    let sdk = sdk_path(attr)?;
+    let mut imp: ItemImpl = syn::parse2(item)?;
+    let Some((_, trait_path, _)) = imp.trait_.clone() else {
+        return Err(syn::Error::new_spanned(
+            &imp.self_ty,
+            "#[policy] goes on the policy's trait impl: `impl Policy for MyPolicy { … }`",
+        ));
+    };
+    let written =
+        |name: &str| (imp.items.iter()).any(|i| matches!(i, ImplItem::Const(c) if c.ident == name));
+    let (points_written, orders_written) = (written("POINTS"), written("ORDERS_DRAINS"));
+    let mut served: Vec<(&str, Served)> = Vec::new();
+    for item in &imp.items {
+        if let ImplItem::Fn(f) = item {
+            let name = f.sig.ident.to_string();
+            if let Some((method, point)) = METHODS.iter().find(|(m, _)| *m == name) {
+                served.push((method, *point));
+            }
+        }
+    }
+    let mut variants: Vec<&str> = Vec::new();
+    for (_, point) in &served {
+        if let Served::Point(variant, _) = point
+            && !variants.contains(variant)
+        {
+            variants.push(variant);
+        }
+    }
+    let orders = served.iter().any(|(_, p)| *p == Served::DrainOrder);
+    if !points_written {
+        let variants = variants
+            .iter()
+            .map(|v| syn::Ident::new(v, proc_macro2::Span::call_site()));
+        imp.items.push(parse_quote! {
+            const POINTS: &'static [#sdk::HookPoint] = &[#(#sdk::HookPoint::#variants),*];
+        });
+    }
+    if orders && !orders_written {
+        imp.items
+            .push(parse_quote! { const ORDERS_DRAINS: bool = true; });
+    }
+    // Written by hand: each point implemented must be among them, checked when it compiles (a
+    // generic impl is not checked: its consts are not known until it is used).
+    let mut checks = Tokens::new();
+    if imp.generics.params.is_empty() {
+        let self_ty = &imp.self_ty;
+        let type_name = self_ty.to_token_stream().to_string();
+        for (method, point) in &served {
+            let check = match point {
+                Served::Point(variant, name) if points_written => {
+                    let message = format!(
+                        "{type_name} implements `{method}` (point {name}) but its POINTS leaves out HookPoint::{variant}: add it, or remove POINTS (#[policy] declares the points implemented)"
+                    );
+                    let variant = syn::Ident::new(variant, proc_macro2::Span::call_site());
+                    quote! {
+                        #sdk::__declares(<#self_ty as #trait_path>::POINTS, #sdk::HookPoint::#variant),
+                        #message
+                    }
+                }
+                Served::DrainOrder if orders_written => {
+                    let message = format!(
+                        "{type_name} implements `drain_order` but sets ORDERS_DRAINS to false: set it to true, or remove it (#[policy] sets it)"
+                    );
+                    quote! { <#self_ty as #trait_path>::ORDERS_DRAINS, #message }
+                }
+                _ => continue,
+            };
+            checks.extend(quote! { const _: () = ::core::assert!(#check); });
+        }
+    }
+    Ok(quote! { #imp #checks })
+}
+
+/// The SDK's path: `rollout_ext_hooks`, or what `crate = …` names.
+fn sdk_path(attr: Tokens) -> syn::Result<Path> {
+    if attr.is_empty() {
+        return Ok(parse_quote!(::rollout_ext_hooks));
+    }
+    let arg: syn::MetaNameValue = syn::parse2(attr)?;
+    if !arg.path.is_ident("crate") {
+        return Err(syn::Error::new_spanned(
+            &arg.path,
+            "#[policy] takes only `crate = path` (the SDK's name, when the dependency is renamed)",
+        ));
+    }
+    match arg.value {
+        syn::Expr::Path(p) => Ok(p.path),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`crate = ` takes a path: crate = sdk",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expanded(attr: Tokens, item: Tokens) -> String {
+        expand(attr, item).unwrap().to_string()
+    }
+
+    #[test]
+    fn the_points_declared_are_those_implemented() {
+        let out = expanded(
+            Tokens::new(),
+            quote! {
+                impl Policy for Site {
+                    const NAME: &'static str = "site";
+                    fn check() {}
+                    fn check_stage() {}
+                    fn select() {}
+                    fn validate_config() {}
+                }
+            },
+        );
+        let points = "const POINTS : & 'static [:: rollout_ext_hooks :: HookPoint] = & [:: rollout_ext_hooks :: HookPoint :: Gate , :: rollout_ext_hooks :: HookPoint :: Select] ;";
+        assert!(out.contains(points), "{out}");
+        assert!(!out.contains("ORDERS_DRAINS"), "{out}");
+        assert!(!out.contains("assert"), "nothing written to check: {out}");
+    }
+
+    #[test]
+    fn drain_order_sets_orders_drains_and_a_renamed_sdk_is_used() {
+        let out = expanded(
+            quote!(crate = sdk),
+            quote! { impl sdk::Policy for Tiers { fn drain_order() {} } },
+        );
+        assert!(
+            out.contains("const POINTS : & 'static [sdk :: HookPoint] = & [] ;"),
+            "{out}"
+        );
+        assert!(out.contains("const ORDERS_DRAINS : bool = true ;"), "{out}");
+    }
+
+    #[test]
+    fn points_written_by_hand_are_checked_against_those_implemented() {
+        let out = expanded(
+            Tokens::new(),
+            quote! {
+                impl Policy for Site {
+                    const POINTS: &'static [HookPoint] = &[HookPoint::Select];
+                    fn select() {}
+                    fn next_batch() {}
+                }
+            },
+        );
+        assert_eq!(out.matches(":: core :: assert !").count(), 2, "{out}");
+        assert!(
+            out.contains("\"Site implements `next_batch` (point batch) but its POINTS leaves out HookPoint::Batch: add it, or remove POINTS (#[policy] declares the points implemented)\""),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn anything_but_a_trait_impl_is_refused() {
+        let e = expand(Tokens::new(), quote! { impl Site { fn select() {} } }).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("#[policy] goes on the policy's trait impl"),
+            "{e}"
+        );
+        let e = expand(quote!(sdk = x), quote! { impl Policy for S {} }).unwrap_err();
+        assert!(e.to_string().contains("takes only `crate = path`"), "{e}");
+    }
+}
