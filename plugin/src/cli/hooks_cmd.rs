@@ -1,4 +1,4 @@
-//! `hooks test` and `hooks inspect`: run or describe one module offline.
+//! `hooks test`, `hooks run` and `hooks inspect`: run or describe one module offline.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,9 @@ pub enum HooksCommand {
     /// Plan a snapshot with only this hook active and print what it decided, or check its
     /// decisions against a fixture (--expect).
     Test(Box<super::hooks_test::TestRun>),
+    /// Ask one point of a module once, with the call's input written as JSON, and print its
+    /// answer as a plan reads it.
+    Run(Box<super::hooks_run::RunPoint>),
     /// Print what a module says about itself: name, SDK and contract versions, points.
     Inspect {
         /// The hook component (.wasm).
@@ -64,6 +67,7 @@ pub fn run(cmd: HooksCommand) -> Result<(), Failure> {
     match cmd {
         HooksCommand::Inspect { module, output } => inspect(&module, output),
         HooksCommand::Test(run) => super::hooks_test::run(*run),
+        HooksCommand::Run(run) => super::hooks_run::run(*run),
         HooksCommand::Push { module, reference } => push(&module, &reference),
         HooksCommand::Pull { reference, to } => pull(&reference, to.as_deref()),
     }

@@ -20,37 +20,27 @@ use crate::plan::hook::{
     Instances, Phase, Progress, SelectAnswer, Timing,
 };
 use crate::plan::{Plan, PlanOptions, decide};
-use crate::policy::{
-    DEFAULT_HOOK_MEMORY, DEFAULT_HOOK_TIMEOUT, FailurePolicy, HookMode, HookPoint, HookSpec,
-    IntOrPercent, ModuleSource, Policy, RollingUpdate,
-};
+use crate::policy::{FailurePolicy, HookPoint, IntOrPercent, RollingUpdate};
 use crate::snapshot::Snapshot;
 
 mod fixture;
+
+use super::hooks_entry::EntryArgs;
 
 use fixture::{compare, read_fixture};
 
 /// What `hooks test` is asked; a fixture fills what the flags leave out.
 #[derive(Debug, clap::Args)]
 pub struct TestRun {
-    /// The hook component (.wasm).
-    module: PathBuf,
-    /// The snapshot to plan (a v1 List of nodes, pods and PodDisruptionBudgets).
+    #[command(flatten)]
+    entry: EntryArgs,
+    /// The snapshot to plan (a v1 List: nodes, pods, PodDisruptionBudgets, and any kind the
+    /// hook lists).
     #[arg(long, value_name = "FILE")]
     snapshot: Option<PathBuf>,
     /// Only these points (default: the policy's, else every point the module implements).
     #[arg(long = "point", value_enum, value_delimiter = ',')]
     points: Vec<PointArg>,
-    /// The hook's config, as JSON (without --policy).
-    #[arg(long, value_name = "JSON")]
-    config: Option<String>,
-    /// Plan with this policy's settings, contextResources and the hook's entry (its config and
-    /// points); only this hook runs.
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// The policy's entry to use, when the module is not the one of exactly one entry.
-    #[arg(long, value_name = "NAME", requires = "policy")]
-    hook: Option<String>,
     /// Only this group (repeatable), as `nodes --instance-group`.
     #[arg(long = "group", value_name = "GROUP")]
     groups: Vec<String>,
@@ -182,11 +172,12 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
 
     let runtime = HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
-    let (mut policy, mut spec) = policy_and_spec(runtime, &run)?;
+    let points: Vec<HookPoint> = run.points.iter().map(|p| HookPoint::from(*p)).collect();
+    let (mut policy, mut spec) = run.entry.policy_and_spec(runtime, &points)?;
     let recorded = fixture.as_ref().and_then(|f| f.metrics.clone());
     let metrics: Arc<dyn Metrics> = match recorded {
         Some(recorded) => {
-            if run.policy.is_none() {
+            if run.entry.policy.is_none() {
                 spec.metrics = recorded.sources();
             }
             Arc::new(recorded.at(now))
@@ -200,7 +191,7 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
     let allowed = Arc::new(policy.context_resources.clone());
     let hook = runtime
         .load(&spec, objects, allowed)
-        .map_err(|e| match &run.policy {
+        .map_err(|e| match &run.entry.policy {
             Some(_) => Failure::from(e.at(&policy.source, &spec)),
             None => Failure::usage(e.to_string()),
         })?
@@ -295,103 +286,6 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
         );
     }
     Ok(())
-}
-
-/// The policy the plan runs with, and the one hook's entry: from `--policy` (its settings, its
-/// `contextResources`, and the entry `--hook` names or the one whose module is this file), or
-/// the built-in policy with the flags' config and points. The hook is named as the module
-/// names itself unless the policy names it.
-fn policy_and_spec(runtime: &HookRuntime, run: &TestRun) -> Result<(Policy, HookSpec), Failure> {
-    let points: Option<Vec<HookPoint>> =
-        (!run.points.is_empty()).then(|| run.points.iter().map(|p| HookPoint::from(*p)).collect());
-    let Some(file) = &run.policy else {
-        let (info, _) = runtime
-            .describe(&run.module)
-            .map_err(|e| Failure::usage(e.to_string()))?;
-        let config = run.config.clone().unwrap_or_else(|| "{}".into());
-        let config_value: serde_json::Value = serde_json::from_str(&config)
-            .map_err(|e| Failure::usage(format!("--config is not valid JSON: {e}")))?;
-        let policy = Policy {
-            source: "<hooks test>".into(),
-            ..Default::default()
-        };
-        let spec = HookSpec {
-            name: info.name,
-            module: ModuleSource::File(run.module.clone()),
-            sha256: None,
-            points,
-            config: config_value.to_string(),
-            config_line: 0,
-            config_keys: Vec::new(),
-            timeout: DEFAULT_HOOK_TIMEOUT,
-            memory: DEFAULT_HOOK_MEMORY,
-            failure_policy: FailurePolicy::Ignore,
-            mode: HookMode::Enforce,
-            metrics: Vec::new(),
-            line: 0,
-        };
-        return Ok((policy, spec));
-    };
-    if run.config.is_some() {
-        return Err(Failure::usage(
-            "--config and --policy exclude each other: the policy gives the hook's config",
-        ));
-    }
-    let policy = Policy::load(file)?;
-    let module = std::fs::canonicalize(&run.module).unwrap_or_else(|_| run.module.clone());
-    let same_file = |h: &&HookSpec| {
-        (h.module.file()).is_some_and(|f| std::fs::canonicalize(f).is_ok_and(|m| m == module))
-    };
-    let same_name =
-        |h: &&HookSpec| (h.module.file()).is_some_and(|f| f.file_name() == run.module.file_name());
-    let entry = match &run.hook {
-        Some(name) => policy.hooks.iter().find(|h| &h.name == name),
-        // The entry of this very file, else of a file of the same name (a fresh build tested
-        // against the policy that deploys it).
-        None => only(policy.hooks.iter().filter(same_file))
-            .or_else(|| only(policy.hooks.iter().filter(same_name))),
-    };
-    let names: Vec<&str> = policy.hooks.iter().map(|h| h.name.as_str()).collect();
-    // An entry named with --hook for another module is taken, and said: its pin still holds.
-    if let (Some(entry), Some(_)) = (entry, &run.hook)
-        && !same_file(&entry)
-        && !same_name(&entry)
-    {
-        eprintln!(
-            "note: testing {} under the policy's entry {} (--hook), whose module is {}",
-            run.module.display(),
-            entry.name,
-            entry.module
-        );
-    }
-    let Some(entry) = entry else {
-        return Err(Failure::usage(format!(
-            "{}: no hook entry for {}: name one with --hook (hooks: {})",
-            file.display(),
-            run.module.display(),
-            if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            }
-        )));
-    };
-    // The entry's pin holds as in a plan: a module that is not the pinned one is refused.
-    let spec = HookSpec {
-        module: ModuleSource::File(run.module.clone()),
-        points: points.or_else(|| entry.points.clone()),
-        failure_policy: FailurePolicy::Ignore,
-        // Tested as if it decided, whatever the policy's mode: its decisions are what is shown.
-        mode: HookMode::Enforce,
-        ..entry.clone()
-    };
-    Ok((policy, spec))
-}
-
-/// The one item of `items`; none when there are none or several.
-fn only<'a>(mut items: impl Iterator<Item = &'a HookSpec>) -> Option<&'a HookSpec> {
-    let first = items.next()?;
-    items.next().is_none().then_some(first)
 }
 
 /// Asks a hook serving `drain-order` about each node the plan replaces, in order, with the

@@ -7,6 +7,8 @@
 mod control;
 mod fleet;
 mod hooks_cmd;
+mod hooks_entry;
+mod hooks_run;
 mod hooks_test;
 mod in_cluster;
 mod nodes;

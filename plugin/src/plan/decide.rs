@@ -527,7 +527,7 @@ pub(crate) fn ask_gate(
 }
 
 /// A gate's answer as a verdict (`None` when it defers), its wait bounded.
-fn checked_verdict(answer: GateAnswer) -> Result<Option<Verdict>, HookFault> {
+pub(crate) fn checked_verdict(answer: GateAnswer) -> Result<Option<Verdict>, HookFault> {
     Ok(match answer {
         GateAnswer::Defer => None,
         GateAnswer::Proceed => Some(Verdict::Proceed),
