@@ -170,13 +170,18 @@ fn a_config_that_is_not_an_object_is_refused_in_the_modules_words() {
     );
 }
 
-/// The SDK's JavaScript helpers (hooks-sdk/js/rollout_ext_hooks.js) pass their own tests, run
-/// by Node's test runner with a stand-in host.
+/// The SDK's JavaScript helpers (hooks-sdk/js/rollout_ext_hooks.js) and the site-policy
+/// example pass their own tests, run by Node's test runner on the SDK's stand-in host
+/// (rollout_ext_testing.js), as a hook's author runs them.
 #[test]
-fn the_javascript_helpers_pass_their_tests() {
+fn the_javascript_helpers_and_the_example_pass_their_tests_in_javascript() {
     let root = rollout_ext_e2e::workspace_root();
     let out = Command::new("node")
-        .args(["--test", "hooks-sdk/js/test/"])
+        .args([
+            "--test",
+            "hooks-sdk/js/test/",
+            "examples-hooks/site-policy-js/",
+        ])
         .current_dir(&root)
         .output()
         .expect("node runs (the README's test command needs Node.js 20)");
@@ -187,7 +192,7 @@ fn the_javascript_helpers_pass_their_tests() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        report.contains("# fail 0") && !report.contains("# pass 0"),
+        report.contains("# fail 0") && report.contains("fewest pods first and never a pinned node"),
         "{report}"
     );
 }

@@ -105,23 +105,32 @@ fn the_python_hook_orders_the_plan_oldest_first() {
     assert_eq!(order(&plan(true)), order(&with_hook));
 }
 
-/// The SDK's Python helpers (hooks-sdk/python/rollout_ext_hooks.py) pass their own tests, run by
-/// unittest with stand-in bindings.
+/// The SDK's Python helpers (hooks-sdk/python/rollout_ext_hooks.py) and the site-policy
+/// example pass their own tests, run by unittest on the SDK's stand-in host
+/// (rollout_ext_testing.py), as a hook's author runs them.
 #[test]
-fn the_python_helpers_pass_their_tests() {
+fn the_python_helpers_and_the_example_pass_their_tests_in_python() {
     let root = rollout_ext_e2e::workspace_root();
-    let out = Command::new("python3")
-        .args(["hooks-sdk/python/test/test_helpers.py", "-v"])
-        .current_dir(&root)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("python3 runs");
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{report}");
-    assert!(
-        report.contains("\nOK") && !report.contains("Ran 0 tests"),
-        "{report}"
-    );
+    for (dir, args) in [
+        ("hooks-sdk/python", &["test/test_helpers.py", "-v"][..]),
+        (
+            "examples-hooks/site-policy-py",
+            &["-m", "unittest", "-v"][..],
+        ),
+    ] {
+        let out = Command::new("python3")
+            .args(args)
+            .current_dir(root.join(dir))
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output()
+            .expect("python3 runs");
+        let report = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{dir}: {report}");
+        assert!(
+            report.contains("\nOK") && !report.contains("Ran 0 tests"),
+            "{dir}: {report}"
+        );
+    }
 }
 
 /// `hooks inspect` on a built module: its exit code, stdout and stderr.

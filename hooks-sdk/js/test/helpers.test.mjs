@@ -1,35 +1,10 @@
 // Unit tests of the JavaScript helpers, run with Node's own test runner (`node --test`), outside
-// a component: the host import is served by a stand-in whose objects each test sets.
-import { register } from 'node:module';
+// a component, on the SDK's stand-in host (rollout_ext_testing.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import * as t from '../rollout_ext_testing.js';
 
-const host = `export function listObjects(apiVersion, kind, namespace, selector) {
-  return globalThis.standInHost(apiVersion, kind, namespace, selector);
-}
-export function estimates() {
-  return globalThis.standInEstimates;
-}
-export function othersDisrupting() {
-  return globalThis.standInOthers;
-}`;
-const resolver = `export async function resolve(specifier, context, next) {
-  if (specifier.startsWith('rollout-ext:policy/host@')) {
-    return { url: 'data:text/javascript,' + encodeURIComponent(${JSON.stringify(host)}), shortCircuit: true };
-  }
-  return next(specifier, context);
-}`;
-register('data:text/javascript,' + encodeURIComponent(resolver));
 const h = await import('../rollout_ext_hooks.js');
-
-const serve = (items) => {
-  const asked = [];
-  globalThis.standInHost = (...args) => {
-    asked.push(args);
-    return JSON.stringify(items);
-  };
-  return asked;
-};
 
 test('hold waits for the checks it is given, then aborts', () => {
   assert.deepEqual(h.hold({ attempt: 0 }, 3, 20, 'pods not Ready'), {
@@ -59,29 +34,35 @@ test('percentOf rounds as Kubernetes rounds budgets', () => {
 });
 
 test('workloads read the API defaults: replicas absent is 1, ready when available is absent', () => {
-  const asked = serve([
-    { metadata: { namespace: 'shop', name: 'web' }, spec: {}, status: {} },
-    { metadata: { namespace: 'shop', name: 'db' }, spec: { replicas: 3 }, status: { readyReplicas: 3 } },
-  ]);
+  const sts = { apiVersion: 'apps/v1', kind: 'StatefulSet' };
+  t.cluster.reset(
+    { ...sts, metadata: { namespace: 'shop', name: 'web' }, spec: {}, status: {} },
+    { ...sts, metadata: { namespace: 'shop', name: 'db' }, spec: { replicas: 3 }, status: { readyReplicas: 3 } },
+  );
   const [web, db] = h.workloads('StatefulSet', 'shop');
-  assert.deepEqual(asked, [['apps/v1', 'StatefulSet', 'shop', undefined]]);
+  assert.deepEqual(t.cluster.asked, [['apps/v1', 'StatefulSet', 'shop', undefined]]);
   assert.equal(web.desired, 1);
   assert.equal(web.available, 0);
   assert.ok(web.short);
   assert.equal(db.available, 3);
   assert.ok(!db.short);
-  serve([{ metadata: { name: 'agent' }, status: { desiredNumberScheduled: 4, numberAvailable: 3 } }]);
+  t.cluster.reset({
+    apiVersion: 'apps/v1',
+    kind: 'DaemonSet',
+    metadata: { name: 'agent' },
+    status: { desiredNumberScheduled: 4, numberAvailable: 3 },
+  });
   const [agent] = h.workloads('DaemonSet');
   assert.equal(agent.desired, 4);
   assert.ok(agent.short);
 });
 
 test('pods are Ready by their condition, finished by their phase', () => {
-  serve([
-    { metadata: { namespace: 'payments', name: 'a' }, status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] } },
-    { metadata: { namespace: 'payments', name: 'b' }, status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'False' }] } },
-    { metadata: { namespace: 'payments', name: 'c' }, status: { phase: 'Succeeded' } },
-  ]);
+  t.cluster.reset(
+    t.pod('payments', 'a'),
+    t.pod('payments', 'b', { ready: false }),
+    t.pod('payments', 'c', { ready: false, phase: 'Succeeded' }),
+  );
   const [a, b, c] = h.pods('payments');
   assert.deepEqual([a.ready, b.ready, c.ready], [true, false, false]);
   assert.equal(c.finished, true);
@@ -133,7 +114,7 @@ test('a point served but not declared is refused naming it', () => {
 });
 
 test('a batch ends at its cautious estimate; a call about no batch has none', () => {
-  globalThis.standInEstimates = {
+  t.cluster.estimates = {
     batch: { seconds: 300n, p90Seconds: 420n, basis: 'history of 2 runs' },
     remaining: { seconds: 900n, p90Seconds: 1200n, basis: 'history of 2 runs' },
   };
@@ -143,7 +124,7 @@ test('a batch ends at its cautious estimate; a call about no batch has none', ()
 });
 
 test('who else disrupts a node is found among the others the plugin tells', () => {
-  globalThis.standInOthers = [
+  t.cluster.others = [
     { node: 'ip-1', by: 'karpenter' },
     { node: 'ip-2', by: 'kured (its reboot lock on DaemonSet kube-system/kured)' },
   ];

@@ -1,71 +1,14 @@
 """Unit tests of the Python helpers, run with the standard library (`python3 -m unittest`)
-outside a component: the generated bindings they import are stood in for, each WIT record and
-variant a plain record of its arguments, and the host's list-objects serves what a test sets."""
+outside a component, on the SDK's stand-in host (rollout_ext_testing.py)."""
 
-import json
 import sys
 import types as pytypes
 import unittest
 from pathlib import Path
 
-
-class Record:
-    """A stand-in for any generated WIT type: its name and the arguments it was built with, the
-    keyword ones also as fields (an enum's cases are its upper-case attributes)."""
-
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-        # A record's fields read as the dataclass's would.
-        self.__dict__.update(kwargs)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and (self.args, self.kwargs) == (other.args, other.kwargs)
-
-    def __repr__(self):
-        return f"{type(self).__name__}{self.args}{self.kwargs}"
-
-
-class Enum(type):
-    def __getattr__(cls, case):
-        return f"{cls.__name__}.{case}"
-
-
-def record_module(name):
-    module = pytypes.ModuleType(name)
-    made = {}
-    module.__getattr__ = lambda attr: made.setdefault(attr, Enum(attr, (Record,), {}))
-    return module
-
-
-class Err(Exception):
-    pass
-
-
-served = []
-wit_types = record_module("wit_world.imports.types")
-host = pytypes.ModuleType("wit_world.imports.host")
-host.list_objects = lambda api_version, kind, namespace, selector: json.dumps(served)
-told = {}
-host.estimates = lambda: told["timing"]
-host.others_disrupting = lambda: told["others"]
-imports = pytypes.ModuleType("wit_world.imports")
-imports.host, imports.types = host, wit_types
-exports = pytypes.ModuleType("wit_world.exports")
-for base in ("Metadata", "Selection", "Batching", "Gates"):
-    setattr(exports, base, type(base, (), {}))
-wit_world = pytypes.ModuleType("wit_world")
-wit_world.exports, wit_world.imports = exports, imports
-runtime = pytypes.ModuleType("componentize_py_types")
-runtime.Err = Err
-sys.modules.update({
-    "componentize_py_types": runtime,
-    "wit_world": wit_world,
-    "wit_world.exports": exports,
-    "wit_world.imports": imports,
-    "wit_world.imports.host": host,
-    "wit_world.imports.types": wit_types,
-})
 sys.path.insert(0, str(Path(__file__).parent.parent))
+import rollout_ext_testing as t  # noqa: E402
+from rollout_ext_testing import Err  # noqa: E402
 import rollout_ext_hooks as h  # noqa: E402
 
 # 2026-11-27T12:00:00Z is a Friday.
@@ -94,23 +37,22 @@ class Helpers(unittest.TestCase):
         self.assertEqual(h.percent_of(25, 10, False), 2)
 
     def test_workloads_read_the_api_defaults(self):
-        served[:] = [
-            {"metadata": {"namespace": "shop", "name": "web"}, "spec": {}, "status": {}},
-            {"metadata": {"name": "db"}, "spec": {"replicas": 3}, "status": {"readyReplicas": 3}},
-        ]
+        sts = {"apiVersion": "apps/v1", "kind": "StatefulSet"}
+        t.cluster.reset(
+            {**sts, "metadata": {"namespace": "shop", "name": "web"}, "spec": {}, "status": {}},
+            {**sts, "metadata": {"namespace": "shop", "name": "db"}, "spec": {"replicas": 3},
+             "status": {"readyReplicas": 3}},
+        )
         web, db = h.workloads("StatefulSet", "shop")
         self.assertEqual((web.desired, web.available, web.short), (1, 0, True))
         self.assertEqual((db.desired, db.available, db.short), (3, 3, False))
-        served[:] = [{"metadata": {"name": "agent"}, "status": {"desiredNumberScheduled": 4, "numberAvailable": 3}}]
+        t.cluster.reset({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+                         "status": {"desiredNumberScheduled": 4, "numberAvailable": 3}})
         (agent,) = h.workloads("DaemonSet")
         self.assertTrue(agent.short)
 
     def test_pods_are_ready_by_their_condition_and_finished_by_their_phase(self):
-        served[:] = [
-            {"metadata": {"namespace": "payments", "name": "a"},
-             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
-            {"metadata": {"namespace": "payments", "name": "c"}, "status": {"phase": "Succeeded"}},
-        ]
+        t.cluster.reset(t.pod("payments", "a"), t.pod("payments", "c", phase="Succeeded", ready=False))
         a, c = h.pods("payments")
         self.assertEqual((a.ready, a.key), (True, "payments/a"))
         self.assertEqual((c.ready, c.finished), (False, True))
@@ -118,15 +60,15 @@ class Helpers(unittest.TestCase):
     def test_a_batch_ends_at_its_cautious_estimate(self):
         estimate = lambda seconds, p90: pytypes.SimpleNamespace(
             seconds=seconds, p90_seconds=p90, basis="history of 2 runs")
-        told["timing"] = pytypes.SimpleNamespace(batch=estimate(300, 420), remaining=estimate(900, 1200))
+        t.cluster.reset(estimates=pytypes.SimpleNamespace(batch=estimate(300, 420),
+                                                          remaining=estimate(900, 1200)))
         self.assertEqual(h.estimates().remaining.seconds, 900)
         self.assertEqual(h.batch_ends(1000), 1420)
         none = pytypes.SimpleNamespace(batch=None, remaining=None)
         self.assertIsNone(h.batch_ends(1000, none))
 
     def test_who_else_disrupts_a_node_is_found_among_the_others_the_plugin_tells(self):
-        told["others"] = [pytypes.SimpleNamespace(node="ip-1", by="karpenter"),
-                          pytypes.SimpleNamespace(node="ip-2", by="cluster-autoscaler")]
+        t.cluster.reset(others=[("ip-1", "karpenter"), ("ip-2", "cluster-autoscaler")])
         self.assertEqual(len(h.others_disrupting()), 2)
         self.assertEqual(h.disrupted_by("ip-2"), "cluster-autoscaler")
         self.assertIsNone(h.disrupted_by("ip-3"))

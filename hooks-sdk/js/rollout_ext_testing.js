@@ -1,0 +1,146 @@
+// A stand-in host for unit tests of a JavaScript hook, run with Node's test runner outside a
+// component (`node --test`). Importing this module has the host import
+// ('rollout-ext:policy/host@…') served by `cluster`, which each test sets, and the hook's
+// './rollout_ext_hooks.js' served by the SDK's copy; import the hook after it, dynamically:
+//
+//   import * as t from '../../hooks-sdk/js/rollout_ext_testing.js';
+//   const app = await import('./app.js');
+//
+//   t.cluster.reset(t.pod('payments', 'api-0', { ready: false }));
+//   const verdict = app.gates.check(t.context(), 'after-batch', t.batch(['n1']), t.healthy());
+//   assert.deepEqual(t.answer(verdict), { answer: 'wait', seconds: 20, reason: '…' });
+//
+// The builders make a call's arguments as the Rust SDK's `testing` module does, and `answer`
+// reads an answer in the words of `kubectl rollout-ext hooks run`.
+
+import { register } from 'node:module';
+
+/** What the stand-in host answers, and what the hook asked of it. */
+export const cluster = {
+  reset(...objects) {
+    this.objects = objects;
+    this.estimates = { batch: undefined, remaining: undefined };
+    this.others = [];
+    this.asked = [];
+    this.logs = [];
+    return this;
+  },
+  list(apiVersion, kind, namespace, selector) {
+    this.asked.push([apiVersion, kind, namespace, selector]);
+    const wanted = (o) =>
+      o.apiVersion === apiVersion &&
+      o.kind === kind &&
+      (namespace === undefined || o.metadata?.namespace === namespace);
+    return JSON.stringify(this.objects.filter(wanted));
+  },
+};
+cluster.reset();
+globalThis.rolloutExtStandIn = cluster;
+
+const host = `const c = () => globalThis.rolloutExtStandIn;
+export function listObjects(apiVersion, kind, namespace, selector) {
+  return c().list(apiVersion, kind, namespace, selector);
+}
+export function estimates() { return c().estimates; }
+export function othersDisrupting() { return c().others; }
+export function log(level, message) { c().logs.push([level, message]); }
+export function queryMetrics() { throw { tag: 'failed', val: 'not served by the stand-in host' }; }
+export function queryMetricsRange() { throw { tag: 'failed', val: 'not served by the stand-in host' }; }`;
+const sdk = new URL('./rollout_ext_hooks.js', import.meta.url).href;
+const resolver = `export async function resolve(specifier, context, next) {
+  if (specifier.startsWith('rollout-ext:policy/host@')) {
+    return { url: 'data:text/javascript,' + encodeURIComponent(${JSON.stringify(host)}), shortCircuit: true };
+  }
+  if (specifier === './rollout_ext_hooks.js') {
+    return { url: ${JSON.stringify(sdk)}, shortCircuit: true };
+  }
+  return next(specifier, context);
+}`;
+register('data:text/javascript,' + encodeURIComponent(resolver));
+
+/** The context of a call at `now` (BigInt Unix seconds; a Friday noon by default). */
+export function context({ now = 1795780800n, config = {}, dryRun = true, hookName = 'hook' } = {}) {
+  return { now, runId: 'test', dryRun, hookName, config: JSON.stringify(config) };
+}
+
+/** A node of `group`: outdated and in the built-in choice (`reason`) unless told. */
+export function node(name, {
+  zone, pods = 0, podsNotReady = 0, labels = {}, annotations = {}, taints = [], created,
+  ready = true, unschedulable = false, upToDate = false, reason = 'outdated', group = 'nodes',
+  kubeletVersion,
+} = {}) {
+  const record = {
+    kind: 'node', name, group, role: 'node', zone, ready, unschedulable, created,
+    kubeletVersion, pods, podsNotReady, upToDate, reason,
+  };
+  Object.defineProperty(record, 'aside', { value: { labels, annotations, taints } });
+  return record;
+}
+
+/** The `instances` resource a selection's candidates and a batch's pending come in. */
+export class Instances {
+  constructor(nodes) {
+    this.nodes = [...nodes];
+  }
+  len() { return this.nodes.length; }
+  get(start, count) { return this.nodes.slice(start, start + count); }
+  label(i, key) { return this.nodes[i].aside.labels[key]; }
+  annotation(i, key) { return this.nodes[i].aside.annotations[key]; }
+  labels(i) { return Object.entries(this.nodes[i].aside.labels).map(([key, value]) => ({ key, value })); }
+  annotations(i) {
+    return Object.entries(this.nodes[i].aside.annotations).map(([key, value]) => ({ key, value }));
+  }
+  taints(i) { return [...this.nodes[i].aside.taints]; }
+}
+
+/** The group of `nodes`, with its budget. */
+export function group(nodes, { maxSurge = 0, maxUnavailable = 1, name = 'nodes' } = {}) {
+  return {
+    name, role: 'node', size: nodes.length,
+    upToDate: nodes.filter((n) => n.upToDate).length,
+    selected: nodes.filter((n) => n.reason !== undefined).length,
+    maxSurge, maxUnavailable,
+  };
+}
+
+/** Where the update of the group of `pending` stands when the next batch is sized. */
+export function progress(pending, maxBatch = 1, { batchesDone = 0, updated = 0 } = {}) {
+  return { group: group(pending, { maxUnavailable: maxBatch }), batchesDone, updated, maxBatch };
+}
+
+/** The batch a gate is asked about; `attempt` the waits answered so far. */
+export function batch(instances, { attempt = 0, index = 0, canary = false } = {}) {
+  return { index, instances: [...instances], canary, attempt };
+}
+
+/** A validation summary with nothing wrong. */
+export function healthy(nodes = 3, pods = 10) {
+  return {
+    nodesTotal: nodes, nodesNotReady: 0, nodesUnschedulable: 0, podsTotal: pods,
+    podsNotReady: 0, systemPodsNotReady: 0, budgets: [], failures: [],
+  };
+}
+
+/** A Pod object, as `listObjects` serves it. */
+export function pod(namespace, name, { ready = true, node = '', labels = {}, phase = 'Running' } = {}) {
+  return {
+    apiVersion: 'v1', kind: 'Pod',
+    metadata: { namespace, name, labels },
+    spec: { nodeName: node },
+    status: { phase, conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }] },
+  };
+}
+
+/** A hook's answer in the words of `hooks run`: { answer: 'choose', order: [...] }, … */
+export function answer(value) {
+  switch (value?.tag) {
+    case 'defer': return { answer: 'defer' };
+    case 'choose': return { answer: 'choose', order: value.val.map(({ name, reason }) => ({ name, reason })) };
+    case 'size': return { answer: 'size', count: value.val.count, reason: value.val.reason };
+    case 'pause': return { answer: 'pause', seconds: value.val.seconds, reason: value.val.reason };
+    case 'wait': return { answer: 'wait', seconds: value.val.seconds, reason: value.val.reason };
+    case 'proceed': return { answer: 'proceed' };
+    case 'abort': return { answer: 'abort', reason: value.val };
+    default: throw new TypeError(`not an answer: ${JSON.stringify(value)}`);
+  }
+}
