@@ -63,12 +63,16 @@ export function context({ now = 1795780800n, config = {}, dryRun = true, hookNam
   return { now, runId: 'test', dryRun, hookName, config: JSON.stringify(config) };
 }
 
-/** A node of `group`: outdated and in the built-in choice (`reason`) unless told. */
-export function node(name, {
-  zone, pods = 0, podsNotReady = 0, labels = {}, annotations = {}, taints = [], created,
-  ready = true, unschedulable = false, upToDate = false, reason = 'outdated', group = 'nodes',
-  kubeletVersion,
-} = {}) {
+/**
+ * A node of `group`: outdated and in the built-in choice (`reason`) unless told; `reason:
+ * undefined` leaves it out of the choice.
+ */
+export function node(name, options = {}) {
+  const {
+    zone, pods = 0, podsNotReady = 0, labels = {}, annotations = {}, taints = [], created,
+    ready = true, unschedulable = false, upToDate = false, group = 'nodes', kubeletVersion,
+  } = options;
+  const reason = Object.hasOwn(options, 'reason') ? options.reason : 'outdated';
   const record = {
     kind: 'node', name, group, role: 'node', zone, ready, unschedulable, created,
     kubeletVersion, pods, podsNotReady, upToDate, reason,

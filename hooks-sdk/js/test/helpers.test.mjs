@@ -133,3 +133,11 @@ test('who else disrupts a node is found among the others the plugin tells', () =
   assert.equal(h.disruptedBy('ip-3'), undefined);
   assert.equal(h.disruptedBy('ip-1', []), undefined);
 });
+
+test('a stand-in node is in the choice unless its reason is left out', () => {
+  assert.equal(t.node('a').reason, 'outdated');
+  assert.equal(t.node('b', { reason: undefined }).reason, undefined);
+  const nodes = new t.Instances([t.node('c', { labels: { tier: 'web' } })]);
+  assert.equal(nodes.label(0, 'tier'), 'web');
+  assert.deepEqual(t.group([t.node('a'), t.node('b', { reason: undefined })]).selected, 1);
+});

@@ -14,6 +14,9 @@ pub enum HooksCommand {
     /// Plan a snapshot with only this hook active and print what it decided, or check its
     /// decisions against a fixture (--expect).
     Test(Box<super::hooks_test::TestRun>),
+    /// Write a new hook project (Rust, Python or JavaScript) that builds and passes its own
+    /// tests as written: the hook, its unit tests, a policy, a fixture per point.
+    New(Box<super::hooks_new::NewHook>),
     /// Ask one point of a module once, with the call's input written as JSON, and print its
     /// answer as a plan reads it.
     Run(Box<super::hooks_run::RunPoint>),
@@ -68,6 +71,7 @@ pub fn run(cmd: HooksCommand) -> Result<(), Failure> {
         HooksCommand::Inspect { module, output } => inspect(&module, output),
         HooksCommand::Test(run) => super::hooks_test::run(*run),
         HooksCommand::Run(run) => super::hooks_run::run(*run),
+        HooksCommand::New(new) => super::hooks_new::run(*new),
         HooksCommand::Push { module, reference } => push(&module, &reference),
         HooksCommand::Pull { reference, to } => pull(&reference, to.as_deref()),
     }

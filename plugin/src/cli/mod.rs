@@ -8,6 +8,7 @@ mod control;
 mod fleet;
 mod hooks_cmd;
 mod hooks_entry;
+mod hooks_new;
 mod hooks_run;
 mod hooks_test;
 mod in_cluster;

@@ -129,10 +129,29 @@ impl Processes {
     pub fn check_alive(&self) -> anyhow::Result<()> {
         for (name, child) in self.children.lock().unwrap().iter_mut() {
             if let Some(status) = child.try_wait()? {
-                anyhow::bail!("{name} exited: {status}");
+                anyhow::bail!("{name} exited: {status}{}", self.last_words(name));
             }
         }
         Ok(())
+    }
+
+    /// The end of `name`'s log, to say why it exited.
+    fn last_words(&self, name: &str) -> String {
+        let specs = self.specs.lock().unwrap();
+        let Some((_, spec)) = specs.iter().rev().find(|(n, _)| n == name) else {
+            return String::new();
+        };
+        let log = std::fs::read_to_string(&spec.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let last = &lines[lines.len().saturating_sub(5)..];
+        match last.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; the end of its log ({}):\n{}",
+                spec.log.display(),
+                last.join("\n")
+            ),
+        }
     }
 
     /// Kills one child by name and starts it again with the same arguments (its log goes on in
