@@ -180,6 +180,70 @@ export function inWindow(now, start, end, utcOffsetMinutes = 0) {
 }
 
 /**
+ * Whether `now` (Unix seconds, Number or BigInt) falls in a weekly schedule of `spans` (one or
+ * a list) such as 'mon-fri 09:00-17:00' or 'sat,sun 22:00-06:00': days (one, a range, or a
+ * list of either), then hours; an end not after its start runs past midnight into the next
+ * day. A span that does not read throws an Error naming it.
+ */
+export function inSchedule(now, spans, utcOffsetMinutes = 0) {
+  const at = minuteOfWeek(now, utcOffsetMinutes);
+  for (const span of typeof spans === 'string' ? [spans] : spans) {
+    for (const [start, length] of openings(span)) {
+      if ((((at - start) % (7 * 1440)) + 7 * 1440) % (7 * 1440) < length) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+function openings(span) {
+  const bad = (why) => new Error(`schedule ${JSON.stringify(span)}: ${why} (expected e.g. "mon-fri 09:00-17:00")`);
+  const day = (text) => {
+    const index = WEEKDAYS.indexOf(text.trim().toLowerCase().slice(0, 3));
+    if (index < 0) {
+      throw bad(`invalid weekday ${JSON.stringify(text.trim())}`);
+    }
+    return index;
+  };
+  const clock = (text) => {
+    const match = /^(\d{1,2}):(\d{2})$/.exec(text.trim());
+    if (!match || Number(match[1]) > 24 || Number(match[2]) > 59) {
+      throw bad(`invalid time ${JSON.stringify(text.trim())}: expected HH:MM`);
+    }
+    return Number(match[1]) * 60 + Number(match[2]);
+  };
+  const space = span.trim().indexOf(' ');
+  const [days, hours] = space < 0 ? [span, ''] : [span.trim().slice(0, space), span.trim().slice(space + 1)];
+  const dash = hours.indexOf('-');
+  if (dash < 0) {
+    throw bad('hours are FROM-TO');
+  }
+  const [start, end] = [clock(hours.slice(0, dash)), clock(hours.slice(dash + 1))];
+  const length = end > start ? end - start : end + 1440 - start;
+  const out = [];
+  for (const item of days.split(',')) {
+    const [first, last = first] = item.split('-');
+    let d = day(first);
+    const stop = day(last);
+    for (;;) {
+      out.push([d * 1440 + start, length]);
+      if (d === stop) {
+        break;
+      }
+      d = (d + 1) % 7;
+    }
+  }
+  return out;
+}
+
+/** `items` with those `last(item)` holds for moved to the end, each part in its order. */
+export function theseLast(items, last) {
+  const all = [...items];
+  return [...all.filter((i) => !last(i)), ...all.filter((i) => last(i))];
+}
+
+/**
  * How long the batch at hand and the rest of the run likely take, as the plugin estimates them
  * (contract 0.3.5): `{ batch, remaining }`, each `undefined` or `{ seconds, p90Seconds, basis }`
  * (seconds as BigInts). `batch` is undefined for a call about no batch (a selection, a gate
@@ -270,6 +334,39 @@ export class Workload {
   get short() {
     return this.available < this.desired;
   }
+}
+
+/**
+ * A PodDisruptionBudget as the disruption controller last computed it (all zero until it has:
+ * a new budget allows no disruption).
+ */
+export class PodDisruptionBudget {
+  static of(obj) {
+    const meta = obj.metadata ?? {};
+    const status = obj.status ?? {};
+    const b = new PodDisruptionBudget();
+    b.namespace = meta.namespace ?? '';
+    b.name = meta.name ?? '';
+    b.disruptionsAllowed = status.disruptionsAllowed ?? 0;
+    b.currentHealthy = status.currentHealthy ?? 0;
+    b.desiredHealthy = status.desiredHealthy ?? 0;
+    b.expectedPods = status.expectedPods ?? 0;
+    return b;
+  }
+
+  /** It allows no eviction now. */
+  get blocks() {
+    return this.disruptionsAllowed <= 0;
+  }
+
+  get key() {
+    return `${this.namespace}/${this.name}`;
+  }
+}
+
+/** PodDisruptionBudgets (`policy/v1`), as `PodDisruptionBudget`s. */
+export function podDisruptionBudgets(namespace, selector) {
+  return listObjects('policy/v1', 'PodDisruptionBudget', namespace, selector).map(PodDisruptionBudget.of);
 }
 
 /** Deployments, StatefulSets, ReplicaSets or DaemonSets (`apps/v1`), as `Workload`s. */

@@ -187,6 +187,57 @@ def in_window(now, start, end, utc_offset_minutes=0):
     return a <= m < b if a <= b else m >= a or m < b
 
 
+def in_schedule(now, spans, utc_offset_minutes=0):
+    """Whether `now` (Unix seconds) falls in a weekly schedule of `spans` such as
+    "mon-fri 09:00-17:00" or "sat,sun 22:00-06:00": days (one, a range, or a list of either),
+    then hours; an end not after its start runs past midnight into the next day. A span that
+    does not read raises ValueError naming it."""
+    at = minute_of_week(now, utc_offset_minutes)
+    for span in [spans] if isinstance(spans, str) else spans:
+        for start, length in _openings(span):
+            if (at - start) % (7 * 1440) < length:
+                return True
+    return False
+
+
+def _openings(span):
+    def bad(why):
+        return ValueError(f'schedule {span!r}: {why} (expected e.g. "mon-fri 09:00-17:00")')
+
+    def day(text):
+        if text.strip().lower()[:3] not in WEEKDAYS:
+            raise bad(f"invalid weekday {text.strip()!r}")
+        return WEEKDAYS.index(text.strip().lower()[:3])
+
+    def clock(text):
+        hours, _, minutes = text.strip().partition(":")
+        if not (hours.isdigit() and minutes.isdigit()) or int(hours) > 24 or int(minutes) > 59:
+            raise bad(f"invalid time {text.strip()!r}: expected HH:MM")
+        return int(hours) * 60 + int(minutes)
+
+    days, _, hours = span.strip().partition(" ")
+    if "-" not in hours:
+        raise bad("hours are FROM-TO")
+    start, end = (clock(t) for t in hours.split("-", 1))
+    length = end - start if end > start else end + 1440 - start
+    openings = []
+    for item in days.split(","):
+        first, _, last = item.partition("-")
+        d, last = day(first), day(last or first)
+        while True:
+            openings.append((d * 1440 + start, length))
+            if d == last:
+                break
+            d = (d + 1) % 7
+    return openings
+
+
+def these_last(items, last):
+    """`items` with those `last(item)` holds for moved to the end, each part in its order."""
+    items = list(items)
+    return [i for i in items if not last(i)] + [i for i in items if last(i)]
+
+
 def oldest_first(instances):
     """Instances (`types.Instance` records) oldest first, as a new list: an unknown creation
     time sorts first, as the oldest (a node that never registered); names break ties."""
@@ -294,6 +345,42 @@ class Workload:
     def short(self):
         """Fewer available pods than it wants."""
         return self.available < self.desired
+
+
+@dataclass
+class PodDisruptionBudget:
+    """A PodDisruptionBudget as the disruption controller last computed it (all zero until it
+    has: a new budget allows no disruption)."""
+
+    namespace: str
+    name: str
+    disruptions_allowed: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
+    expected_pods: int = 0
+
+    @staticmethod
+    def of(obj):
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        count = lambda key: status.get(key) or 0
+        return PodDisruptionBudget(meta.get("namespace") or "", meta.get("name") or "",
+                                   count("disruptionsAllowed"), count("currentHealthy"),
+                                   count("desiredHealthy"), count("expectedPods"))
+
+    @property
+    def blocks(self):
+        """It allows no eviction now."""
+        return self.disruptions_allowed <= 0
+
+    @property
+    def key(self):
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_disruption_budgets(namespace=None, selector=None):
+    """PodDisruptionBudgets (`policy/v1`), as `PodDisruptionBudget`s."""
+    objects = list_objects("policy/v1", "PodDisruptionBudget", namespace, selector)
+    return [PodDisruptionBudget.of(o) for o in objects]
 
 
 def workloads(kind, namespace=None, selector=None):

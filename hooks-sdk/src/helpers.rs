@@ -205,9 +205,107 @@ pub fn parse_clock(text: &str) -> Result<u32, String> {
     Ok(h * 60 + m)
 }
 
+/// Whether `now` (Unix seconds, shifted by `utc_offset_minutes`) falls in a weekly schedule of
+/// `spans` such as `mon-fri 09:00-17:00` or `sat,sun 22:00-06:00`: days (one, a range, or a list
+/// of either), then hours; an end not after its start runs past midnight into the next day. An
+/// error names a span that does not read.
+pub fn in_schedule(now: i64, spans: &[&str], utc_offset_minutes: i32) -> Result<bool, String> {
+    let at = i64::from(WeekTime::at(now, utc_offset_minutes).minute_of_week());
+    for span in spans {
+        for (start, length) in schedule_openings(span)? {
+            if (at - start).rem_euclid(7 * 1440) < length {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The openings of one span: each start (minute of the week) and length in minutes.
+fn schedule_openings(span: &str) -> Result<Vec<(i64, i64)>, String> {
+    let bad =
+        |why: String| format!("schedule {span:?}: {why} (expected e.g. \"mon-fri 09:00-17:00\")");
+    let (days, hours) = (span.trim().split_once(' ')).ok_or_else(|| bad("no hours".into()))?;
+    let (from, to) =
+        (hours.trim().split_once('-')).ok_or_else(|| bad("hours are FROM-TO".into()))?;
+    let from = i64::from(parse_clock(from.trim()).map_err(bad)?);
+    let to = i64::from(parse_clock(to.trim()).map_err(bad)?);
+    let length = if to > from {
+        to - from
+    } else {
+        to + 1440 - from
+    };
+    let mut openings = Vec::new();
+    for item in days.split(',') {
+        let (first, last) = match item.split_once('-') {
+            Some((a, b)) => (
+                parse_weekday(a).map_err(bad)?,
+                parse_weekday(b).map_err(bad)?,
+            ),
+            None => {
+                let day = parse_weekday(item).map_err(bad)?;
+                (day, day)
+            }
+        };
+        let mut day = first;
+        loop {
+            openings.push((i64::from(day) * 1440 + from, length));
+            if day == last {
+                break;
+            }
+            day = (day + 1) % 7;
+        }
+    }
+    Ok(openings)
+}
+
+/// `items` with those `last` holds for moved to the end, each part in its order: "these last".
+pub fn these_last<T>(items: Vec<T>, last: impl Fn(&T) -> bool) -> Vec<T> {
+    let (later, mut first): (Vec<T>, Vec<T>) = items.into_iter().partition(|i| last(i));
+    first.extend(later);
+    first
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // 2026-11-27T12:00:00Z is a Friday.
+    const FRIDAY_NOON: i64 = 1_795_780_800;
+
+    #[test]
+    fn a_schedule_holds_day_ranges_lists_and_spans_past_midnight() {
+        let office = ["mon-fri 09:00-17:00"];
+        assert_eq!(in_schedule(FRIDAY_NOON, &office, 0), Ok(true));
+        assert_eq!(in_schedule(FRIDAY_NOON + 6 * 3600, &office, 0), Ok(false));
+        assert_eq!(
+            in_schedule(FRIDAY_NOON + 86_400, &office, 0),
+            Ok(false),
+            "Saturday"
+        );
+        // Offsets: noon UTC is 18:00 at UTC+06:00.
+        assert_eq!(in_schedule(FRIDAY_NOON, &office, 360), Ok(false));
+        let nights = ["sat,sun 22:00-06:00", "fri-mon 12:00-12:30"];
+        assert_eq!(in_schedule(FRIDAY_NOON, &nights, 0), Ok(true));
+        // Sunday 03:00 is in Saturday's night; Monday 03:00 in Sunday's.
+        let sunday_3am = FRIDAY_NOON + 86_400 + 15 * 3600;
+        assert_eq!(in_schedule(sunday_3am, &nights, 0), Ok(true));
+        assert_eq!(in_schedule(sunday_3am + 86_400, &nights, 0), Ok(true));
+        assert_eq!(in_schedule(sunday_3am + 2 * 86_400, &nights, 0), Ok(false));
+        let err = in_schedule(0, &["weekdays 09:00-17:00"], 0).unwrap_err();
+        assert!(
+            err.starts_with("schedule \"weekdays 09:00-17:00\": invalid weekday"),
+            "{err}"
+        );
+        let err = in_schedule(0, &["mon-fri 9-5"], 0).unwrap_err();
+        assert!(err.contains("invalid time \"9\": expected HH:MM"), "{err}");
+    }
+
+    #[test]
+    fn these_last_keeps_each_part_in_its_order() {
+        let order = these_last(vec![1, 2, 3, 4, 5], |n| n % 2 == 0);
+        assert_eq!(order, [1, 3, 5, 2, 4]);
+    }
 
     #[test]
     fn oldest_first_puts_an_unknown_creation_first_and_breaks_ties_by_name() {

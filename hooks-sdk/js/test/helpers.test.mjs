@@ -141,3 +141,37 @@ test('a stand-in node is in the choice unless its reason is left out', () => {
   assert.equal(nodes.label(0, 'tier'), 'web');
   assert.deepEqual(t.group([t.node('a'), t.node('b', { reason: undefined })]).selected, 1);
 });
+
+test('a schedule holds day ranges, lists and spans past midnight', () => {
+  const friNoon = 1795780800n;
+  const office = 'mon-fri 09:00-17:00';
+  assert.equal(h.inSchedule(friNoon, office), true);
+  assert.equal(h.inSchedule(friNoon + 6n * 3600n, office), false);
+  assert.equal(h.inSchedule(friNoon + 86400n, [office]), false, 'Saturday');
+  assert.equal(h.inSchedule(friNoon, office, 360), false);
+  const nights = ['sat,sun 22:00-06:00', 'fri-mon 12:00-12:30'];
+  assert.equal(h.inSchedule(friNoon, nights), true);
+  const sunday3am = friNoon + 86400n + 15n * 3600n;
+  assert.equal(h.inSchedule(sunday3am, nights), true);
+  assert.equal(h.inSchedule(sunday3am + 86400n, nights), true);
+  assert.equal(h.inSchedule(sunday3am + 2n * 86400n, nights), false);
+  assert.throws(() => h.inSchedule(0, 'weekdays 09:00-17:00'), /schedule "weekdays 09:00-17:00": invalid weekday/);
+  assert.throws(() => h.inSchedule(0, 'mon-fri 9-5'), /invalid time "9": expected HH:MM/);
+});
+
+test('these last keeps each part in its order', () => {
+  assert.deepEqual(h.theseLast([1, 2, 3, 4, 5], (n) => n % 2 === 0), [1, 3, 5, 2, 4]);
+});
+
+test('budgets read what the disruption controller computed', () => {
+  const pdb = { apiVersion: 'policy/v1', kind: 'PodDisruptionBudget' };
+  t.cluster.reset(
+    { ...pdb, metadata: { namespace: 'shop', name: 'web' },
+      status: { disruptionsAllowed: 1, currentHealthy: 3, desiredHealthy: 2, expectedPods: 3 } },
+    { ...pdb, metadata: { namespace: 'shop', name: 'new' } },
+  );
+  const [web, fresh] = h.podDisruptionBudgets('shop');
+  assert.deepEqual([web.key, web.disruptionsAllowed, web.blocks], ['shop/web', 1, false]);
+  assert.deepEqual([fresh.expectedPods, fresh.blocks], [0, true]);
+  assert.deepEqual(t.cluster.asked, [['policy/v1', 'PodDisruptionBudget', 'shop', undefined]]);
+});

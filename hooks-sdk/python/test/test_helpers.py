@@ -113,6 +113,38 @@ class Helpers(unittest.TestCase):
         with self.assertRaisesRegex(AttributeError, "rollout-ext-build: app.py defines no class Metadata"):
             h.hook_exports(pytypes.SimpleNamespace(__name__="app"))
 
+    def test_a_schedule_holds_day_ranges_lists_and_spans_past_midnight(self):
+        office = "mon-fri 09:00-17:00"
+        self.assertTrue(h.in_schedule(FRIDAY_NOON, office))
+        self.assertFalse(h.in_schedule(FRIDAY_NOON + 6 * 3600, office))
+        self.assertFalse(h.in_schedule(FRIDAY_NOON + 86400, [office]), "Saturday")
+        self.assertFalse(h.in_schedule(FRIDAY_NOON, office, 360))
+        nights = ["sat,sun 22:00-06:00", "fri-mon 12:00-12:30"]
+        self.assertTrue(h.in_schedule(FRIDAY_NOON, nights))
+        sunday_3am = FRIDAY_NOON + 86400 + 15 * 3600
+        self.assertTrue(h.in_schedule(sunday_3am, nights))
+        self.assertTrue(h.in_schedule(sunday_3am + 86400, nights))
+        self.assertFalse(h.in_schedule(sunday_3am + 2 * 86400, nights))
+        with self.assertRaisesRegex(ValueError, "schedule 'weekdays 09:00-17:00': invalid weekday"):
+            h.in_schedule(0, "weekdays 09:00-17:00")
+        with self.assertRaisesRegex(ValueError, "invalid time '9': expected HH:MM"):
+            h.in_schedule(0, "mon-fri 9-5")
+
+    def test_these_last_keeps_each_part_in_its_order(self):
+        self.assertEqual(h.these_last([1, 2, 3, 4, 5], lambda n: n % 2 == 0), [1, 3, 5, 2, 4])
+
+    def test_budgets_read_what_the_disruption_controller_computed(self):
+        t.cluster.reset({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                         "metadata": {"namespace": "shop", "name": "web"},
+                         "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2,
+                                    "expectedPods": 3}},
+                        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                         "metadata": {"namespace": "shop", "name": "new"}})
+        web, new = h.pod_disruption_budgets("shop")
+        self.assertEqual((web.key, web.disruptions_allowed, web.blocks), ("shop/web", 1, False))
+        self.assertEqual((new.expected_pods, new.blocks), (0, True))
+        self.assertEqual(t.cluster.asked, [("policy/v1", "PodDisruptionBudget", "shop", None)])
+
 
 if __name__ == "__main__":
     unittest.main()
