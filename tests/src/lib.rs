@@ -172,6 +172,17 @@ pub fn build_site_policy(
         .unwrap()
 }
 
+/// `hooks inspect` on a built module: its exit code, stdout and stderr.
+pub fn inspect_module(module: &Path) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(plugin_binary())
+        .args(["hooks", "inspect"])
+        .arg(module)
+        .output()
+        .expect("the plugin runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

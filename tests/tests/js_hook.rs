@@ -235,17 +235,6 @@ fn a_javascript_error_at_load_is_said_in_its_own_words() {
     assert!(!error.contains("mozalloc_abort"), "{error}");
 }
 
-/// `hooks inspect` on a built module: its exit code, stdout and stderr.
-fn inspect(module: &Path) -> (Option<i32>, String, String) {
-    let out = Command::new(plugin_binary())
-        .args(["hooks", "inspect"])
-        .arg(module)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
-}
-
 /// A JavaScript hook exports only the points it serves: one that leaves out `gates` builds,
 /// and describes itself as serving select and batch; one that serves a point its metadata does
 /// not declare is refused at load, naming the export and the point.
@@ -257,7 +246,7 @@ fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
         app[..gates].to_string()
     });
     assert!(out.status.success(), "{out:?}");
-    let (code, stdout, stderr) = inspect(&dir.path().join("app.wasm"));
+    let (code, stdout, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
 
@@ -270,7 +259,7 @@ fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
         app.replace(named, "anyConfig('site', ['select', 'batch'])")
     });
     assert!(out.status.success(), "{out:?}");
-    let (code, _, stderr) = inspect(&dir.path().join("app.wasm"));
+    let (code, _, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
     assert_eq!(code, Some(2), "{stderr}");
     let error = (stderr.lines())
         .find(|l| l.starts_with("error:"))

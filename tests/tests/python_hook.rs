@@ -133,17 +133,6 @@ fn the_python_helpers_and_the_example_pass_their_tests_in_python() {
     }
 }
 
-/// `hooks inspect` on a built module: its exit code, stdout and stderr.
-fn inspect(module: &std::path::Path) -> (Option<i32>, String, String) {
-    let out = Command::new(plugin_binary())
-        .args(["hooks", "inspect"])
-        .arg(module)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
-}
-
 /// A Python hook writes classes only for the points it serves: one that leaves out `Gates`
 /// builds, and describes itself as serving select and batch (the build's entry puts in the
 /// SDK's deferring class and declares the points served).
@@ -155,7 +144,7 @@ fn a_python_hook_writes_only_the_points_it_serves() {
         app[..gates].to_string()
     });
     assert!(out.status.success(), "{out:?}");
-    let (code, stdout, stderr) = inspect(&dir.path().join("app.wasm"));
+    let (code, stdout, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
 }
@@ -174,7 +163,7 @@ fn a_python_hook_serving_a_point_it_does_not_declare_is_refused_naming_it() {
         format!("from rollout_ext_hooks import describe\n{app}")
     });
     assert!(out.status.success(), "{out:?}");
-    let (code, _, stderr) = inspect(&dir.path().join("app.wasm"));
+    let (code, _, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
     assert_eq!(code, Some(2), "{stderr}");
     let error = (stderr.lines())
         .find(|l| l.starts_with("error:"))

@@ -135,7 +135,7 @@ impl From<Vec<Candidate>> for Instances {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Phase {
     BeforeGroup,
@@ -154,7 +154,8 @@ impl Phase {
 }
 
 /// The batch a gate is asked about.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct BatchInfo {
     pub index: u32,
     pub instances: Vec<String>,
@@ -163,15 +164,20 @@ pub struct BatchInfo {
 }
 
 /// The stage of a fleet a `before-stage` gate is asked about (contract 0.3.6).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StageInfo {
     /// The fleet's name.
+    #[serde(default)]
     pub fleet: String,
+    #[serde(default)]
     pub index: u32,
     pub name: String,
     /// Its clusters' kubeconfig contexts.
+    #[serde(default)]
     pub clusters: Vec<String>,
     /// How many times the gates have answered `wait` for this stage so far.
+    #[serde(default)]
     pub attempt: u32,
 }
 
@@ -204,8 +210,8 @@ pub struct StageOutcome {
 }
 
 /// A PodDisruptionBudget covering pods of a batch.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BudgetCover {
     pub namespace: String,
     pub name: String,
@@ -214,7 +220,8 @@ pub struct BudgetCover {
 }
 
 /// The cluster's health as validation saw it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct HealthSummary {
     pub nodes_total: u32,
     pub nodes_not_ready: u32,
