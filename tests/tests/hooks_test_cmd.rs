@@ -76,48 +76,6 @@ fn the_demo_fixtures_hold_and_a_changed_decision_fails_with_the_difference() {
     );
 }
 
-/// A fixture states what stages take (`estimates`, as a policy's) and the group it tests: the
-/// maintenance window's batches wait on the estimate they are told, so without the stated 2h
-/// drain they do not; a stated duration out of range is named at its line.
-#[test]
-fn a_fixtures_estimates_are_what_its_hook_is_told() {
-    let policy = demo_file("policy.yaml");
-    let dir = tempfile::tempdir().unwrap();
-    let original = std::fs::read_to_string(demo_file("fixtures/maintenance-window.yaml")).unwrap();
-    let snapshot = demo_file("snapshot.json");
-    let with = |estimates: &str| {
-        let stated = "estimates: {drain: 2h}";
-        assert!(original.contains(stated), "the fixture states a drain");
-        let changed = (original.replace(stated, estimates))
-            .replace("../snapshot.json", snapshot.to_str().unwrap());
-        let fixture = dir.path().join("changed.yaml");
-        std::fs::write(&fixture, changed).unwrap();
-        let args = ["--policy", policy.to_str().unwrap(), "--expect"];
-        hooks_test(
-            "maintenance-window",
-            &[&args[..], &[fixture.to_str().unwrap()]].concat(),
-        )
-    };
-    let out = with("");
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(
-            r#"group nodes: pauses: expected ["17h","-","5d17h"], got ["-","-","-","-"]"#
-        ),
-        "{stderr}"
-    );
-    let out = with("estimates: {drain: 200h}");
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains(
-            r#"changed.yaml:10: estimates.drain "200h": expected more than 0 and at most 7d"#
-        ),
-        "{}",
-        text(&out.stderr)
-    );
-}
-
 fn site_fixtures() -> std::path::PathBuf {
     rollout_ext_e2e::workspace_root().join("examples-hooks/site-policy/fixtures")
 }

@@ -12,7 +12,7 @@ use crate::policy::{
 };
 
 /// The module and where its entry comes from.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct EntryArgs {
     /// The hook component (.wasm).
     pub module: PathBuf,

@@ -23,14 +23,15 @@ use crate::plan::{Plan, PlanOptions, decide};
 use crate::policy::{FailurePolicy, HookPoint, IntOrPercent, RollingUpdate};
 use crate::snapshot::Snapshot;
 
+mod cluster;
 mod fixture;
 
 use super::hooks_entry::EntryArgs;
 
-use fixture::{compare, read_fixture};
+use fixture::{Case, compare, read_cases};
 
 /// What `hooks test` is asked; a fixture fills what the flags leave out.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TestRun {
     #[command(flatten)]
     entry: EntryArgs,
@@ -64,10 +65,11 @@ pub struct TestRun {
     /// the cluster as the plan simulates it after each batch.
     #[arg(long = "phase", value_enum, value_delimiter = ',')]
     phases: Vec<PhaseArg>,
-    /// A fixture (YAML: snapshot, now, kubeletVersion, maxBatch, attempt, group, estimates,
-    /// recorded metrics, and per group the expected order, batches and gates): exit 1 with the
-    /// differences when a decision differs.
-    #[arg(long, value_name = "FILE")]
+    /// A fixture (YAML: snapshot or cluster, now, kubeletVersion, maxBatch, attempt, group,
+    /// estimates, recorded metrics, and per group the expected order, batches and gates), a file
+    /// of several (one per document), or a directory of them: exit 1 with the differences when
+    /// a decision differs.
+    #[arg(long, value_name = "FILE|DIR")]
     expect: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Wide)]
@@ -112,12 +114,56 @@ impl From<PhaseArg> for Phase {
     }
 }
 
-pub fn run(mut run: TestRun) -> Result<(), Failure> {
-    let mut fixture = match &run.expect {
-        Some(file) => Some(read_fixture(file)?),
-        None => None,
+/// `hooks test`: one plan, or one per case of `--expect` (a fixture file, each document of it,
+/// every fixture of a directory), each case said as it is met or not; the exit code is the
+/// worst case's.
+pub fn run(run: TestRun) -> Result<(), Failure> {
+    let Some(expect) = &run.expect else {
+        return run_case(run, None);
+    };
+    let cases = read_cases(expect)?;
+    if let [_] = cases.as_slice() {
+        return run_case(run.clone(), cases.into_iter().next());
+    }
+    let total = cases.len();
+    let mut unmet: Vec<(String, u8)> = Vec::new();
+    for case in cases {
+        let label = case.label.clone();
+        if let Err(failure) = run_case(run.clone(), Some(case)) {
+            eprintln!("error: {}", failure.message);
+            unmet.push((label, failure.code));
+        }
+    }
+    match unmet.iter().map(|(_, code)| *code).max() {
+        None => {
+            println!("{}: all {total} fixtures met", expect.display());
+            Ok(())
+        }
+        Some(code) => {
+            let labels: Vec<&str> = unmet.iter().map(|(l, _)| l.as_str()).collect();
+            Err(Failure {
+                code,
+                message: format!(
+                    "{} of {total} fixtures not met: {}",
+                    unmet.len(),
+                    labels.join(", ")
+                ),
+            })
+        }
+    }
+}
+
+/// One plan, checked against `case` when there is one.
+fn run_case(mut run: TestRun, case: Option<Case>) -> Result<(), Failure> {
+    let (label, mut fixture) = match case {
+        Some(c) => {
+            run.expect = Some(c.file);
+            (Some(c.label), Some(c.fixture))
+        }
+        None => (None, None),
     };
     let mut stated = None;
+    let mut inline = None;
     if let (Some(fixture), Some(file)) = (&mut fixture, &run.expect) {
         if let Some(raw) = fixture.estimates.take() {
             let at = |value: &serde_saphyr::Spanned<String>, message: String| {
@@ -130,8 +176,19 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             run.groups = fixture.group.names();
         }
         let base = file.parent().unwrap_or(Path::new("."));
-        run.snapshot
-            .get_or_insert_with(|| base.join(&fixture.snapshot));
+        match (&fixture.snapshot, fixture.cluster.take()) {
+            (Some(_), Some(_)) => {
+                return Err(Failure::usage(format!(
+                    "{}: a fixture names a snapshot or declares its cluster, not both",
+                    file.display()
+                )));
+            }
+            (_, Some(cluster)) if run.snapshot.is_none() => inline = Some(cluster),
+            (Some(snapshot), _) => {
+                run.snapshot.get_or_insert_with(|| base.join(snapshot));
+            }
+            _ => {}
+        }
         if run.now.is_none() {
             run.now.clone_from(&fixture.now);
         }
@@ -149,10 +206,22 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
     } else {
         run.phases.iter().map(|p| Phase::from(*p)).collect()
     };
-    let Some(snapshot_path) = run.snapshot.clone() else {
-        return Err(Failure::usage(
-            "hooks test needs --snapshot FILE (or --expect FILE naming one)",
-        ));
+    let (bytes, shown) = match (&run.snapshot, inline) {
+        (Some(path), _) => {
+            let bytes = std::fs::read(path).map_err(|e| {
+                Failure::usage(format!("cannot read snapshot {}: {e}", path.display()))
+            })?;
+            (bytes, format!("snapshot {}", path.display()))
+        }
+        (None, Some(cluster)) => {
+            let shown = format!("{}: cluster", label.as_deref().unwrap_or_default());
+            (cluster.to_list().to_string().into_bytes(), shown)
+        }
+        (None, None) => {
+            return Err(Failure::usage(
+                "hooks test needs --snapshot FILE (or --expect FILE naming one, or declaring its cluster)",
+            ));
+        }
     };
     let now = match &run.now {
         Some(t) => t
@@ -161,14 +230,8 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             .as_second(),
         None => jiff::Timestamp::now().as_second(),
     };
-    let bytes = std::fs::read(&snapshot_path).map_err(|e| {
-        Failure::usage(format!(
-            "cannot read snapshot {}: {e}",
-            snapshot_path.display()
-        ))
-    })?;
-    let snapshot = Snapshot::from_json(&bytes)
-        .map_err(|e| Failure::usage(format!("snapshot {}: {e}", snapshot_path.display())))?;
+    let snapshot =
+        Snapshot::from_json(&bytes).map_err(|e| Failure::usage(format!("{shown}: {e}")))?;
 
     let runtime = HookRuntime::shared()
         .map_err(|e| Failure::failed(format!("cannot start the WebAssembly runtime: {e}")))?;
@@ -258,10 +321,9 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
             list.join("\n  ")
         ));
     }
-    if let (Some(file), false) = (&run.expect, mismatches.is_empty()) {
+    if let (Some(label), false) = (&label, mismatches.is_empty()) {
         problems.push(format!(
-            "{}: {} expectation(s) not met:\n  {}",
-            file.display(),
+            "{label}: {} expectation(s) not met:\n  {}",
             mismatches.len(),
             mismatches.join("\n  ")
         ));
@@ -278,10 +340,9 @@ pub fn run(mut run: TestRun) -> Result<(), Failure> {
     if !problems.is_empty() {
         return Err(Failure::failed(problems.join("\n")));
     }
-    if let Some(file) = &run.expect {
+    if let Some(label) = &label {
         println!(
-            "{}: every expectation met ({} group(s))",
-            file.display(),
+            "{label}: every expectation met ({} group(s))",
             fixture.map_or(0, |f| f.groups.len())
         );
     }

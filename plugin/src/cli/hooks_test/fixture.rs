@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::cluster::InlineCluster;
 use super::{DrainOrderStep, PhaseArg};
 use crate::cli::Failure;
 use crate::metrics::Recorded;
@@ -16,8 +17,12 @@ use crate::policy::RawEstimates;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Fixture {
+    /// What the case is about, said with its result when a file holds several.
+    pub(super) name: Option<String>,
     /// The snapshot, relative to the fixture.
-    pub(super) snapshot: PathBuf,
+    pub(super) snapshot: Option<PathBuf>,
+    /// Or the cluster declared here: nodes, pods, Deployments, PodDisruptionBudgets.
+    pub(super) cluster: Option<InlineCluster>,
     pub(super) now: Option<String>,
     /// Nodes whose kubelet is not this version are outdated.
     pub(super) kubelet_version: Option<String>,
@@ -87,10 +92,64 @@ impl Fixture {
     }
 }
 
-pub(super) fn read_fixture(file: &Path) -> Result<Fixture, Failure> {
+/// One fixture to check: its file, how it is named in what is said, and what it expects.
+pub(super) struct Case {
+    pub(super) file: PathBuf,
+    /// The file, and the case's place in it when the file holds several (`f.yaml#2 (name)`).
+    pub(super) label: String,
+    pub(super) fixture: Fixture,
+}
+
+/// The cases of `--expect`: each YAML document of a file, or of every fixture file of a
+/// directory (its `.yaml` files in name order, but those of a Kubernetes-style object with a
+/// top-level `kind`, as a policy file kept beside them).
+pub(super) fn read_cases(path: &Path) -> Result<Vec<Case>, Failure> {
+    if !path.is_dir() {
+        return read_file(path);
+    }
+    let entries = std::fs::read_dir(path)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    let mut files: Vec<PathBuf> = (entries.flatten())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    let mut cases = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+        if !text.lines().any(|l| l.starts_with("kind:")) {
+            cases.extend(read_file(&file)?);
+        }
+    }
+    if cases.is_empty() {
+        return Err(Failure::usage(format!(
+            "{}: no fixture in it (its .yaml files without a top-level kind)",
+            path.display()
+        )));
+    }
+    Ok(cases)
+}
+
+fn read_file(file: &Path) -> Result<Vec<Case>, Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-    serde_saphyr::from_str(&text).map_err(|e| crate::cli::bad_yaml(file, e))
+    let fixtures: Vec<Fixture> =
+        serde_saphyr::from_multiple(&text).map_err(|e| crate::cli::bad_yaml(file, e))?;
+    let several = fixtures.len() > 1;
+    let cases = fixtures.into_iter().enumerate().map(|(i, fixture)| {
+        let label = match (several, &fixture.name) {
+            (false, _) => file.display().to_string(),
+            (true, Some(name)) => format!("{}#{} ({name})", file.display(), i + 1),
+            (true, None) => format!("{}#{}", file.display(), i + 1),
+        };
+        Case {
+            file: file.to_path_buf(),
+            label,
+            fixture,
+        }
+    });
+    Ok(cases.collect())
 }
 
 /// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.

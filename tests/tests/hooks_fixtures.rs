@@ -1,0 +1,166 @@
+//! Fixtures as a policy repository keeps them: a directory of files checked in one go, several
+//! cases per file with their cluster declared inline, and what stages take stated. Real binary,
+//! real modules in the three languages.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module, workspace_root};
+
+fn hooks_test(module: &str, args: &[&str]) -> Output {
+    Command::new(plugin_binary())
+        .args(["hooks", "test"])
+        .arg(wasm_module(module))
+        .args(args)
+        .output()
+        .expect("the plugin runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn site_fixtures() -> PathBuf {
+    workspace_root().join("examples-hooks/site-policy/fixtures")
+}
+
+/// `--expect DIR` checks every fixture of the directory (its policy file left aside), and a file
+/// of several documents is several cases, each with its cluster declared inline; the same
+/// cases hold for the site policy in each of its three languages.
+#[test]
+fn a_directory_and_a_file_of_cases_are_checked_in_one_go() {
+    let dir = site_fixtures();
+    let policy = dir.join("policy.yaml");
+    let policy = policy.to_str().unwrap();
+    let out = hooks_test(
+        "site-policy",
+        &["--policy", policy, "--expect", dir.to_str().unwrap()],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("fixtures: all 5 fixtures met"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "cases.yaml#2 (two nodes of one rack never go together): every expectation met"
+        ),
+        "{stdout}"
+    );
+    let cases = dir.join("cases.yaml");
+    for module in ["site-policy-py", "site-policy-js"] {
+        let args = [
+            "--policy",
+            policy,
+            "--hook",
+            "site",
+            "--expect",
+            cases.to_str().unwrap(),
+        ];
+        let out = hooks_test(module, &args);
+        assert!(out.status.success(), "{module}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("cases.yaml: all 3 fixtures met"),
+            "{module}"
+        );
+    }
+}
+
+/// One case changed: the others are still checked, the changed one is named with what it
+/// expected and got, and the run exits 1 saying how many were not met.
+#[test]
+fn a_case_not_met_is_named_and_the_others_still_run() {
+    let original = std::fs::read_to_string(site_fixtures().join("cases.yaml")).unwrap();
+    let expected = "batches: [[a], [b]]";
+    assert!(original.contains(expected));
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.yaml");
+    std::fs::write(&cases, original.replace(expected, "batches: [[a, b]]")).unwrap();
+    let policy = site_fixtures().join("policy.yaml");
+    let args = [
+        "--policy",
+        policy.to_str().unwrap(),
+        "--expect",
+        cases.to_str().unwrap(),
+    ];
+    let out = hooks_test("site-policy", &args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stdout.contains("cases.yaml#1 (a pinned node is never chosen"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("cases.yaml#3 (a payments pod not Ready"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(
+            r#"cases.yaml#2 (two nodes of one rack never go together): 1 expectation(s) not met:"#
+        ) && stderr.contains(r#"group nodes: batches: expected [["a","b"]], got [["a"],["b"]]"#)
+            && stderr.contains("error: 1 of 3 fixtures not met"),
+        "{stderr}"
+    );
+
+    // A case naming a snapshot and declaring its cluster; a node field misspelt.
+    let both = "snapshot: snapshot.json\ncluster: {nodes: [{name: a}]}\ngroups: {}\n";
+    std::fs::write(&cases, both).unwrap();
+    let out = hooks_test("site-policy", &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("a fixture names a snapshot or declares its cluster, not both")
+    );
+    std::fs::write(&cases, "cluster:\n  nodes:\n    - {nam: a}\ngroups: {}\n").unwrap();
+    let out = hooks_test("site-policy", &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cases.yaml: line 3 column 8: unknown field `nam`"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("unknown field `nam`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A fixture states what stages take (`estimates`, as a policy's) and the group it tests: the
+/// maintenance window's batches wait on the estimate they are told, so without the stated 2h
+/// drain they do not; a stated duration out of range is named at its line.
+#[test]
+fn a_fixtures_estimates_are_what_its_hook_is_told() {
+    let policy = demo_file("policy.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(demo_file("fixtures/maintenance-window.yaml")).unwrap();
+    let snapshot = demo_file("snapshot.json");
+    let with = |estimates: &str| {
+        let stated = "estimates: {drain: 2h}";
+        assert!(original.contains(stated), "the fixture states a drain");
+        let changed = (original.replace(stated, estimates))
+            .replace("../snapshot.json", snapshot.to_str().unwrap());
+        let fixture = dir.path().join("changed.yaml");
+        std::fs::write(&fixture, changed).unwrap();
+        let args = ["--policy", policy.to_str().unwrap(), "--expect"];
+        hooks_test(
+            "maintenance-window",
+            &[&args[..], &[fixture.to_str().unwrap()]].concat(),
+        )
+    };
+    let out = with("");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"group nodes: pauses: expected ["17h","-","5d17h"], got ["-","-","-","-"]"#
+        ),
+        "{stderr}"
+    );
+    let out = with("estimates: {drain: 200h}");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(
+            r#"changed.yaml:10: estimates.drain "200h": expected more than 0 and at most 7d"#
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}
