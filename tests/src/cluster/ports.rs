@@ -3,8 +3,10 @@
 //! port 0 and letting go is free only until someone else takes it: another test process
 //! choosing the same way, or any outgoing connection, whose local port the kernel takes from
 //! the same ephemeral range. So ports come from below that range, where no connection's local
-//! port lands, and each is claimed for the life of this process by a file only one process can
-//! create; a claim whose process is gone is taken over.
+//! port lands, and each is claimed for the life of this process by an exclusive lock on a file
+//! of its own, which the kernel lets go when the process ends. (A claim by file creation, with
+//! a dead holder's file taken over, let two processes take over one stale claim at once: both
+//! started an etcd on the port, and one found it in use.)
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -22,37 +24,27 @@ fn range() -> std::ops::Range<u16> {
 }
 
 fn claims_dir() -> PathBuf {
-    std::env::temp_dir().join("rollout-ext-ports")
+    std::env::temp_dir().join("rollout-ext-port-locks")
 }
 
-/// Claims `port` for this process: true when no live process holds it.
+/// The claims' files, held open (and locked) for the life of this process.
+static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+
+/// Claims `port` for this process: true when no live process holds it, this one included.
 fn claim(dir: &Path, port: u16) -> bool {
-    let file = dir.join(port.to_string());
-    let me = std::process::id().to_string();
-    for _ in 0..2 {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&file)
-        {
-            Ok(mut f) => return std::io::Write::write_all(&mut f, me.as_bytes()).is_ok(),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let holder = std::fs::read_to_string(&file).unwrap_or_default();
-                let alive = holder.trim().parse::<u32>().is_ok_and(|pid| {
-                    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
-                });
-                // Empty: its holder is writing it now.
-                if alive || holder.is_empty() {
-                    return false;
-                }
-                // Its holder is gone: the claim is taken over (one remover wins, then one
-                // creator).
-                let _ = std::fs::remove_file(&file);
-            }
-            Err(_) => return false,
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()));
+    // Each open is a lock of its own: a second claim of this process conflicts with the first.
+    match file.map(|f| f.try_lock().map(|()| f)) {
+        Ok(Ok(f)) => {
+            HELD.lock().unwrap().push(f);
+            true
         }
+        _ => false,
     }
-    false
 }
 
 /// `N` distinct ports, each free now and claimed by this process.
@@ -82,4 +74,22 @@ pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
         range.end
     );
     Ok(ports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_is_claimed_once_and_its_lock_goes_with_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(claim(dir.path(), 20_001));
+        assert!(!claim(dir.path(), 20_001), "held by this process already");
+        assert!(claim(dir.path(), 20_002));
+        // The holder gone (its file closed, as at a process's end): the port is free again.
+        HELD.lock().unwrap().clear();
+        assert!(claim(dir.path(), 20_001));
+        let [a, b] = free_ports::<2>().unwrap();
+        assert_ne!(a, b);
+    }
 }
