@@ -9,7 +9,9 @@
 # cloud provider) with the CustomResourceDefinitions its module ships, taken the same way; and
 # the NodeMaintenance CustomResourceDefinition of medik8s' node-maintenance-operator module
 # (github.com/medik8s/node-maintenance-operator at tests/cluster/node-maintenance/VERSION, checked
-# against the hash in SUM beside it: the public checksum database does not list that module).
+# against the hash in SUM beside it: the public checksum database does not list that module);
+# and krew (sigs.k8s.io/krew at tests/cluster/krew/VERSION), which installs the release archive
+# as users install the plugin.
 # Static, as upstream ships them, and stamped with the release so that `--version` and the
 # server's /version say it.
 #
@@ -21,7 +23,8 @@
 # holds bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler};
 # $ROLLOUT_EXT_KWOK_DIR (default: .../rollout-ext/kwok-VERSION) holds bin/kwok and stages/;
 # $ROLLOUT_EXT_KARPENTER_DIR (default: .../rollout-ext/karpenter-VERSION) holds bin/karpenter
-# (the kwok provider's main package, named so that it does not collide with kwok) and crds/.
+# (the kwok provider's main package, named so that it does not collide with kwok) and crds/;
+# $ROLLOUT_EXT_KREW_DIR (default: .../rollout-ext/krew-VERSION) holds bin/krew.
 set -euo pipefail
 
 module_dir="$(cd "$(dirname "$0")" && pwd)/k8s"
@@ -31,6 +34,8 @@ cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext"
 dest="${ROLLOUT_EXT_K8S_DIR:-$cache_root/k8s-$K8S_VERSION}"
 bins=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 KWOK_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/kwok/VERSION")
+KREW_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/krew/VERSION")
+krew_dest="${ROLLOUT_EXT_KREW_DIR:-$cache_root/krew-${KREW_VERSION#v}}"
 kwok_dest="${ROLLOUT_EXT_KWOK_DIR:-$cache_root/kwok-${KWOK_VERSION#v}}"
 # The stages of kwok's module the test cluster runs: nodes Ready at once and kept so through
 # their Lease, pods Running and Ready once bound, terminating pods removed.
@@ -71,8 +76,10 @@ nmo_cached() {
   [ -f "$nmo_dest/crds/$(basename "$nmo_crd")" ]
 }
 
-if cached && kwok_cached && karpenter_cached && nmo_cached; then
-  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest, NodeMaintenance $NMO_VERSION in $nmo_dest"
+krew_cached() { [ -x "$krew_dest/bin/krew" ]; }
+
+if cached && kwok_cached && karpenter_cached && nmo_cached && krew_cached; then
+  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest, NodeMaintenance $NMO_VERSION in $nmo_dest, krew $KREW_VERSION in $krew_dest"
   exit 0
 fi
 
@@ -184,7 +191,19 @@ take_nmo_crd() {
   say "the NodeMaintenance definition of $NMO_VERSION ready in $nmo_dest"
 }
 
+build_krew() {
+  mkdir -p "$krew_dest" && cd "$krew_dest"
+  begin "build krew $KREW_VERSION (go install)"
+  rm -rf "$krew_dest/bin.partial" && mkdir -p "$krew_dest/bin.partial"
+  GOBIN="$krew_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION"
+  rm -rf "$krew_dest/bin" && mv "$krew_dest/bin.partial" "$krew_dest/bin"
+  done_step
+  step=""
+  say "krew $KREW_VERSION ready in $krew_dest"
+}
+
 cached || build_kubernetes
 kwok_cached || build_kwok
 karpenter_cached || build_karpenter
 nmo_cached || take_nmo_crd
+krew_cached || build_krew

@@ -1,6 +1,7 @@
 //! The krew path: the committed manifest follows krew's `Plugin` rules, and an archive made by
-//! `deploy/release.sh` carries the sha256 written into the manifest and unpacks, the way krew
-//! installs it, into a plugin the real kubectl finds and runs.
+//! `deploy/release.sh` carries the sha256 written into the manifest, is installed by the real
+//! krew (built from its Go module by install-control-plane.sh) into a plugin the real kubectl
+//! finds and runs, and is uninstalled by it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -136,7 +137,7 @@ fn platform_entry<'a>(m: &'a Value, archive: &Path) -> &'a Value {
 }
 
 #[test]
-fn a_release_archive_installs_the_way_krew_does() {
+fn a_release_archive_installs_with_krew_and_runs_through_kubectl() {
     let root = workspace_root();
     let work = tempfile::tempdir().unwrap();
     // The release binary is large to build here; the debug one, stripped, packs the same way.
@@ -178,28 +179,28 @@ fn a_release_archive_installs_the_way_krew_does() {
     let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&archive).unwrap()));
     assert_eq!(entry["sha256"].as_str().unwrap(), digest);
 
-    // Install as krew does: unpack, copy each `files` entry, link `bin` into a directory on PATH.
-    let unpacked = work.path().join("unpacked");
-    std::fs::create_dir(&unpacked).unwrap();
-    let tar = Command::new("tar")
-        .arg("-xzf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&unpacked)
-        .status()
-        .unwrap();
-    assert!(tar.success());
-    let store = work.path().join("store");
-    std::fs::create_dir(&store).unwrap();
-    for f in entry["files"].as_array().unwrap() {
-        let from = f["from"].as_str().unwrap();
-        std::fs::copy(unpacked.join(from), store.join(from)).unwrap();
-    }
-    let bin_dir = work.path().join("bin");
-    std::fs::create_dir(&bin_dir).unwrap();
+    // Installed by the real krew, from the archive, into a krew root of its own; run through
+    // kubectl's plugin discovery; uninstalled.
+    let krew_root = work.path().join("krew");
+    let krew = |args: &[&str]| {
+        Command::new(rollout_ext_e2e::cluster::krew_binary().expect("make test builds krew"))
+            .args(args)
+            .env("KREW_ROOT", &krew_root)
+            .env("HOME", work.path())
+            .output()
+            .unwrap()
+    };
+    let manifest_arg = format!("--manifest={}", manifest_copy.display());
+    let archive_arg = format!("--archive={}", archive.display());
+    let installed = krew(&["install", &manifest_arg, &archive_arg]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
     let bin = entry["bin"].as_str().unwrap();
-    std::os::unix::fs::symlink(store.join(bin), bin_dir.join(bin)).unwrap();
-
+    let bin_dir = krew_root.join("bin");
+    assert!(bin_dir.join(bin).exists(), "krew links {bin} into its bin");
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display());
     let kubectl = |args: &[&str]| {
         Command::new("kubectl")
@@ -228,4 +229,20 @@ fn a_release_archive_installs_the_way_krew_does() {
             )),
         "{version}"
     );
+    // krew uninstalls only with a plugin index in place: an empty local one (krew's indexes are
+    // git repositories), with nothing fetched.
+    let index = krew_root.join("index/default");
+    std::fs::create_dir_all(&index).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&index)
+        .status();
+    assert!(git.unwrap().success());
+    let removed = krew(&["uninstall", "rollout-ext"]);
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    assert!(!bin_dir.join(bin).exists(), "uninstalled");
 }

@@ -56,6 +56,19 @@ const ADMIN_TOKEN: &str = "rollout-ext-test-admin-token";
 pub const OPERATOR_TOKEN: &str = "rollout-ext-test-operator-token";
 pub const OPERATOR_USER: &str = "operator";
 
+/// krew, built by `install-control-plane.sh` at `tests/cluster/krew/VERSION`, or why it is
+/// missing: it installs the release archive as users install the plugin.
+pub fn krew_binary() -> anyhow::Result<PathBuf> {
+    let dir = match std::env::var_os("ROLLOUT_EXT_KREW_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let version = include_str!("../../cluster/krew/VERSION").trim();
+            cache_root().join(format!("krew-{}", version.trim_start_matches('v')))
+        }
+    };
+    installed(dir.join("bin/krew"))
+}
+
 /// Where `install-control-plane.sh` caches what it builds.
 fn cache_root() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
