@@ -172,6 +172,16 @@ pub fn build_site_policy(
         .unwrap()
 }
 
+/// `hooks test` of the built example hook `module` (as [`wasm_module`] finds it), with `args`.
+pub fn hooks_test(module: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(plugin_binary())
+        .args(["hooks", "test"])
+        .arg(wasm_module(module))
+        .args(args)
+        .output()
+        .expect("the plugin runs")
+}
+
 /// `hooks inspect` on a built module: its exit code, stdout and stderr.
 pub fn inspect_module(module: &Path) -> (Option<i32>, String, String) {
     let out = std::process::Command::new(plugin_binary())

@@ -3,18 +3,8 @@
 //! real modules in the three languages.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module, workspace_root};
-
-fn hooks_test(module: &str, args: &[&str]) -> Output {
-    Command::new(plugin_binary())
-        .args(["hooks", "test"])
-        .arg(wasm_module(module))
-        .args(args)
-        .output()
-        .expect("the plugin runs")
-}
+use rollout_ext_e2e::{demo_file, hooks_test, workspace_root};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -1,19 +1,10 @@
 //! `hooks test` as a policy author runs it in the policy's own CI: with the policy's entry, a
 //! budget, repeated gate checks and fixtures of expected decisions. Real binary, real modules.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module};
+use rollout_ext_e2e::{demo_file, hooks_test};
 use serde_json::Value;
-
-fn hooks_test(module: &str, args: &[&str]) -> Output {
-    Command::new(plugin_binary())
-        .args(["hooks", "test"])
-        .arg(wasm_module(module))
-        .args(args)
-        .output()
-        .expect("the plugin runs")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
