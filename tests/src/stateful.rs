@@ -15,11 +15,13 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::cluster::TERMINATION_LABEL;
+use crate::cluster::{GROUP_LABEL, TERMINATION_LABEL};
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Creates the StatefulSet `name` running `image` and waits until its `replicas` pods are
+/// Creates the StatefulSet `name` running `image` on the nodes of the group named as its
+/// namespace `ns` (each test adds its own: another test's nodes may go away under its pods,
+/// which the controller would then start again) and waits until its `replicas` pods are
 /// Ready. Returns the update strategy the server stored, its defaults filled in (a current
 /// server adds `maxUnavailable`): the strategy a run must leave as it found it.
 pub async fn create_sts(
@@ -42,6 +44,7 @@ pub async fn create_sts(
                 // Its pods take their grace period (a second) to go, as a slow container does.
                 "metadata": {"labels": {"app": name, TERMINATION_LABEL: "after-grace"}},
                 "spec": {"terminationGracePeriodSeconds": 1,
+                         "nodeSelector": {GROUP_LABEL: ns},
                          "containers": [{"name": "main", "image": image}]}
             }
         }
@@ -105,7 +108,8 @@ pub struct PodHistory {
     pub most_unavailable: usize,
     /// Keys in the order they first had a Ready pod of the new image.
     pub updated: Vec<String>,
-    /// The uids of the new image's pods under each key: one, unless it was updated twice.
+    /// The uids of the new image's pods under each key, each with its node: one, unless it
+    /// was updated twice.
     pub new_uids: BTreeMap<String, BTreeSet<String>>,
 }
 
@@ -152,10 +156,11 @@ pub fn watch_updates(
                         if !seen.updated.contains(&at) {
                             seen.updated.push(at.clone());
                         }
+                        let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
                         seen.new_uids
                             .entry(at.clone())
                             .or_default()
-                            .insert(uid.clone());
+                            .insert(format!("{uid} on {}", node.unwrap_or("no node")));
                     }
                     up.insert(uid, (at, ready(&p)));
                 }

@@ -204,7 +204,11 @@ async fn the_shipped_cluster_role_is_enough_and_missing_rights_are_named() {
         .clone();
     assert_eq!(image.as_deref(), Some("registry.invalid/ops:2"));
 
-    // And a StatefulSet, through its partition.
+    // And a StatefulSet, through its partition, on a node of its own.
+    (cluster.nodes)
+        .add(NodeSpec::new("least-ru-1", "least-ru"))
+        .await
+        .unwrap();
     let strategy = json!({"type": "RollingUpdate"});
     create_sts(
         &client,
