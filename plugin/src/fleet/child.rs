@@ -40,12 +40,14 @@ pub struct ChildExit {
 /// A running child, and how to ask it to stop at a safe point.
 pub struct Child {
     /// The process running now (0: none yet).
+    #[cfg_attr(not(unix), allow(dead_code))]
     pid: Arc<AtomicU32>,
 }
 
 impl Child {
     /// SIGTERM: the rotation stops at its next safe point, as on Ctrl-C (a `logs -f` stops
-    /// following; the run in the cluster goes on).
+    /// following; the run in the cluster goes on). On Windows the console's Ctrl-C reaches the
+    /// children themselves, which stop so on their own.
     pub fn terminate(&self) {
         #[cfg(unix)]
         match self.pid.load(Ordering::SeqCst) {

@@ -236,28 +236,31 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
 }
 
-/// This tool's cache directory: `$XDG_CACHE_HOME/rollout-ext` or `~/.cache/rollout-ext`.
+/// This tool's cache directory: `$XDG_CACHE_HOME/rollout-ext` or `~/.cache/rollout-ext` (on
+/// Windows, without those, the user's `%LOCALAPPDATA%\rollout-ext`).
 fn cache_base() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| {
+            cfg!(windows)
+                .then(|| std::env::var_os("LOCALAPPDATA").map(PathBuf::from))
+                .flatten()
+        })?;
     Some(base.join("rollout-ext"))
 }
 
 /// Writes through a temporary file and a rename, so a reader never sees half a file, into a
 /// directory private to this user; whether it was stored.
 fn store_atomically(file: &Path, bytes: &[u8]) -> bool {
-    use std::os::unix::fs::DirBuilderExt;
     let Some(dir) = file.parent() else {
         return false;
     };
-    if std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .is_err()
-        || !private_dir(dir)
-    {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    if builder.create(dir).is_err() || !private_dir(dir) {
         return false;
     }
     let tmp = dir.join(format!(
@@ -274,12 +277,20 @@ fn store_atomically(file: &Path, bytes: &[u8]) -> bool {
 
 /// The cache holds native code that is loaded as is: use it only when the directory belongs to
 /// this user and nobody else may write to it.
+#[cfg(unix)]
 fn private_dir(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(dir).is_ok_and(|m| {
         // SAFETY: geteuid has no preconditions and cannot fail.
         m.is_dir() && m.uid() == unsafe { libc::geteuid() } && m.mode() & 0o022 == 0
     })
+}
+
+/// On Windows, a directory under the user's profile (`%LOCALAPPDATA%`, or the home named by
+/// `XDG_CACHE_HOME`/`HOME`) is that user's alone by the profile's own access rules.
+#[cfg(not(unix))]
+fn private_dir(dir: &Path) -> bool {
+    dir.is_dir()
 }
 
 /// What a module says about itself.

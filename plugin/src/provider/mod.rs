@@ -358,6 +358,11 @@ fn quote(output: &[u8]) -> String {
     format!("{}…", &text[..end])
 }
 
+/// Windows' process creation flag for a process group of its own, which a console's Ctrl-C
+/// does not reach.
+#[cfg(windows)]
+const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+
 async fn run(
     template: &[String],
     target: &Target,
@@ -371,10 +376,13 @@ async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own process group: a Ctrl-C at the terminal reaches the plugin, which lets the
-        // call finish (or, at a second Ctrl-C, drops it and so kills it), not the command.
-        .process_group(0)
         .kill_on_drop(true);
+    // Its own process group: a Ctrl-C at the terminal reaches the plugin, which lets the call
+    // finish (or, at a second Ctrl-C, drops it and so kills it), not the command.
+    #[cfg(unix)]
+    child.process_group(0);
+    #[cfg(windows)]
+    child.creation_flags(CREATE_NEW_PROCESS_GROUP);
     let child = child.spawn().map_err(|e| ProviderError::Spawn {
         command: command.clone(),
         message: e.to_string(),
