@@ -812,7 +812,11 @@ async fn the_next_updates_plan_estimates_from_what_an_update_measured() {
     // Whole seconds, each rounded: three steps are three times one, give or take the rounding.
     let step = sized[0].1.expect("a step's estimate");
     assert!(sized[0].2.abs_diff(3 * step) <= 1, "{told:?}");
-    assert!(sized[1].2 < sized[0].2, "{told:?}");
+    // Never more after a step; less in all (steps of about a second can round alike).
+    assert!(
+        sized[1].2 <= sized[0].2 && sized[2].2 < sized[0].2,
+        "{told:?}"
+    );
     assert_eq!(sized[2].2, step, "{told:?}");
     assert!(
         told.iter().filter(|t| t.0 == "gate").all(|t| t.1.is_none()),

@@ -138,6 +138,18 @@ fn now() -> String {
 
 /// How long kwok may take to make a registered node Ready.
 const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How long a booting instance waits before it tries to register again (a kubelet backs off
+/// from 100 ms up to seconds).
+const REGISTER_RETRY: Duration = Duration::from_millis(500);
+
+/// Whether `e` says the API server did not take a request (down, starting, overloaded) rather
+/// than refused it.
+fn unanswered(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
+}
 
 impl NodeSim {
     /// Starts watching for runner pods on the current runtime.
@@ -203,9 +215,22 @@ impl NodeSim {
         // The instance exists (for the cloud's `list`) before its Node object does, as in a
         // real cloud: whoever sees the Node can find the instance.
         (self.state.lock().unwrap().nodes).insert(name.clone(), spec.clone());
-        if let Err(e) = api.create(&PostParams::default(), &node).await {
-            self.state.lock().unwrap().nodes.remove(name);
-            return Err(e.into());
+        // As a kubelet does, registration is tried again while the API server cannot take it
+        // (say, it restarts): an instance boots whether or not the control plane answers.
+        let deadline = tokio::time::Instant::now() + READY_WITHIN;
+        loop {
+            match api.create(&PostParams::default(), &node).await {
+                // 409: an earlier try was taken, its answer lost.
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => break,
+                Err(e) if unanswered(&e) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(REGISTER_RETRY).await;
+                }
+                Err(e) => {
+                    self.state.lock().unwrap().nodes.remove(name);
+                    return Err(e.into());
+                }
+            }
         }
         // The server taints a new node not-ready (NoSchedule) until the node lifecycle
         // controller has seen it Ready: only then does the scheduler place pods on it.
