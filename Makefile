@@ -8,7 +8,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p stage-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane prometheus registry lint release python-hook js-hook bench
+.PHONY: demo test wasm wasm-target control-plane prometheus registry lint release release-check python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -21,7 +21,7 @@ demo: wasm
 
 ## test: every test, against real compiled hooks and a real control plane. The test binaries run
 ## TEST_JOBS (default 3) at a time: each mostly waits on its own control plane.
-test: wasm python-hook js-hook control-plane prometheus registry
+test: wasm python-hook js-hook control-plane prometheus registry release-check
 	$(CARGO) build --bins
 	$(TARGET_DIR)/debug/test-all
 
@@ -73,8 +73,20 @@ registry:
 control-plane:
 	bash tests/cluster/install-control-plane.sh
 
-## release: the release binary packed with LICENSE into dist/ for this platform, its sha256 written
-## into krew-manifest.yaml.
+## release: every released platform's binary (cross-compiled: zig for Linux, mingw-w64 for Windows;
+## deploy/cross-tools.sh installs them once) packed with LICENSE into dist/, each sha256 and the
+## version written into krew-manifest.yaml (copied beside the archives).
 release:
-	$(CARGO) build --release -p rollout-ext --bin kubectl-rollout_ext
-	bash deploy/release.sh $(TARGET_DIR)/release/kubectl-rollout_ext dist
+	bash deploy/release.sh dist
+
+## release-check: the same archives in the quick release-check profile into
+## $(TARGET_DIR)/release-check with a manifest of their own, and what runs them here (qemu-user,
+## wine): tests/release.rs and tests/krew.rs prove them. The three platforms' builds are kept
+## in the cache beside the test servers: after the first, a change rebuilds our crates only.
+RELEASE_CHECK := $(TARGET_DIR)/release-check
+RELEASE_CHECK_BUILD := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rollout-ext/release-check-build
+release-check:
+	bash deploy/cross-tools.sh --runners >/dev/null
+	@mkdir -p $(RELEASE_CHECK) && cp krew-manifest.yaml $(RELEASE_CHECK)/krew-manifest.yaml
+	CARGO_TARGET_DIR=$(RELEASE_CHECK_BUILD) bash deploy/release.sh --profile release-check \
+	  $(RELEASE_CHECK) $(RELEASE_CHECK)/krew-manifest.yaml

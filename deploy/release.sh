@@ -1,52 +1,102 @@
 #!/usr/bin/env bash
-# Packs a built kubectl-rollout_ext with LICENSE into the krew archive for this machine's
-# platform and writes the archive's sha256 (and the crate's version) into the krew manifest.
+# Builds kubectl-rollout_ext for every platform the krew manifest lists, packs each with LICENSE
+# into its krew archive, and writes every archive's sha256 (and the crate's version) into the
+# manifest:
 #
-#   deploy/release.sh BINARY OUTDIR [MANIFEST]
+#   deploy/release.sh [--profile PROFILE] [--only OS/ARCH] OUTDIR [MANIFEST]
 #
-# MANIFEST defaults to krew-manifest.yaml at the repository root. The archive is reproducible:
-# sorted entries, fixed owner and times, gzip without a name or timestamp.
+# PROFILE is cargo's (default release; make test's release-check builds the quicker
+# `release-check`); --only builds one platform and writes its entry alone. MANIFEST defaults to
+# krew-manifest.yaml at the repository root, and is copied beside the archives. The tools come
+# from deploy/cross-tools.sh (installed on first use).
+#
+# The Linux binaries are static (musl, linked by zig): they run on any distribution, need no
+# libraries, and run under qemu-user without a sysroot. Reproducible: source paths in the
+# binaries are mapped to fixed names, the Windows linker writes no timestamp, and the archives
+# have sorted entries, fixed owner and times, and gzip without a name or timestamp; the same
+# commit and toolchain give the same sha256.
 set -euo pipefail
 
-binary=${1:?usage: deploy/release.sh BINARY OUTDIR [MANIFEST]}
-outdir=${2:?usage: deploy/release.sh BINARY OUTDIR [MANIFEST]}
+usage="usage: deploy/release.sh [--profile PROFILE] [--only OS/ARCH] OUTDIR [MANIFEST]"
+profile=release
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile=${2:?$usage}; shift 2 ;;
+    --only) only=${2:?$usage}; shift 2 ;;
+    -*) echo "$usage" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+outdir=${1:?$usage}
 root=$(cd "$(dirname "$0")/.." && pwd)
-manifest=${3:-$root/krew-manifest.yaml}
+manifest=${2:-$root/krew-manifest.yaml}
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+say() { printf '[release] %s\n' "$*" >&2; }
 
-case "$(uname -s)" in
-  Linux) os=linux ;;
-  Darwin) os=darwin ;;
-  *) echo "release.sh: unsupported OS $(uname -s)" >&2; exit 1 ;;
-esac
-case "$(uname -m)" in
-  x86_64 | amd64) arch=amd64 ;;
-  aarch64 | arm64) arch=arm64 ;;
-  *) echo "release.sh: unsupported architecture $(uname -m)" >&2; exit 1 ;;
-esac
+# The released platforms: krew's os/arch, Rust's target, how it is built.
+platforms=(
+  "linux/amd64 x86_64-unknown-linux-musl zig"
+  "linux/arm64 aarch64-unknown-linux-musl zig"
+  "windows/amd64 x86_64-pc-windows-gnu mingw"
+)
 
 version=v$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
-[[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "release.sh: cannot read the version from Cargo.toml" >&2; exit 1; }
+[[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { say "cannot read the version from Cargo.toml"; exit 1; }
+
+tools=$(bash "$root/deploy/cross-tools.sh")
+export PATH="$tools:$PATH"
+
+dir_of() { [ "$profile" = dev ] && echo debug || echo "$profile"; }
+remap="--remap-path-prefix=$root=/rollout-ext --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-install -m 0755 "$binary" "$stage/kubectl-rollout_ext"
-install -m 0644 "$root/LICENSE" "$stage/LICENSE"
-
 mkdir -p "$outdir"
-archive="$outdir/kubectl-rollout_ext-$os-$arch.tar.gz"
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
-  -C "$stage" -cf - kubectl-rollout_ext LICENSE | gzip -n -9 > "$archive"
-sha=$(sha256sum "$archive" | cut -d' ' -f1)
+built=()
+for entry in "${platforms[@]}"; do
+  read -r platform triple how <<<"$entry"
+  [ -z "$only" ] || [ "$only" = "$platform" ] || continue
+  os=${platform%/*} arch=${platform#*/}
+  exe=kubectl-rollout_ext
+  [ "$os" = windows ] && exe=kubectl-rollout_ext.exe
+  env_name=CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$triple")_RUSTFLAGS
+  say "build $platform ($triple, profile $profile)"
+  case "$how" in
+    zig)
+      env "$env_name=$remap" cargo zigbuild --profile "$profile" --target "$triple" \
+        -p rollout-ext --bin kubectl-rollout_ext ;;
+    mingw)
+      env "$env_name=$remap -C link-arg=-Wl,--no-insert-timestamp" \
+        "CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$triple")_LINKER=x86_64-w64-mingw32-gcc" \
+        cargo build --profile "$profile" --target "$triple" -p rollout-ext --bin kubectl-rollout_ext ;;
+  esac
+  files="$stage/$os-$arch"
+  mkdir -p "$files"
+  install -m 0755 "$target_dir/$triple/$(dir_of)/$exe" "$files/$exe"
+  install -m 0644 "$root/LICENSE" "$files/LICENSE"
+  archive="$outdir/kubectl-rollout_ext-$os-$arch.tar.gz"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+    -C "$files" -cf - "$exe" LICENSE | gzip -n -9 >"$archive"
+  built+=("$archive")
+done
+[ ${#built[@]} -gt 0 ] || { say "no platform ${only:+named $only }is released"; exit 2; }
 
-# The platform's entry: the sha256 line after the uri naming this archive; the version everywhere.
-tmp=$(mktemp)
-awk -v file="kubectl-rollout_ext-$os-$arch.tar.gz" -v sha="$sha" -v version="$version" '
-  /^  version:/ { print "  version: " version; next }
-  /uri:/ { gsub(/download\/v[0-9]+\.[0-9]+\.[0-9]+\//, "download/" version "/"); if (index($0, file)) found = 1 }
-  found && /sha256:/ { sub(/sha256:.*/, "sha256: \"" sha "\""); found = 0; done = 1 }
-  { print }
-  END { if (!done) exit 3 }
-' "$manifest" > "$tmp" || { rm -f "$tmp"; echo "release.sh: $manifest has no entry for $os/$arch" >&2; exit 1; }
-cat "$tmp" > "$manifest"
-rm -f "$tmp"
-echo "$archive $sha"
+# Each archive's entry: the sha256 line after the uri naming it; the version everywhere.
+for archive in "${built[@]}"; do
+  sha=$(sha256sum "$archive" | cut -d' ' -f1)
+  tmp=$(mktemp)
+  awk -v file="$(basename "$archive")" -v sha="$sha" -v version="$version" '
+    /^  version:/ { print "  version: " version; next }
+    /uri:/ { gsub(/download\/v[0-9]+\.[0-9]+\.[0-9]+\//, "download/" version "/"); if (index($0, file)) found = 1 }
+    found && /sha256:/ { sub(/sha256:.*/, "sha256: \"" sha "\""); found = 0; done = 1 }
+    { print }
+    END { if (!done) exit 3 }
+  ' "$manifest" >"$tmp" || { rm -f "$tmp"; say "$manifest has no entry for $(basename "$archive")"; exit 1; }
+  cat "$tmp" >"$manifest"
+  rm -f "$tmp"
+  echo "$archive $sha"
+done
+# The manifest beside the archives it names (what the release publishes and the tests read).
+[ "$(realpath -m "$manifest")" = "$(realpath -m "$outdir/krew-manifest.yaml")" ] ||
+  cp "$manifest" "$outdir/krew-manifest.yaml"

@@ -10,8 +10,10 @@
 # the NodeMaintenance CustomResourceDefinition of medik8s' node-maintenance-operator module
 # (github.com/medik8s/node-maintenance-operator at tests/cluster/node-maintenance/VERSION, checked
 # against the hash in SUM beside it: the public checksum database does not list that module);
-# and krew (sigs.k8s.io/krew at tests/cluster/krew/VERSION), which installs the release archive
-# as users install the plugin.
+# and krew (sigs.k8s.io/krew at tests/cluster/krew/VERSION) with its manifest validator, which
+# check and install the release archives as users install the plugin; and actionlint
+# (github.com/rhysd/actionlint at tests/cluster/actionlint/VERSION), which checks the release
+# workflow.
 # Static, as upstream ships them, and stamped with the release so that `--version` and the
 # server's /version say it.
 #
@@ -24,7 +26,9 @@
 # $ROLLOUT_EXT_KWOK_DIR (default: .../rollout-ext/kwok-VERSION) holds bin/kwok and stages/;
 # $ROLLOUT_EXT_KARPENTER_DIR (default: .../rollout-ext/karpenter-VERSION) holds bin/karpenter
 # (the kwok provider's main package, named so that it does not collide with kwok) and crds/;
-# $ROLLOUT_EXT_KREW_DIR (default: .../rollout-ext/krew-VERSION) holds bin/krew.
+# $ROLLOUT_EXT_KREW_DIR (default: .../rollout-ext/krew-VERSION) holds bin/krew and
+# bin/validate-krew-manifest; $ROLLOUT_EXT_ACTIONLINT_DIR (default:
+# .../rollout-ext/actionlint-VERSION) holds bin/actionlint.
 set -euo pipefail
 
 module_dir="$(cd "$(dirname "$0")" && pwd)/k8s"
@@ -36,6 +40,8 @@ bins=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 KWOK_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/kwok/VERSION")
 KREW_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/krew/VERSION")
 krew_dest="${ROLLOUT_EXT_KREW_DIR:-$cache_root/krew-${KREW_VERSION#v}}"
+ACTIONLINT_VERSION=$(tr -d '[:space:]' <"$(dirname "$module_dir")/actionlint/VERSION")
+actionlint_dest="${ROLLOUT_EXT_ACTIONLINT_DIR:-$cache_root/actionlint-${ACTIONLINT_VERSION#v}}"
 kwok_dest="${ROLLOUT_EXT_KWOK_DIR:-$cache_root/kwok-${KWOK_VERSION#v}}"
 # The stages of kwok's module the test cluster runs: nodes Ready at once and kept so through
 # their Lease, pods Running and Ready once bound, terminating pods removed.
@@ -76,10 +82,11 @@ nmo_cached() {
   [ -f "$nmo_dest/crds/$(basename "$nmo_crd")" ]
 }
 
-krew_cached() { [ -x "$krew_dest/bin/krew" ]; }
+krew_cached() { [ -x "$krew_dest/bin/krew" ] && [ -x "$krew_dest/bin/validate-krew-manifest" ]; }
+actionlint_cached() { [ -x "$actionlint_dest/bin/actionlint" ]; }
 
-if cached && kwok_cached && karpenter_cached && nmo_cached && krew_cached; then
-  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest, NodeMaintenance $NMO_VERSION in $nmo_dest, krew $KREW_VERSION in $krew_dest"
+if cached && kwok_cached && karpenter_cached && nmo_cached && krew_cached && actionlint_cached; then
+  say "Kubernetes $K8S_VERSION cached in $dest/bin, kwok $KWOK_VERSION in $kwok_dest, Karpenter $KARPENTER_VERSION in $karpenter_dest, NodeMaintenance $NMO_VERSION in $nmo_dest, krew $KREW_VERSION in $krew_dest, actionlint $ACTIONLINT_VERSION in $actionlint_dest"
   exit 0
 fi
 
@@ -193,13 +200,26 @@ take_nmo_crd() {
 
 build_krew() {
   mkdir -p "$krew_dest" && cd "$krew_dest"
-  begin "build krew $KREW_VERSION (go install)"
+  begin "build krew $KREW_VERSION and its manifest validator (go install)"
   rm -rf "$krew_dest/bin.partial" && mkdir -p "$krew_dest/bin.partial"
-  GOBIN="$krew_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION"
+  GOBIN="$krew_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install \
+    "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION" "sigs.k8s.io/krew/cmd/validate-krew-manifest@$KREW_VERSION"
   rm -rf "$krew_dest/bin" && mv "$krew_dest/bin.partial" "$krew_dest/bin"
   done_step
   step=""
   say "krew $KREW_VERSION ready in $krew_dest"
+}
+
+build_actionlint() {
+  mkdir -p "$actionlint_dest" && cd "$actionlint_dest"
+  begin "build actionlint $ACTIONLINT_VERSION (go install)"
+  rm -rf "$actionlint_dest/bin.partial" && mkdir -p "$actionlint_dest/bin.partial"
+  GOBIN="$actionlint_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  rm -rf "$actionlint_dest/bin" && mv "$actionlint_dest/bin.partial" "$actionlint_dest/bin"
+  done_step
+  step=""
+  say "actionlint $ACTIONLINT_VERSION ready in $actionlint_dest"
 }
 
 cached || build_kubernetes
@@ -207,3 +227,4 @@ kwok_cached || build_kwok
 karpenter_cached || build_karpenter
 nmo_cached || take_nmo_crd
 krew_cached || build_krew
+actionlint_cached || build_actionlint

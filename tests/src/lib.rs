@@ -232,6 +232,35 @@ fn build_dir() -> PathBuf {
 }
 
 /// The plugin binary of this build (the test command builds it first with `cargo build --bins`).
+/// Runs `cmd` to its end; one that cannot start or fails panics with what it printed.
+pub fn run_to_success(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (make test installs it)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Where the release archives under test are, with the manifest that names them beside them:
+/// `ROLLOUT_EXT_DIST` (the release workflow's dist/), else those `make test` builds
+/// (`make release-check`).
+pub fn release_archives() -> PathBuf {
+    let dir = std::env::var_os("ROLLOUT_EXT_DIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("release-check"));
+    assert!(
+        dir.join("krew-manifest.yaml").is_file(),
+        "{} holds no release archives: run `make release-check` (the README's test command does)",
+        dir.display()
+    );
+    dir
+}
+
 pub fn plugin_binary() -> PathBuf {
     let file = build_dir().join("kubectl-rollout_ext");
     assert!(

@@ -1,12 +1,14 @@
-//! The krew path: the committed manifest follows krew's `Plugin` rules, and an archive made by
-//! `deploy/release.sh` carries the sha256 written into the manifest, is installed by the real
-//! krew (built from its Go module by install-control-plane.sh) into a plugin the real kubectl
-//! finds and runs, and is uninstalled by it.
+//! The krew path: the committed manifest follows krew's `Plugin` rules and lists no
+//! placeholder checksum, and every platform's archive made by `deploy/release.sh` (make test's
+//! release-check) is installed by the real krew (built from its Go module by
+//! install-control-plane.sh) from the manifest beside it: the linux/amd64 one into a plugin the
+//! real kubectl finds and runs, and uninstalls; the others as krew installs them for their own
+//! platform (KREW_OS, KREW_ARCH), which checks their entry, checksum and files.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
-use rollout_ext_e2e::{plugin_binary, workspace_root};
+use rollout_ext_e2e::{release_archives, run_to_success, workspace_root};
 use serde_json::Value;
 use sha2::Digest;
 
@@ -91,7 +93,16 @@ fn krew_problems(m: &Value) -> Vec<String> {
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
             "sha256 is 64 lowercase hex digits",
         );
-        check(p["bin"] == "kubectl-rollout_ext", "bin");
+        check(
+            sha.bytes().any(|b| b != b'0'),
+            "sha256 is an archive's, not a placeholder",
+        );
+        let bin = if os == "windows" {
+            "kubectl-rollout_ext.exe"
+        } else {
+            "kubectl-rollout_ext"
+        };
+        check(p["bin"] == bin, "bin");
         let files: Vec<(&str, &str)> = p["files"]
             .as_array()
             .map(|f| {
@@ -106,7 +117,7 @@ fn krew_problems(m: &Value) -> Vec<String> {
             })
             .unwrap_or_default();
         check(
-            files.contains(&("kubectl-rollout_ext", ".")) && files.contains(&("LICENSE", ".")),
+            files.contains(&(bin, ".")) && files.contains(&("LICENSE", ".")),
             "files install the binary and LICENSE",
         );
     }
@@ -123,90 +134,135 @@ fn the_committed_manifest_follows_krew_rules() {
     let mut broken = m.clone();
     broken["spec"]["shortDescription"] = Value::from("x".repeat(51));
     broken["spec"]["platforms"][0]["sha256"] = Value::from("ABC");
-    assert_eq!(krew_problems(&broken).len(), 2);
+    broken["spec"]["platforms"][1]["sha256"] = Value::from("0".repeat(64));
+    assert_eq!(krew_problems(&broken).len(), 3);
 }
 
-fn platform_entry<'a>(m: &'a Value, archive: &Path) -> &'a Value {
-    let file = archive.file_name().unwrap().to_str().unwrap();
-    m["spec"]["platforms"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["uri"].as_str().unwrap().ends_with(file))
-        .unwrap_or_else(|| panic!("no manifest entry for {file}"))
+/// The real `tool` (krew or its manifest validator) with a krew root and home in `work`.
+fn krew_command(tool: &str, work: &Path, env: &[(&str, &str)], args: &[&str]) -> Command {
+    let krew = rollout_ext_e2e::cluster::krew_binary().expect("make test builds krew");
+    let mut cmd = Command::new(krew.with_file_name(tool));
+    cmd.args(args)
+        .env("KREW_ROOT", work.join("krew"))
+        .env("HOME", work)
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// [`krew_command`] run; a failure panics with what it said.
+fn krew_tool(tool: &str, work: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    run_to_success(&mut krew_command(tool, work, env, args))
 }
 
 #[test]
-fn a_release_archive_installs_with_krew_and_runs_through_kubectl() {
-    let root = workspace_root();
+fn the_release_manifest_passes_krews_own_validation() {
+    let dist = release_archives();
     let work = tempfile::tempdir().unwrap();
-    // The release binary is large to build here; the debug one, stripped, packs the same way.
-    let binary = work.path().join("kubectl-rollout_ext");
-    std::fs::copy(plugin_binary(), &binary).unwrap();
-    assert!(
-        Command::new("strip")
-            .arg(&binary)
-            .status()
-            .unwrap()
-            .success()
+    // The validator takes the plugin's name from the file's, as the krew index names them.
+    let named = work.path().join("rollout-ext.yaml");
+    std::fs::copy(dist.join("krew-manifest.yaml"), &named).unwrap();
+    let manifest_arg = format!("-manifest={}", named.display());
+    // Its install step downloads each uri: the archives' installs are the test below.
+    let out = krew_tool(
+        "validate-krew-manifest",
+        work.path(),
+        &[],
+        &[&manifest_arg, "-skip-install"],
     );
-    let manifest_copy = work.path().join("krew-manifest.yaml");
-    std::fs::copy(root.join("krew-manifest.yaml"), &manifest_copy).unwrap();
-    let dist = work.path().join("dist");
-    let out = Command::new(root.join("deploy/release.sh"))
-        .arg(&binary)
-        .arg(&dist)
-        .arg(&manifest_copy)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let archive: PathBuf = dist.join(
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .next()
-            .map(|p| Path::new(p).file_name().unwrap().to_owned())
-            .unwrap(),
-    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    for step in [
+        "structural validation OK",
+        "all spec.platform[] items are used",
+        "no overlapping spec.platform[].selector",
+    ] {
+        assert!(said.contains(step), "{said}");
+    }
+    assert_eq!(krew_problems(&manifest(&named)), Vec::<String>::new());
 
-    // The manifest now names the archive's real digest, and still follows the rules.
-    let m = manifest(&manifest_copy);
-    assert_eq!(krew_problems(&m), Vec::<String>::new());
-    let entry = platform_entry(&m, &archive);
-    let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&archive).unwrap()));
-    assert_eq!(entry["sha256"].as_str().unwrap(), digest);
-
-    // Installed by the real krew, from the archive, into a krew root of its own; run through
-    // kubectl's plugin discovery; uninstalled.
-    let krew_root = work.path().join("krew");
-    let krew = |args: &[&str]| {
-        Command::new(rollout_ext_e2e::cluster::krew_binary().expect("make test builds krew"))
-            .args(args)
-            .env("KREW_ROOT", &krew_root)
-            .env("HOME", work.path())
-            .output()
-            .unwrap()
-    };
-    let manifest_arg = format!("--manifest={}", manifest_copy.display());
-    let archive_arg = format!("--archive={}", archive.display());
-    let installed = krew(&["install", &manifest_arg, &archive_arg]);
+    // And it refuses what krew would refuse: two entries for one platform.
+    let mut twice = manifest(&named);
+    let first = twice["spec"]["platforms"][0].clone();
+    twice["spec"]["platforms"]
+        .as_array_mut()
+        .unwrap()
+        .push(first);
+    std::fs::write(&named, serde_json::to_string(&twice).unwrap()).unwrap();
+    let out = krew_command(
+        "validate-krew-manifest",
+        work.path(),
+        &[],
+        &[&manifest_arg, "-skip-install"],
+    )
+    .output()
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
+        !out.status.success() && said.contains("overlapping"),
+        "{said}"
     );
-    let bin = entry["bin"].as_str().unwrap();
-    let bin_dir = krew_root.join("bin");
+}
+
+#[test]
+fn every_release_archive_installs_with_krew_and_the_linux_one_runs_through_kubectl() {
+    let dist = release_archives();
+    let manifest_file = dist.join("krew-manifest.yaml");
+    let m = manifest(&manifest_file);
+    let manifest_arg = format!("--manifest={}", manifest_file.display());
+    let version = m["spec"]["version"].as_str().unwrap();
+    let mut installed = Vec::new();
+    for entry in m["spec"]["platforms"].as_array().unwrap() {
+        let labels = &entry["selector"]["matchLabels"];
+        let (os, arch) = (
+            labels["os"].as_str().unwrap(),
+            labels["arch"].as_str().unwrap(),
+        );
+        let uri = entry["uri"].as_str().unwrap();
+        let archive = dist.join(uri.rsplit('/').next().unwrap());
+        let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&archive).unwrap()));
+        assert_eq!(entry["sha256"].as_str().unwrap(), digest, "{os}/{arch}");
+
+        // Installed by the real krew, from the archive, as it installs for that platform, into
+        // a krew root of its own: the entry's checksum, files and bin checked by krew itself.
+        let work = tempfile::tempdir().unwrap();
+        let archive_arg = format!("--archive={}", archive.display());
+        let platform = [("KREW_OS", os), ("KREW_ARCH", arch)];
+        krew_tool(
+            "krew",
+            work.path(),
+            &platform,
+            &["install", &manifest_arg, &archive_arg],
+        );
+        let store = work.path().join("krew/store/rollout-ext").join(version);
+        let bin = entry["bin"].as_str().unwrap();
+        for file in [bin, "LICENSE"] {
+            assert!(
+                store.join(file).is_file(),
+                "{os}/{arch}: {file} in {}",
+                store.display()
+            );
+        }
+        installed.push(format!("{os}/{arch}"));
+        if (os, arch) == ("linux", "amd64") {
+            runs_through_kubectl(work.path(), bin);
+        }
+    }
+    assert!(
+        installed.contains(&"linux/amd64".to_string()),
+        "{installed:?}"
+    );
+}
+
+/// The plugin krew installed into `work`'s krew root is found by kubectl's plugin discovery and
+/// runs; krew uninstalls it.
+fn runs_through_kubectl(work: &Path, bin: &str) {
+    let bin_dir = work.join("krew/bin");
     assert!(bin_dir.join(bin).exists(), "krew links {bin} into its bin");
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display());
     let kubectl = |args: &[&str]| {
         Command::new("kubectl")
             .args(args)
             .env("PATH", &path)
-            .env("HOME", work.path())
+            .env("HOME", work)
             .output()
             .unwrap()
     };
@@ -231,18 +287,13 @@ fn a_release_archive_installs_with_krew_and_runs_through_kubectl() {
     );
     // krew uninstalls only with a plugin index in place: an empty local one (krew's indexes are
     // git repositories), with nothing fetched.
-    let index = krew_root.join("index/default");
+    let index = work.join("krew/index/default");
     std::fs::create_dir_all(&index).unwrap();
     let git = Command::new("git")
         .args(["init", "-q"])
         .current_dir(&index)
         .status();
     assert!(git.unwrap().success());
-    let removed = krew(&["uninstall", "rollout-ext"]);
-    assert!(
-        removed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&removed.stderr)
-    );
+    krew_tool("krew", work, &[], &["uninstall", "rollout-ext"]);
     assert!(!bin_dir.join(bin).exists(), "uninstalled");
 }

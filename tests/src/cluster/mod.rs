@@ -57,16 +57,27 @@ pub const OPERATOR_TOKEN: &str = "rollout-ext-test-operator-token";
 pub const OPERATOR_USER: &str = "operator";
 
 /// krew, built by `install-control-plane.sh` at `tests/cluster/krew/VERSION`, or why it is
-/// missing: it installs the release archive as users install the plugin.
+/// missing: it installs the release archive as users install the plugin (its manifest
+/// validator, `validate-krew-manifest`, sits beside it).
 pub fn krew_binary() -> anyhow::Result<PathBuf> {
-    let dir = match std::env::var_os("ROLLOUT_EXT_KREW_DIR") {
+    let version = include_str!("../../cluster/krew/VERSION");
+    installed(peer_tool_dir("KREW", "krew", version).join("bin/krew"))
+}
+
+/// actionlint, built by `install-control-plane.sh` at `tests/cluster/actionlint/VERSION`, or
+/// why it is missing: it checks the release workflow.
+pub fn actionlint_binary() -> anyhow::Result<PathBuf> {
+    let version = include_str!("../../cluster/actionlint/VERSION");
+    installed(peer_tool_dir("ACTIONLINT", "actionlint", version).join("bin/actionlint"))
+}
+
+/// Where `install-control-plane.sh` keeps the peer tool `name` of `version`:
+/// `ROLLOUT_EXT_<VAR>_DIR`, else `<cache>/<name>-<version without its v>`.
+fn peer_tool_dir(var: &str, name: &str, version: &str) -> PathBuf {
+    match std::env::var_os(format!("ROLLOUT_EXT_{var}_DIR")) {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            let version = include_str!("../../cluster/krew/VERSION").trim();
-            cache_root().join(format!("krew-{}", version.trim_start_matches('v')))
-        }
-    };
-    installed(dir.join("bin/krew"))
+        None => cache_root().join(format!("{name}-{}", version.trim().trim_start_matches('v'))),
+    }
 }
 
 /// Where `install-control-plane.sh` caches what it builds.
