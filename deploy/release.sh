@@ -48,7 +48,11 @@ tools=$(bash "$root/deploy/cross-tools.sh")
 export PATH="$tools:$PATH"
 
 dir_of() { [ "$profile" = dev ] && echo debug || echo "$profile"; }
-remap="--remap-path-prefix=$root=/rollout-ext --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+# Source paths mapped to fixed names in what is published (release): the archives are the same
+# from any checkout. Other profiles keep them, so that their cached builds serve every checkout.
+remap=""
+[ "$profile" != release ] ||
+  remap="--remap-path-prefix=$root=/rollout-ext --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
