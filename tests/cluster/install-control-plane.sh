@@ -198,27 +198,28 @@ take_nmo_crd() {
   say "the NodeMaintenance definition of $NMO_VERSION ready in $nmo_dest"
 }
 
-build_krew() {
-  mkdir -p "$krew_dest" && cd "$krew_dest"
-  begin "build krew $KREW_VERSION and its manifest validator (go install)"
-  rm -rf "$krew_dest/bin.partial" && mkdir -p "$krew_dest/bin.partial"
-  GOBIN="$krew_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install \
-    "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION" "sigs.k8s.io/krew/cmd/validate-krew-manifest@$KREW_VERSION"
-  rm -rf "$krew_dest/bin" && mv "$krew_dest/bin.partial" "$krew_dest/bin"
+# Installs the Go packages PKG@VERSION... into DEST/bin, through DEST/bin.partial: a build cut
+# short leaves no bin/ to be taken for cached.
+go_install_into() {
+  local dest=$1; shift
+  mkdir -p "$dest" && cd "$dest"
+  rm -rf "$dest/bin.partial" && mkdir -p "$dest/bin.partial"
+  GOBIN="$dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install "$@"
+  rm -rf "$dest/bin" && mv "$dest/bin.partial" "$dest/bin"
   done_step
   step=""
+}
+
+build_krew() {
+  begin "build krew $KREW_VERSION and its manifest validator (go install)"
+  go_install_into "$krew_dest" "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION" \
+    "sigs.k8s.io/krew/cmd/validate-krew-manifest@$KREW_VERSION"
   say "krew $KREW_VERSION ready in $krew_dest"
 }
 
 build_actionlint() {
-  mkdir -p "$actionlint_dest" && cd "$actionlint_dest"
   begin "build actionlint $ACTIONLINT_VERSION (go install)"
-  rm -rf "$actionlint_dest/bin.partial" && mkdir -p "$actionlint_dest/bin.partial"
-  GOBIN="$actionlint_dest/bin.partial" CGO_ENABLED=0 GOFLAGS=-trimpath "$go_bin" install \
-    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
-  rm -rf "$actionlint_dest/bin" && mv "$actionlint_dest/bin.partial" "$actionlint_dest/bin"
-  done_step
-  step=""
+  go_install_into "$actionlint_dest" "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
   say "actionlint $ACTIONLINT_VERSION ready in $actionlint_dest"
 }
 
