@@ -73,15 +73,15 @@ registry:
 control-plane:
 	bash tests/cluster/install-control-plane.sh
 
-## release: every released platform's binary (cross-compiled: zig for Linux, mingw-w64 for Windows;
-## deploy/cross-tools.sh installs them once) packed with LICENSE into dist/, each sha256 and the
+## release: every released platform's binary (cross-compiled: zig for Linux and macOS, mingw-w64
+## for Windows; deploy/cross-tools.sh installs them once) packed with LICENSE into dist/, each sha256 and the
 ## version written into krew-manifest.yaml (copied beside the archives).
 release:
 	bash deploy/release.sh dist
 
 ## release-check: the same archives in the quick release-check profile into
 ## $(TARGET_DIR)/release-check with a manifest of their own, and what runs them here (qemu-user,
-## wine): tests/release.rs and tests/krew.rs prove them. The three platforms' builds are kept
+## wine): tests/release.rs and tests/krew.rs prove them. The five platforms' builds are kept
 ## in the cache beside the test servers: after the first, a change rebuilds our crates only.
 RELEASE_CHECK := $(TARGET_DIR)/release-check
 RELEASE_CHECK_BUILD := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rollout-ext/release-check-build

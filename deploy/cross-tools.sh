@@ -7,7 +7,7 @@
 # - the Rust targets of the released platforms (rustup);
 # - zig (PyPI's ziglang) and cargo-zigbuild (PyPI's cargo-zigbuild), at the versions below, in a
 #   virtual environment of their own in the cache: the Linux binaries are static, linked by zig
-#   against its musl;
+#   against its musl, and the macOS ones by zig against its libSystem stubs (no SDK needed);
 # - Debian's mingw-w64, the linker of the Windows binary.
 # With --runners, also what the tests check the release with: Debian's qemu-user-static
 # (runs the linux/arm64 binary), wine64 (the windows/amd64 one) and shellcheck (which actionlint
@@ -19,7 +19,8 @@ set -euo pipefail
 
 ZIG_VERSION=0.17.1
 ZIGBUILD_VERSION=0.24.1
-TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl x86_64-pc-windows-gnu)
+TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl x86_64-apple-darwin aarch64-apple-darwin
+  x86_64-pc-windows-gnu)
 
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/rollout-ext"
 venv="$cache_root/cross-zig-$ZIG_VERSION-zigbuild-$ZIGBUILD_VERSION"

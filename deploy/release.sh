@@ -11,10 +11,12 @@
 # from deploy/cross-tools.sh (installed on first use).
 #
 # The Linux binaries are static (musl, linked by zig): they run on any distribution, need no
-# libraries, and run under qemu-user without a sysroot. Reproducible: source paths in the
-# binaries are mapped to fixed names, the Windows linker writes no timestamp, and the archives
-# have sorted entries, fixed owner and times, and gzip without a name or timestamp; the same
-# commit and toolchain give the same sha256.
+# libraries, and run under qemu-user without a sysroot. The macOS binaries are linked by zig
+# against its own stubs of the system's libraries under /usr/lib (no framework: see
+# plugin/src/tls.rs), the arm64 one signed ad hoc by zig's linker as Apple silicon requires.
+# Reproducible: source paths in the binaries are mapped to fixed names, the Windows linker
+# writes no timestamp, and the archives have sorted entries, fixed owner and times, and gzip
+# without a name or timestamp; the same commit and toolchain give the same sha256.
 set -euo pipefail
 
 usage="usage: deploy/release.sh [--profile PROFILE] [--only OS/ARCH] OUTDIR [MANIFEST]"
@@ -38,6 +40,8 @@ say() { printf '[release] %s\n' "$*" >&2; }
 platforms=(
   "linux/amd64 x86_64-unknown-linux-musl zig"
   "linux/arm64 aarch64-unknown-linux-musl zig"
+  "darwin/amd64 x86_64-apple-darwin zig"
+  "darwin/arm64 aarch64-apple-darwin zig"
   "windows/amd64 x86_64-pc-windows-gnu mingw"
 )
 

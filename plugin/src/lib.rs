@@ -21,4 +21,5 @@ pub mod report;
 pub mod rotate;
 pub mod scheduling;
 pub mod snapshot;
+pub mod tls;
 pub mod workload;

@@ -2,7 +2,9 @@
 //! the shipped ClusterRole, it plans, rotates and rolls a controller, a StatefulSet and a
 //! DaemonSet; bound to it and the shipped Cluster API role, it rotates a MachineDeployment; with
 //! one verb taken out of either role, a live run names the verb and the resource before it
-//! changes anything.
+//! changes anything. Every way a kubeconfig names the server's CA and the user's certificate
+//! (files, inline data, an exec plugin, `tls-server-name`) works where kubectl's does, and fails
+//! where kubectl's fails, with the reason.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -706,4 +708,131 @@ async fn the_cluster_api_role_is_enough_and_a_missing_verb_is_named() {
     let (report, _) = observer.finish(cluster, calls, now).await;
     assert!(report.is_none(), "{}", report.unwrap());
     capi::assert_each_replaced_once(cluster, ns, md, &outdated);
+}
+
+/// A kubeconfig for `server` whose cluster and user entries have `cluster` and `user` (YAML
+/// fields, one per line, indented under their entry).
+fn tls_kubeconfig(path: &std::path::Path, server: &str, cluster: &str, user: &str) -> String {
+    let indent = |fields: &str| {
+        (fields.lines())
+            .map(|line| format!("    {line}\n"))
+            .collect::<String>()
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{}users:\n- name: u\n  user:\n{}contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+        indent(cluster),
+        indent(user)
+    );
+    std::fs::write(path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// base64 of a file's bytes, as a kubeconfig's `*-data` fields hold it.
+fn base64_of(file: &std::path::Path) -> String {
+    let bytes = k8s_openapi::ByteString(std::fs::read(file).unwrap());
+    serde_json::to_value(bytes)
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_kubeconfig_s_certificates_are_honoured_as_kubectl_honours_them() {
+    let _serial = SERIAL.lock().await;
+    let cluster = TestCluster::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = cluster.server_ca();
+    let (cert, key) = cluster
+        .client_certificate("tls-admin", "tls-admin", "system:masters")
+        .unwrap();
+    let (ca_text, cert_text, key_text) = (ca.display(), cert.display(), key.display());
+    // An exec plugin answering with the client certificate (client-go's ExecCredential).
+    let credential = dir.path().join("credential.json");
+    let answer = json!({
+        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+        "status": {"clientCertificateData": std::fs::read_to_string(&cert).unwrap(),
+                   "clientKeyData": std::fs::read_to_string(&key).unwrap()}
+    });
+    std::fs::write(&credential, answer.to_string()).unwrap();
+    let exec = format!(
+        "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: cat\n  args: [\"{}\"]\n  interactiveMode: Never",
+        credential.display()
+    );
+    let files = format!("client-certificate: {cert_text}\nclient-key: {key_text}");
+    let client_ca = cluster.dir().join("client-ca.crt");
+    // (what, cluster fields, user fields, our exit code and error when kubectl fails too)
+    let cases = [
+        (
+            "files",
+            format!("certificate-authority: {ca_text}"),
+            files.clone(),
+            None,
+        ),
+        (
+            "inline data",
+            format!("certificate-authority-data: {}", base64_of(&ca)),
+            format!(
+                "client-certificate-data: {}\nclient-key-data: {}",
+                base64_of(&cert),
+                base64_of(&key)
+            ),
+            None,
+        ),
+        (
+            "exec plugin",
+            format!("certificate-authority: {ca_text}"),
+            exec,
+            None,
+        ),
+        (
+            "server name",
+            format!("certificate-authority: {ca_text}\ntls-server-name: kubernetes.default.svc"),
+            files.clone(),
+            None,
+        ),
+        (
+            "another CA",
+            format!("certificate-authority: {}", client_ca.display()),
+            files.clone(),
+            Some((1, "UnknownIssuer")),
+        ),
+        (
+            "another server name",
+            format!("certificate-authority: {ca_text}\ntls-server-name: elsewhere.example"),
+            files.clone(),
+            Some((1, "certificate not valid for name \"elsewhere.example\"")),
+        ),
+        (
+            "a key alone",
+            format!("certificate-authority: {ca_text}"),
+            format!("client-key: {key_text}"),
+            Some((2, "client-key without client-certificate")),
+        ),
+    ];
+    for (i, (what, cluster_fields, user_fields, fails_with)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.kubeconfig"));
+        let kubeconfig = tls_kubeconfig(&path, &cluster.server, cluster_fields, user_fields);
+        let ours = plugin(&["nodes", "--kubeconfig", &kubeconfig]);
+        let theirs = kubectl(&kubeconfig, &["get", "nodes", "-o", "name"]);
+        let stderr = String::from_utf8_lossy(&ours.stderr);
+        assert_eq!(
+            ours.status.success(),
+            theirs.status.success(),
+            "{what}: kubectl {} and we {}: {stderr} / {}",
+            theirs.status,
+            ours.status,
+            String::from_utf8_lossy(&theirs.stderr)
+        );
+        match fails_with {
+            None => assert!(!ours.stdout.is_empty(), "{what}: no plan"),
+            Some((code, says)) => {
+                // A server that is not who it says: 1 (it may be right later); a kubeconfig
+                // that cannot be right: 2, as all bad input.
+                assert_eq!(ours.status.code(), Some(*code), "{what}: {stderr}");
+                assert!(stderr.contains(says), "{what}: {stderr}");
+                assert!(ours.stdout.is_empty(), "{what}");
+            }
+        }
+    }
 }

@@ -1,8 +1,11 @@
 //! Every released platform's archive, as `deploy/release.sh` packs it (make test builds them in
-//! the dev profile; the release workflow proves its own): each holds its platform's binary and
-//! LICENSE under the checksum the manifest beside it names, and each binary runs on its
-//! platform's stand-in (linux/arm64 under qemu-user, windows/amd64 under wine, linux/amd64 as
-//! is), printing its version and the demo plan exactly as the test build does.
+//! the release-check profile; the release workflow proves its own): each holds its platform's
+//! binary and LICENSE under the checksum the manifest beside it names, and each binary that can
+//! run here runs on its platform's stand-in (linux/arm64 under qemu-user, windows/amd64 under
+//! wine, linux/amd64 as is), printing its version and the demo plan exactly as the test build
+//! does. The macOS binaries, which nothing here runs, are read instead: Mach-O of their
+//! architecture, the arm64 one signed (Apple silicon runs nothing unsigned), loading only the
+//! system's libraries, and carrying the version the test build prints.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +15,13 @@ use serde_json::Value;
 use sha2::Digest;
 
 /// The platforms released, as krew names them.
-const RELEASED: &[&str] = &["linux/amd64", "linux/arm64", "windows/amd64"];
+const RELEASED: &[&str] = &[
+    "linux/amd64",
+    "linux/arm64",
+    "darwin/amd64",
+    "darwin/arm64",
+    "windows/amd64",
+];
 
 struct Platform {
     name: String,
@@ -92,9 +101,66 @@ fn kind_of(binary: &[u8]) -> String {
             0x8664 => "PE x86_64".into(),
             other => panic!("PE machine {other:#x}"),
         }
+    } else if binary.starts_with(&MACH_O_64.to_le_bytes()) {
+        let mach = mach_o(binary);
+        format!(
+            "Mach-O {}{}",
+            mach.arch,
+            if mach.signed { " signed" } else { " unsigned" }
+        )
     } else {
-        panic!("neither ELF nor PE: {:?}", &binary[..4]);
+        panic!("neither ELF, PE nor Mach-O: {:?}", &binary[..4]);
     }
+}
+
+/// The magic of a 64-bit little-endian Mach-O file.
+const MACH_O_64: u32 = 0xfeed_facf;
+
+/// What a Mach-O binary's load commands say.
+struct MachO {
+    arch: &'static str,
+    /// The libraries it loads (LC_LOAD_DYLIB and its weak, lazy, upward and re-export kinds).
+    dylibs: Vec<String>,
+    /// Its run-path entries (LC_RPATH).
+    rpaths: Vec<String>,
+    /// Whether it carries a code signature (LC_CODE_SIGNATURE).
+    signed: bool,
+}
+
+fn mach_o(binary: &[u8]) -> MachO {
+    let u32_at = |at: usize| u32::from_le_bytes(binary[at..at + 4].try_into().unwrap());
+    let arch = match u32_at(4) {
+        0x0100_0007 => "x86_64",
+        0x0100_000c => "arm64",
+        other => panic!("Mach-O CPU type {other:#x}"),
+    };
+    let string_at = |command: usize, size: usize| {
+        let start = command + u32_at(command + 8) as usize;
+        let bytes = &binary[start..command + size];
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    };
+    let mut mach = MachO {
+        arch,
+        dylibs: Vec::new(),
+        rpaths: Vec::new(),
+        signed: false,
+    };
+    // The load commands follow the 32-byte header: each its kind, then its size.
+    let mut at = 32;
+    for _ in 0..u32_at(16) {
+        let (kind, size) = (u32_at(at), u32_at(at + 4) as usize);
+        match kind {
+            0xc | 0x8000_0018 | 0x20 | 0x8000_0023 | 0x8000_001f => {
+                mach.dylibs.push(string_at(at, size))
+            }
+            0x8000_001c => mach.rpaths.push(string_at(at, size)),
+            0x1d => mach.signed = true,
+            _ => {}
+        }
+        at += size;
+    }
+    mach
 }
 
 #[test]
@@ -115,6 +181,10 @@ fn every_released_platform_has_its_archive_under_the_manifests_checksum() {
         let wanted = match platform.name.as_str() {
             "linux/amd64" => "ELF x86_64 static",
             "linux/arm64" => "ELF aarch64 static",
+            // Apple silicon runs only signed code (zig's linker signs ad hoc); Intel Macs run
+            // code without a signature, and zig's linker writes none there.
+            "darwin/amd64" => "Mach-O x86_64 unsigned",
+            "darwin/arm64" => "Mach-O arm64 signed",
             "windows/amd64" => "PE x86_64",
             other => panic!("{other}"),
         };
@@ -195,7 +265,10 @@ fn each_binary_prints_its_version_and_the_demo_plan_as_the_test_build_does() {
         native["groups"].as_array().is_some_and(|g| !g.is_empty()),
         "{native}"
     );
-    for platform in platforms() {
+    for platform in platforms()
+        .into_iter()
+        .filter(|p| !p.name.starts_with("darwin/"))
+    {
         let dir = tempfile::tempdir().unwrap();
         let (_, binary) = unpack(&platform, dir.path());
         let version = run(on_platform(&platform.name, &binary, dir.path()).arg("--version"));
@@ -208,6 +281,64 @@ fn each_binary_prints_its_version_and_the_demo_plan_as_the_test_build_does() {
         let plan = demo_plan(on_platform(&platform.name, &binary, dir.path()));
         assert_eq!(plan, native, "{}", platform.name);
     }
+}
+
+#[test]
+fn each_macos_binary_loads_only_the_system_s_libraries_and_carries_the_test_build_s_version() {
+    // What `--version` prints after the program's name, as one constant in every binary.
+    let version = run(Command::new(plugin_binary()).arg("--version"));
+    let version = String::from_utf8_lossy(&version.stdout);
+    let version = version.trim().strip_prefix("kubectl rollout-ext ").unwrap();
+    let darwin: Vec<Platform> = (platforms().into_iter())
+        .filter(|p| p.name.starts_with("darwin/"))
+        .collect();
+    assert_eq!(darwin.len(), 2);
+    for platform in darwin {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, binary) = unpack(&platform, dir.path());
+        let bytes = std::fs::read(&binary).unwrap();
+        let mach = mach_o(&bytes);
+        // Every Mac has these; nothing from Homebrew, a framework or the build machine.
+        assert!(!mach.dylibs.is_empty(), "{}", platform.name);
+        for dylib in &mach.dylibs {
+            assert!(
+                dylib.starts_with("/usr/lib/") && !dylib.contains(".framework/"),
+                "{}: loads {dylib}",
+                platform.name
+            );
+        }
+        assert_eq!(mach.rpaths, Vec::<String>::new(), "{}", platform.name);
+        assert!(
+            (bytes.windows(version.len())).any(|w| w == version.as_bytes()),
+            "{}: no {version:?} in the binary",
+            platform.name
+        );
+    }
+    // The reader sees what it checks for: a framework and a run path in a made-up binary.
+    let command = |kind: u32, offset: usize, text: &str| {
+        let size = (offset + text.len() + 1).next_multiple_of(8);
+        let mut bytes = [kind, size as u32, offset as u32]
+            .map(u32::to_le_bytes)
+            .concat();
+        bytes.resize(offset, 0);
+        bytes.extend(text.as_bytes());
+        bytes.resize(size, 0);
+        bytes
+    };
+    let framework = "/System/Library/Frameworks/Security.framework/Versions/A/Security";
+    let commands = [
+        command(0xc, 24, framework),
+        command(0x8000_001c, 12, "/opt/homebrew/lib"),
+    ];
+    let mut made = [MACH_O_64, 0x0100_000c, 0, 2, 2, 0, 0, 0]
+        .map(u32::to_le_bytes)
+        .concat();
+    made.extend(commands.concat());
+    let mach = mach_o(&made);
+    assert_eq!(mach.dylibs, [framework]);
+    assert_eq!(mach.rpaths, ["/opt/homebrew/lib"]);
+    assert!(!mach.signed);
+    assert_eq!(kind_of(&made), "Mach-O arm64 unsigned");
 }
 
 #[test]

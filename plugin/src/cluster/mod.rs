@@ -19,7 +19,7 @@ mod objects;
 pub mod recorder;
 pub mod retry;
 pub mod runner;
-mod transport;
+pub mod transport;
 pub mod validate;
 pub mod view;
 pub mod workloads;

@@ -12,6 +12,7 @@
 
 mod calls;
 mod convert;
+mod distribution;
 mod engine;
 mod foreign;
 mod load;

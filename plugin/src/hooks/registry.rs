@@ -8,22 +8,23 @@
 use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest, WASM_LAYER_MEDIA_TYPE};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
-use sha2::{Digest, Sha256};
+use hyper::body::Bytes;
+use serde::{Deserialize, Serialize};
 
+use super::distribution::{Credentials, Distribution, DistributionError, sha256_digest};
 use crate::policy::{ModuleSource, OciReference, Policy, PolicyError, PulledModule};
 
 /// The layer of a WebAssembly artifact.
 pub const WASM_LAYER: &str = "application/wasm";
+/// The layer type of the first WebAssembly artifacts (wasm-to-oci), still read.
+const WASM_LAYER_LEGACY: &str = "application/vnd.wasm.content.layer.v1+wasm";
+/// The manifest type of a pushed module.
+const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The config of a WebAssembly artifact.
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// A module larger than this is refused before it is downloaded.
-const MAX_MODULE_BYTES: i64 = 512 << 20;
+const MAX_MODULE_BYTES: u64 = 512 << 20;
 
 /// Why a module could not be pushed or pulled. Each names the reference.
 #[derive(Debug, thiserror::Error)]
@@ -104,26 +105,23 @@ impl Registry {
 
     async fn fetch(&self, reference: &OciReference) -> Result<PulledModule, RegistryError> {
         let shown = reference.to_string();
-        let (client, target, auth) = connect(reference)?;
-        let (manifest, digest) = (client.pull_manifest(&target, &auth).await)
-            .map_err(|e| failure(&shown, &reference.registry, e))?;
+        let fail = |e| failure(&shown, &reference.registry, e);
+        let registry = connect(reference)?;
+        let manifest = registry
+            .manifest(&pinned_or_tag(reference))
+            .await
+            .map_err(fail)?;
+        let digest = manifest.digest.clone();
         if let Some(pulled) = self.cached(&digest) {
             return Ok(pulled);
         }
-        let layer = wasm_layer(&manifest).map_err(|why| RegistryError::NotAModule {
+        let not_a_module = |why| RegistryError::NotAModule {
             reference: shown.clone(),
             why,
-        })?;
-        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
-        (client.pull_blob(&target, layer, &mut bytes).await)
-            .map_err(|e| failure(&shown, &reference.registry, e))?;
-        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        if actual != layer.digest {
-            return Err(RegistryError::NotAModule {
-                reference: shown,
-                why: format!("its layer is {actual}, the manifest says {}", layer.digest),
-            });
-        }
+        };
+        let layer = wasm_layer(&manifest.media_type, &manifest.bytes).map_err(not_a_module)?;
+        let size = usize::try_from(layer.size).unwrap_or(usize::MAX);
+        let bytes = registry.blob(&layer.digest, size).await.map_err(fail)?;
         let file = self.cache_file(&digest);
         if !super::store_atomically(&file, &bytes) {
             return Err(RegistryError::Cache {
@@ -162,20 +160,50 @@ pub fn pull_modules(policy: &mut Policy) -> Result<(), PolicyError> {
     Ok(())
 }
 
-/// The one WebAssembly layer of an artifact's manifest.
-fn wasm_layer(manifest: &OciManifest) -> Result<&OciDescriptor, String> {
-    let OciManifest::Image(image) = manifest else {
-        return Err("its manifest is an index of images, not one artifact".into());
-    };
-    let wasm: Vec<&OciDescriptor> = (image.layers.iter())
-        .filter(|l| l.media_type == WASM_LAYER || l.media_type == WASM_LAYER_MEDIA_TYPE)
+/// A content descriptor of a manifest.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    media_type: String,
+    digest: String,
+    size: u64,
+}
+
+/// An image manifest, as far as a module artifact needs it.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ImageManifest {
+    schema_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    artifact_type: Option<String>,
+    config: Descriptor,
+    layers: Vec<Descriptor>,
+    #[serde(default, skip_serializing)]
+    manifests: Option<serde_json::Value>,
+}
+
+/// The one WebAssembly layer of an artifact's manifest (`bytes`, of `media_type`).
+fn wasm_layer(media_type: &str, bytes: &[u8]) -> Result<Descriptor, String> {
+    let index = || Err("its manifest is an index of images, not one artifact".into());
+    if media_type.contains("index") || media_type.contains("list") {
+        return index();
+    }
+    let image: ImageManifest = serde_json::from_slice(bytes)
+        .map_err(|e| format!("its manifest ({media_type}) is not an image manifest: {e}"))?;
+    if image.manifests.is_some() {
+        return index();
+    }
+    let wasm: Vec<&Descriptor> = (image.layers.iter())
+        .filter(|l| l.media_type == WASM_LAYER || l.media_type == WASM_LAYER_LEGACY)
         .collect();
     match wasm[..] {
         [layer] if layer.size > MAX_MODULE_BYTES => Err(format!(
             "its module is {} bytes, more than the {MAX_MODULE_BYTES} a hook may be",
             layer.size
         )),
-        [layer] => Ok(layer),
+        [layer] => Ok(layer.clone()),
         [] => Err(format!(
             "no layer of type {WASM_LAYER} (layers: {})",
             (image.layers.iter().map(|l| l.media_type.as_str()))
@@ -191,75 +219,68 @@ fn wasm_layer(manifest: &OciManifest) -> Result<&OciDescriptor, String> {
 
 async fn push(bytes: &[u8], reference: &OciReference) -> Result<String, RegistryError> {
     let shown = reference.to_string();
-    let (client, target, auth) = connect(reference)?;
-    let layer = ImageLayer::new(bytes.to_vec(), WASM_LAYER.to_string(), None);
-    let layer_digest = layer.sha256_digest();
+    let fail = |e| failure(&shown, &reference.registry, e);
+    let registry = connect(reference)?;
+    let layer = Bytes::copy_from_slice(bytes);
+    let layer_digest = sha256_digest(&layer);
     let config = serde_json::json!({
         "architecture": "wasm",
         "os": "wasip2",
         "layerDigests": [layer_digest],
     });
-    let config = Config::new(
-        serde_json::to_vec(&config).expect("a JSON value serializes"),
-        WASM_CONFIG.to_string(),
-        None,
-    );
-    let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
-    manifest.artifact_type = Some(WASM_CONFIG.to_string());
-    let manifest_bytes = serde_json::to_vec(&manifest).expect("a manifest serializes");
-    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&manifest_bytes)));
-    let fail = |e| failure(&shown, &reference.registry, e);
-    client
-        .store_auth_if_needed(target.resolve_registry(), &auth)
-        .await;
-    for (data, digest) in [
-        (layer.data.clone(), layer_digest),
-        (config.data.clone(), manifest.config.digest.clone()),
-    ] {
-        client
-            .push_blob(&target, data, &digest)
-            .await
-            .map_err(fail)?;
+    let config = Bytes::from(serde_json::to_vec(&config).expect("a JSON value serializes"));
+    let descriptor = |media_type: &str, blob: &Bytes| Descriptor {
+        media_type: media_type.to_string(),
+        digest: sha256_digest(blob),
+        size: blob.len() as u64,
+    };
+    let manifest = ImageManifest {
+        schema_version: 2,
+        media_type: Some(IMAGE_MANIFEST.to_string()),
+        artifact_type: Some(WASM_CONFIG.to_string()),
+        config: descriptor(WASM_CONFIG, &config),
+        layers: vec![descriptor(WASM_LAYER, &layer)],
+        manifests: None,
+    };
+    let manifest = Bytes::from(serde_json::to_vec(&manifest).expect("a manifest serializes"));
+    let digest = sha256_digest(&manifest);
+    for blob in [layer, config] {
+        let blob_digest = sha256_digest(&blob);
+        registry.push_blob(&blob_digest, blob).await.map_err(fail)?;
     }
-    let content_type = http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json");
-    (client
-        .push_manifest_raw(&target, manifest_bytes, content_type)
-        .await)
-        .map_err(fail)?;
+    let tag = reference.tag.as_deref().unwrap_or("latest");
+    (registry.push_manifest(tag, manifest, IMAGE_MANIFEST).await).map_err(fail)?;
     Ok(digest)
 }
 
-/// A client for `reference`'s registry, the reference as it reads it, and the credentials.
-fn connect(reference: &OciReference) -> Result<(Client, Reference, RegistryAuth), RegistryError> {
-    // kube's TLS stack brings ring; the registry client uses it too (one crypto library).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = ClientConfig {
-        protocol: if on_loopback(&reference.registry) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        connect_timeout: Some(Duration::from_secs(10)),
-        read_timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
+/// What a pull asks the registry for: the digest when pinned, else the tag.
+fn pinned_or_tag(reference: &OciReference) -> String {
+    (reference.digest.clone())
+        .or_else(|| reference.tag.clone())
+        .unwrap_or_else(|| "latest".into())
+}
+
+/// A client of `reference`'s repository, with the docker config's credentials.
+fn connect(reference: &OciReference) -> Result<Distribution, RegistryError> {
+    // Docker Hub's name and the host of its API differ.
+    let host = match reference.registry.as_str() {
+        "docker.io" => "registry-1.docker.io",
+        other => other,
     };
-    let target = (reference.target().parse::<Reference>()).map_err(|e| RegistryError::Failed {
-        reference: reference.to_string(),
-        reason: e.to_string(),
-    })?;
-    Ok((
-        Client::new(config),
-        target,
+    Ok(Distribution::new(
+        host,
+        &reference.repository,
+        on_loopback(&reference.registry),
         credentials(&reference.registry)?,
     ))
 }
 
 /// The docker config file's credentials for `registry` (helpers included); anonymous when
 /// there is no such file or it has none for this registry.
-fn credentials(registry: &str) -> Result<RegistryAuth, RegistryError> {
+fn credentials(registry: &str) -> Result<Credentials, RegistryError> {
     use docker_credential::{CredentialRetrievalError as E, DockerCredential};
     let Some(file) = docker_config_file().filter(|f| f.is_file()) else {
-        return Ok(RegistryAuth::Anonymous);
+        return Ok(Credentials::Anonymous);
     };
     let unreadable = |reason: String| RegistryError::Credentials {
         registry: registry.to_string(),
@@ -268,10 +289,10 @@ fn credentials(registry: &str) -> Result<RegistryAuth, RegistryError> {
     let reader = std::fs::File::open(&file).map_err(|e| unreadable(e.to_string()))?;
     match docker_credential::get_credential_from_reader(std::io::BufReader::new(reader), registry) {
         Ok(DockerCredential::UsernamePassword(user, password)) => {
-            Ok(RegistryAuth::Basic(user, password))
+            Ok(Credentials::Basic { user, password })
         }
-        Ok(DockerCredential::IdentityToken(token)) => Ok(RegistryAuth::Bearer(token)),
-        Err(E::NoCredentialConfigured) => Ok(RegistryAuth::Anonymous),
+        Ok(DockerCredential::IdentityToken(token)) => Ok(Credentials::IdentityToken(token)),
+        Err(E::NoCredentialConfigured) => Ok(Credentials::Anonymous),
         Err(e) => Err(unreadable(format!("{e:?}"))),
     }
 }
@@ -293,58 +314,18 @@ fn on_loopback(registry: &str) -> bool {
     host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// A client error, sorted by what the operator can do about it, with its causes.
-fn failure(
-    reference: &str,
-    registry: &str,
-    e: oci_client::errors::OciDistributionError,
-) -> RegistryError {
-    use oci_client::errors::OciDistributionError as E;
-    let reason = crate::error_chain::error_chain(&e);
+/// A client error as the operator reads it: the reference and what to do.
+fn failure(reference: &str, registry: &str, e: DistributionError) -> RegistryError {
     let reference = reference.to_string();
-    match &e {
-        E::RequestError(r) if r.is_connect() || r.is_timeout() => {
-            RegistryError::Unreachable { reference, reason }
-        }
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => RegistryError::Unauthorized {
+    match e {
+        DistributionError::Unreachable(reason) => RegistryError::Unreachable { reference, reason },
+        DistributionError::Refused(reason) => RegistryError::Unauthorized {
             reference,
             registry: registry.to_string(),
             reason,
         },
-        E::ServerError {
-            code: 401 | 403, ..
-        } => RegistryError::Unauthorized {
-            reference,
-            registry: registry.to_string(),
-            reason,
-        },
-        E::ImageManifestNotFoundError(_) | E::ServerError { code: 404, .. } => {
-            RegistryError::NotFound { reference, reason }
-        }
-        E::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                use oci_client::errors::OciErrorCode as C;
-                matches!(
-                    e.code,
-                    C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
-                )
-            }) =>
-        {
-            RegistryError::NotFound { reference, reason }
-        }
-        E::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                use oci_client::errors::OciErrorCode as C;
-                matches!(e.code, C::Unauthorized | C::Denied)
-            }) =>
-        {
-            RegistryError::Unauthorized {
-                reference,
-                registry: registry.to_string(),
-                reason,
-            }
-        }
-        _ => RegistryError::Failed { reference, reason },
+        DistributionError::NotFound(reason) => RegistryError::NotFound { reference, reason },
+        DistributionError::Failed(reason) => RegistryError::Failed { reference, reason },
     }
 }
 
@@ -395,27 +376,32 @@ mod tests {
 
     #[test]
     fn an_artifact_has_exactly_one_wasm_layer_of_bounded_size() {
-        let layer = |media_type: &str, size: i64| OciDescriptor {
-            media_type: media_type.into(),
-            digest: "sha256:00".into(),
-            size,
-            ..Default::default()
+        let layer = |media_type: &str, size: u64| serde_json::json!({"mediaType": media_type, "digest": "sha256:00", "size": size});
+        let manifest = |layers: Vec<serde_json::Value>| {
+            let config = layer(WASM_CONFIG, 2);
+            serde_json::to_vec(&serde_json::json!({
+                "schemaVersion": 2, "config": config, "layers": layers
+            }))
+            .unwrap()
         };
-        let manifest = |layers: Vec<OciDescriptor>| {
-            OciManifest::Image(OciImageManifest {
-                layers,
-                ..Default::default()
-            })
-        };
-        let refusal = |layers: Vec<OciDescriptor>| wasm_layer(&manifest(layers)).unwrap_err();
-        assert!(wasm_layer(&manifest(vec![layer(WASM_LAYER, 10)])).is_ok());
-        assert!(wasm_layer(&manifest(vec![layer(WASM_LAYER_MEDIA_TYPE, 10)])).is_ok());
+        let layer_of = |layers| wasm_layer(IMAGE_MANIFEST, &manifest(layers));
+        let refusal = |layers| layer_of(layers).unwrap_err();
+        assert_eq!(layer_of(vec![layer(WASM_LAYER, 10)]).unwrap().size, 10);
+        assert!(layer_of(vec![layer(WASM_LAYER_LEGACY, 10)]).is_ok());
         let tar = layer("application/vnd.oci.image.layer.v1.tar", 1);
         assert!(refusal(vec![tar]).contains("no layer of type application/wasm"));
         let two = vec![layer(WASM_LAYER, 1), layer(WASM_LAYER, 1)];
         assert!(refusal(two).contains("2 WebAssembly layers"));
         let large = layer(WASM_LAYER, MAX_MODULE_BYTES + 1);
         assert!(refusal(vec![large]).contains("more than"));
+        let index = br#"{"schemaVersion": 2, "manifests": []}"#;
+        let e = wasm_layer("application/vnd.oci.image.index.v1+json", index).unwrap_err();
+        assert!(e.contains("index of images"), "{e}");
+        let index = br#"{"schemaVersion": 2, "config": {"mediaType": "a", "digest": "b", "size": 1}, "layers": [], "manifests": []}"#;
+        let e = wasm_layer("application/json", index).unwrap_err();
+        assert!(e.contains("index of images"), "{e}");
+        let e = wasm_layer(IMAGE_MANIFEST, b"{}").unwrap_err();
+        assert!(e.contains("not an image manifest"), "{e}");
     }
 
     #[test]

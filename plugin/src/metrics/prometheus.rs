@@ -226,16 +226,7 @@ impl Server {
         form: String,
         token: Option<String>,
     ) -> Result<(http::StatusCode, Bytes), MetricsError> {
-        // Nagle's algorithm off, as for the Kubernetes client (see cluster/transport.rs): a
-        // query's body would otherwise wait for the server's delayed acknowledgement.
-        let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*self.tls).clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp);
+        let connector = crate::tls::https_connector((*self.tls).clone());
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
         let mut request = http::Request::post(url).header(
             http::header::CONTENT_TYPE,
@@ -323,45 +314,20 @@ impl Server {
 
 /// The TLS settings of a source: its CA file's certificates, or the system's roots.
 fn tls_config(spec: &MetricsSource) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    match &spec.ca_cert_file {
+    let roots = match &spec.ca_cert_file {
         Some(file) => {
-            let certs = CertificateDer::pem_file_iter(file)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("cannot read caCertFile {}: {e}", file.display()))?;
-            if certs.is_empty() {
-                return Err(format!(
-                    "caCertFile {} holds no certificate",
-                    file.display()
-                ));
-            }
-            for cert in certs {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in crate::tls::pem_file_certificates(file, "caCertFile")? {
                 roots
                     .add(cert)
                     .map_err(|e| format!("caCertFile {}: {e}", file.display()))?;
             }
+            roots
         }
-        None => {
-            // The machine's roots; none found leaves https sources failing with a named error.
-            for cert in rustls_native_roots() {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(config)
-}
-
-/// The system's trusted certificates, as the Kubernetes client's TLS stack finds them.
-fn rustls_native_roots() -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    rustls_native_certs::load_native_certs().certs
+        // The machine's roots; none found leaves https sources failing with a named error.
+        None => crate::tls::system_roots(),
+    };
+    Ok(crate::tls::client_config(roots))
 }
 
 /// An error and its causes, `: `-joined: hyper's own message alone says little.

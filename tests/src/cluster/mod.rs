@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use rollout_ext::cluster::retry::RetryLayer;
 
 pub use capi::{CapiSim, Kind as CapiKind, MachineDeletion, POOL_LABEL};
 pub use cloud::{CloudCall, GroupSpec, SimCloud};
@@ -227,6 +228,11 @@ impl TestCluster {
         if !status.success() {
             bail!("openssl genrsa failed: {status}");
         }
+        let client_ca = root.join("client-ca");
+        openssl(&format!(
+            "req -x509 {NEW_KEY} -days 2 -subj /CN=rollout-ext-test-client-ca -keyout {0}.key -out {0}.crt",
+            client_ca.display()
+        ))?;
         let tokens = root.join("tokens.csv");
         std::fs::write(
             &tokens,
@@ -248,6 +254,7 @@ impl TestCluster {
             "--service-cluster-ip-range=10.96.0.0/24".into(),
             "--authorization-mode=RBAC".into(),
             format!("--token-auth-file={}", tokens.display()),
+            format!("--client-ca-file={}.crt", client_ca.display()),
             "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             // Simulated nodes' kubelets (the runner pods' log endpoint) answer on loopback.
@@ -522,6 +529,35 @@ impl TestCluster {
         runners
     }
 
+    /// The CA file of the API server's serving certificate (it writes both into its cert dir).
+    pub fn server_ca(&self) -> PathBuf {
+        self.dir().join("certs/apiserver.crt")
+    }
+
+    /// A client certificate and key (PEM files) for `user` in `group`, signed by the CA the
+    /// API server trusts for clients; named after `name` in the cluster's directory.
+    pub fn client_certificate(
+        &self,
+        name: &str,
+        user: &str,
+        group: &str,
+    ) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let base = self.dir().join(name);
+        let ca = self.dir().join("client-ca");
+        openssl(&format!(
+            "req -new {NEW_KEY} -subj /O={group}/CN={user} -keyout {0}.key -out {0}.csr",
+            base.display()
+        ))?;
+        // With an extension, as every issuer writes them: a version 1 certificate is refused.
+        std::fs::write(base.with_extension("ext"), "extendedKeyUsage=clientAuth\n")?;
+        openssl(&format!(
+            "x509 -req -days 1 -in {0}.csr -CA {1}.crt -CAkey {1}.key -CAcreateserial -extfile {0}.ext -out {0}.crt",
+            base.display(),
+            ca.display()
+        ))?;
+        Ok((base.with_extension("crt"), base.with_extension("key")))
+    }
+
     /// Writes a kubeconfig for another user of this cluster (for RBAC tests).
     pub fn kubeconfig_for(&self, path: &Path, token: &str, user: &str) -> anyhow::Result<()> {
         write_kubeconfig(path, &self.server, token, user)
@@ -556,6 +592,22 @@ pub fn fleet_kubeconfig(path: &Path, clusters: &[(&str, &TestCluster)]) -> anyho
     Ok(())
 }
 
+/// A new P-256 key, unencrypted, as `openssl req` makes it.
+const NEW_KEY: &str = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+
+/// Runs `openssl ARGS` (split on spaces: the paths are the cluster's temporary directory's);
+/// its error output on failure.
+fn openssl(args: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("openssl")
+        .args(args.split_whitespace())
+        .output()
+        .context("openssl runs")?;
+    if !out.status.success() {
+        bail!("openssl {args}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
 fn write_kubeconfig(path: &Path, server: &str, token: &str, user: &str) -> anyhow::Result<()> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\n    namespace: default\ncurrent-context: test\n"
@@ -570,7 +622,10 @@ async fn client_for(kubeconfig: &Path) -> anyhow::Result<Client> {
         &KubeConfigOptions::default(),
     )
     .await?;
-    Ok(Client::try_from(config)?)
+    // The plugin's own HTTP stack (kube is built without a TLS stack of its own), never retrying:
+    // a test sees each failure.
+    let never = RetryLayer::new(Duration::ZERO, std::sync::Arc::new(|_: &str| {}));
+    Ok(rollout_ext::cluster::transport::client(config, &never)?)
 }
 
 /// Waits for `/readyz`, failing early (with the log's tail) if the apiserver dies.
