@@ -5,7 +5,8 @@
 //! credentials, or a bearer token from its token service (distribution's token
 //! authentication, with the docker config's password or identity token, or anonymously).
 //! Blob reads follow redirects (registries hand blobs to a storage service), without the
-//! credentials when the redirect leaves the registry's host.
+//! credentials when the redirect leaves the registry's host; an upload goes to the location the
+//! registry gives, with its credentials, whatever host name that location has.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -144,9 +145,11 @@ impl Distribution {
             (self.call(Call::new(Method::POST, start.clone()), "push,pull", 1 << 16)).await?;
         let location = redirect_target(&start, &parts)?;
         let separator = if location.contains('?') { '&' } else { '?' };
+        // The upload's location is the registry's, whatever host name it gives.
         let put = Call::new(Method::PUT, format!("{location}{separator}digest={digest}"))
             .header(CONTENT_TYPE, "application/octet-stream")
-            .body(bytes);
+            .body(bytes)
+            .with_credentials();
         self.call(put, "push,pull", 1 << 16).await?;
         Ok(())
     }
@@ -174,14 +177,15 @@ impl Distribution {
         actions: &str,
         limit: usize,
     ) -> Result<(http::response::Parts, Bytes), DistributionError> {
-        let own_host = call.url.starts_with(&format!("{}/", self.base));
+        let credentialed =
+            call.registry_credentials || call.url.starts_with(&format!("{}/", self.base));
         let mut answered = false;
         loop {
-            let authorization = own_host
+            let authorization = credentialed
                 .then(|| self.authorization.lock().expect("not poisoned").clone())
                 .flatten();
             let (parts, bytes) = self.send(&call, authorization, limit).await?;
-            if parts.status == StatusCode::UNAUTHORIZED && own_host && !answered {
+            if parts.status == StatusCode::UNAUTHORIZED && credentialed && !answered {
                 answered = true;
                 let value = self.answer(&parts, actions).await?;
                 *self.authorization.lock().expect("not poisoned") = Some(value);
@@ -330,6 +334,8 @@ struct Call {
     url: String,
     headers: Vec<(http::HeaderName, String)>,
     body: Bytes,
+    /// Sent with the registry's credentials even on another host name (an upload's location).
+    registry_credentials: bool,
 }
 
 impl Call {
@@ -339,7 +345,13 @@ impl Call {
             url,
             headers: Vec::new(),
             body: Bytes::new(),
+            registry_credentials: false,
         }
+    }
+
+    fn with_credentials(mut self) -> Call {
+        self.registry_credentials = true;
+        self
     }
 
     fn header(mut self, name: http::HeaderName, value: &str) -> Call {
@@ -583,6 +595,13 @@ mod tests {
                 (p, Some("Bearer T1")) if p.starts_with("/v2/hooks/a/manifests/v1") => {
                     ("200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json".into(), MANIFEST.to_vec())
                 }
+                ("/v2/hooks/a/blobs/uploads/", Some("Bearer T1")) => (
+                    format!("202 Accepted\r\nlocation: http://localhost:{port}/v2/hooks/a/blobs/uploads/u1?_state=s"),
+                    Vec::new(),
+                ),
+                (p, Some("Bearer T1")) if p.starts_with("/v2/hooks/a/blobs/uploads/u1?_state=s&digest=sha256:") => {
+                    ("201 Created".into(), Vec::new())
+                }
                 (p, Some("Bearer T1")) if p.starts_with("/v2/hooks/a/blobs/") => (
                     format!("307 Temporary Redirect\r\nlocation: http://localhost:{port}/storage/b1"),
                     Vec::new(),
@@ -614,6 +633,12 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, DistributionError::Failed(_)), "{e}");
+        // An upload goes where the registry says, with its credentials, whatever the host name.
+        let digest = sha256_digest(BLOB);
+        registry
+            .push_blob(&digest, Bytes::from_static(BLOB))
+            .await
+            .unwrap();
         let seen = seen.lock().unwrap().clone();
         let lines: Vec<(&str, Option<&str>)> = (seen.iter())
             .map(|(l, a)| (l.split(' ').nth(1).unwrap(), a.as_deref()))
@@ -625,6 +650,8 @@ mod tests {
         // The token is kept: the blob is asked with it at once, and the storage without it.
         assert_eq!(lines[3].1, Some("Bearer T1"));
         assert_eq!(lines[4], ("/storage/b1", None));
+        let put = format!("/v2/hooks/a/blobs/uploads/u1?_state=s&digest={digest}");
+        assert_eq!(lines.last(), Some(&(put.as_str(), Some("Bearer T1"))));
         // A token service that refuses anonymous access: the pull is refused, naming it.
         let anonymous = Distribution::new(
             &format!("127.0.0.1:{port}"),
