@@ -407,3 +407,82 @@ impl ServerCertVerifier for AnyCertificate {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Self-signed P-256 CAs and a server certificate for server.example issued by the second,
+    // valid until 2126 (made with `openssl req -x509` and `openssl x509 -req`).
+    const CA_1: &str = "-----BEGIN CERTIFICATE-----
+MIIBlzCCAT2gAwIBAgIUWwsBQA+TSdX1kwCNojgyFZ7W5SAwCgYIKoZIzj0EAwIw
+IDEeMBwGA1UEAwwVcm9sbG91dC1leHQtdGVzdC1jYS0xMCAXDTI2MTEyOTE3MTQ1
+MFoYDzIxMjYxMTA1MTcxNDUwWjAgMR4wHAYDVQQDDBVyb2xsb3V0LWV4dC10ZXN0
+LWNhLTEwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQxvkof6ddA4po2HQmq1cFK
+aGXNqa5NGOZkcxcerxlYcJIT7Aa+1THZJZX90CCPitI7Jk7Dd8IzLTkkutw2qJFo
+o1MwUTAdBgNVHQ4EFgQUCiPfhstUYfCnfNF6SFhx5cPqOFYwHwYDVR0jBBgwFoAU
+CiPfhstUYfCnfNF6SFhx5cPqOFYwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQD
+AgNIADBFAiEAx8UIaX6QegH/0HaTwIYs6qOTOdRdopkhfAM0nSaHEpoCIGPjJTHc
+e9QFkjWuf2ZrNJB1yi2SdwptubdbUe6MH3lX
+-----END CERTIFICATE-----
+";
+    const CA_2: &str = "-----BEGIN CERTIFICATE-----
+MIIBlzCCAT2gAwIBAgIURRV8lLNuHMgX+Tbc8CxIVkTEZkcwCgYIKoZIzj0EAwIw
+IDEeMBwGA1UEAwwVcm9sbG91dC1leHQtdGVzdC1jYS0yMCAXDTI2MTEyOTE3MTQ1
+NFoYDzIxMjYxMTA1MTcxNDU0WjAgMR4wHAYDVQQDDBVyb2xsb3V0LWV4dC10ZXN0
+LWNhLTIwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAARdiSuXa3vDhm0mJhMpygHG
+WUQ6yIpaQ+hHCu4/njF2WXKPpY9ZLPBkdJyh2hk/3kcMktdLRu6GYyAbU2CUKEcQ
+o1MwUTAdBgNVHQ4EFgQULYzita1aS2oKwUkW+ToSLiltdxwwHwYDVR0jBBgwFoAU
+LYzita1aS2oKwUkW+ToSLiltdxwwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQD
+AgNIADBFAiBvgFDm3X+ASth70qRJnvE627Nec3M8W67DU0tAwQpCQQIhAKqzwUOW
+PxZ6Yp4Ea/pRhJuwfRsAq/qwHEiAQPJSYRYj
+-----END CERTIFICATE-----
+";
+    const LEAF_OF_CA_2: &str = "-----BEGIN CERTIFICATE-----
+MIIBpTCCAUugAwIBAgIUV+MrzUP0UUA+RQfQmOrETZep4mwwCgYIKoZIzj0EAwIw
+IDEeMBwGA1UEAwwVcm9sbG91dC1leHQtdGVzdC1jYS0yMCAXDTI2MTEyOTE3MTQ1
+NFoYDzIxMjYxMTA1MTcxNDU0WjAZMRcwFQYDVQQDDA5zZXJ2ZXIuZXhhbXBsZTBZ
+MBMGByqGSM49AgEGCCqGSM49AwEHA0IABKosSiz+sNqbZX15XDy/4Af0xyAwVtB/
+WihAhs/uEqT5QtRF38sglvjqy5cRIO8RilDcVChvzP8lRA0YMrj+pjmjaDBmMBkG
+A1UdEQQSMBCCDnNlcnZlci5leGFtcGxlMAkGA1UdEwQCMAAwHQYDVR0OBBYEFKYP
+VpxafbICartN5x/tQqNQQxG8MB8GA1UdIwQYMBaAFC2M4rWtWktqCsFJFvk6Ei4p
+bXccMAoGCCqGSM49BAMCA0gAMEUCIQDECGc/UvLMirIkr5axR6iTbBy21AgusIYl
+VK5xnx7brgIgMJfTlRDXRZIum2ledL+DD1zZNuQ+9xUzSn93qxYGtGg=
+-----END CERTIFICATE-----
+";
+
+    fn accepts(verifier: &ReloadingAuthority) -> bool {
+        let leaf = CertificateDer::from_pem_slice(LEAF_OF_CA_2.as_bytes()).unwrap();
+        let name = ServerName::try_from("server.example").unwrap();
+        (verifier.verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())).is_ok()
+    }
+
+    /// As if the last read were more than a minute ago.
+    fn age(verifier: &ReloadingAuthority) {
+        let mut current = verifier.current.write().unwrap();
+        current.1 = Instant::now() - ReloadingAuthority::EVERY - Duration::from_secs(1);
+    }
+
+    #[test]
+    fn a_rotated_ca_file_is_trusted_within_a_minute_and_a_missing_one_keeps_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ca.crt");
+        std::fs::write(&file, CA_1).unwrap();
+        let verifier = ReloadingAuthority::new(file.clone()).unwrap();
+        assert!(!accepts(&verifier), "a server of another CA");
+        // Rotated: read again only once a minute has passed.
+        std::fs::write(&file, CA_2).unwrap();
+        assert!(!accepts(&verifier));
+        age(&verifier);
+        assert!(accepts(&verifier));
+        // Gone (or unreadable): the last roots stay.
+        std::fs::remove_file(&file).unwrap();
+        age(&verifier);
+        assert!(accepts(&verifier));
+        // A file that cannot serve from the start is an error naming it.
+        let e = ReloadingAuthority::new(file.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ca.crt"), "{e}");
+    }
+}
