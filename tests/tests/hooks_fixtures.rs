@@ -90,15 +90,35 @@ fn a_case_not_met_is_named_and_the_others_still_run() {
         "{stderr}"
     );
 
+    // A case that expects nothing would pass whatever the hook does: refused, naming it.
+    for (groups, says) in [
+        ("{}", "cases.yaml: its groups expect nothing"),
+        (
+            "{nodes: {}}",
+            "cases.yaml: group nodes expects nothing: give it order, batches",
+        ),
+    ] {
+        let fixture = format!("cluster: {{nodes: [{{name: a}}]}}\ngroups: {groups}\n");
+        std::fs::write(&cases, fixture).unwrap();
+        let out = hooks_test("site-policy", &args);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+    }
+
     // A case naming a snapshot and declaring its cluster; a node field misspelt.
-    let both = "snapshot: snapshot.json\ncluster: {nodes: [{name: a}]}\ngroups: {}\n";
+    let both =
+        "snapshot: snapshot.json\ncluster: {nodes: [{name: a}]}\ngroups: {nodes: {order: [a]}}\n";
     std::fs::write(&cases, both).unwrap();
     let out = hooks_test("site-policy", &args);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("a fixture names a snapshot or declares its cluster, not both")
     );
-    std::fs::write(&cases, "cluster:\n  nodes:\n    - {nam: a}\ngroups: {}\n").unwrap();
+    std::fs::write(
+        &cases,
+        "cluster:\n  nodes:\n    - {nam: a}\ngroups: {nodes: {order: [a]}}\n",
+    )
+    .unwrap();
     let out = hooks_test("site-policy", &args);
     assert_eq!(out.status.code(), Some(2));
     assert!(

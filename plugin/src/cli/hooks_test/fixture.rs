@@ -83,7 +83,39 @@ pub(super) struct Expected {
     pub(super) drain_order: Option<BTreeMap<String, String>>,
 }
 
+impl Expected {
+    /// Whether it compares nothing: a case that would be met whatever the hook answered.
+    fn is_empty(&self) -> bool {
+        let Expected {
+            order,
+            batches,
+            gates,
+            after_gates,
+            pauses,
+            drain_order,
+        } = self;
+        order.is_none()
+            && batches.is_none()
+            && gates.is_none()
+            && after_gates.is_none()
+            && pauses.is_none()
+            && drain_order.is_none()
+    }
+}
+
 impl Fixture {
+    /// What makes it check nothing, if anything: no group, or a group with no expectation.
+    fn expects_nothing(&self) -> Option<String> {
+        if self.groups.is_empty() {
+            return Some("its groups expect nothing".into());
+        }
+        (self.groups.iter().find(|(_, expected)| expected.is_empty())).map(|(name, _)| {
+            format!(
+                "group {name} expects nothing: give it order, batches, gates, afterGates, pauses or drainOrder"
+            )
+        })
+    }
+
     /// Whether a gate is expected to abort somewhere: then a plan that stops is what it tests.
     pub(super) fn expects_abort(&self) -> bool {
         (self.groups.values())
@@ -143,13 +175,17 @@ fn read_file(file: &Path) -> Result<Vec<Case>, Failure> {
             (true, Some(name)) => format!("{}#{} ({name})", file.display(), i + 1),
             (true, None) => format!("{}#{}", file.display(), i + 1),
         };
-        Case {
+        // A case that checks nothing passes whatever the hook does: refused, not met.
+        if let Some(why) = fixture.expects_nothing() {
+            return Err(Failure::usage(format!("{label}: {why}")));
+        }
+        Ok(Case {
             file: file.to_path_buf(),
             label,
             fixture,
-        }
+        })
     });
-    Ok(cases.collect())
+    cases.collect()
 }
 
 /// Each expectation the plan does not meet, as `group G: FIELD: expected X, got Y`.
