@@ -316,6 +316,17 @@ pub fn provider_rotation_args(
     .collect()
 }
 
+/// A JSON plan of the demo snapshot as of a fixed instant, after `--from-snapshot` and
+/// `--policy`: what a test compares is the same whenever it runs.
+pub const DEMO_PLAN_AT: &[&str] = &[
+    "--kubelet-version",
+    "v1.20.2",
+    "--now",
+    "2026-11-27T12:00:00Z",
+    "-o",
+    "json",
+];
+
 /// The demo's snapshot and policy.
 pub fn demo_file(name: &str) -> PathBuf {
     workspace_root().join("examples-hooks/demo").join(name)

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use rollout_ext_e2e::cluster::TestCluster;
 use rollout_ext_e2e::registry::OciRegistry;
-use rollout_ext_e2e::{demo_file, plugin_binary, wasm_module};
+use rollout_ext_e2e::{DEMO_PLAN_AT, demo_file, plugin_binary, wasm_module};
 use sha2::{Digest, Sha256};
 
 /// A user of the plugin: a module cache and a docker config directory of their own.
@@ -102,19 +102,14 @@ fn plan(user: &User, policy: &Path) -> serde_json::Value {
 
 fn plan_output(user: &User, policy: &Path) -> Output {
     let snapshot = demo_file("snapshot.json");
-    user.run(&[
+    let source = [
         "nodes",
         "--from-snapshot",
         snapshot.to_str().unwrap(),
         "--policy",
         policy.to_str().unwrap(),
-        "--kubelet-version",
-        "v1.20.2",
-        "--now",
-        "2026-11-27T12:00:00Z",
-        "-o",
-        "json",
-    ])
+    ];
+    user.run(&[&source[..], DEMO_PLAN_AT].concat())
 }
 
 #[test]

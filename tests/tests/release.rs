@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rollout_ext_e2e::{plugin_binary, release_archives, run_to_success as run, workspace_root};
+use rollout_ext_e2e::{
+    DEMO_PLAN_AT, plugin_binary, release_archives, run_to_success as run, workspace_root,
+};
 use serde_json::Value;
 use sha2::Digest;
 
@@ -245,14 +247,7 @@ fn demo_plan(mut cmd: Command) -> Value {
         .arg(demo.join("snapshot.json"))
         .arg("--policy")
         .arg(demo.join("policy.yaml"))
-        .args([
-            "--kubelet-version",
-            "v1.20.2",
-            "--now",
-            "2026-11-27T12:00:00Z",
-            "-o",
-            "json",
-        ]));
+        .args(DEMO_PLAN_AT));
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
