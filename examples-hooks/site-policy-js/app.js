@@ -3,7 +3,7 @@
 // never two of one example.com/rack; after each batch, wait (3 checks, 20 s apart) while a pod in
 // namespace payments is not Ready, then abort.
 
-import { DEFER, PROCEED, anyConfig, choose, hold, pods, size } from './rollout_ext_hooks.js';
+import { DEFER, PROCEED, anyConfig, candidatesOf, chooseBy, hold, pods, size } from './rollout_ext_hooks.js';
 
 const PINNED = 'example.com/pinned';
 const RACK = 'example.com/rack';
@@ -12,10 +12,8 @@ export const metadata = anyConfig('site-policy-js');
 
 export const selection = {
   select(ctx, group, candidates) {
-    const everyone = candidates.get(0, candidates.len());
-    const chosen = everyone.filter((c, i) => !c.upToDate && candidates.label(i, PINNED) !== 'true');
-    chosen.sort((a, b) => a.pods - b.pods);
-    return choose(chosen.map((c) => [c.name, `${c.pods} pods to move`]));
+    const chosen = candidatesOf(candidates).filter((c) => !c.upToDate && c.label(PINNED) !== 'true');
+    return chooseBy(chosen, (c) => c.pods, (c) => `${c.pods} pods to move`);
   },
 };
 

@@ -4,7 +4,7 @@ never two of one example.com/rack; after each batch, wait (3 checks, 20 s apart)
 namespace payments is not Ready, then abort.
 """
 
-from rollout_ext_hooks import AnyConfig, choose, hold, pods, size
+from rollout_ext_hooks import AnyConfig, candidates_of, choose_by, hold, pods, size
 from wit_world.imports import types
 
 PINNED, RACK = "example.com/pinned", "example.com/rack"
@@ -16,11 +16,9 @@ class Metadata(AnyConfig):
 
 class Selection:
     def select(self, ctx, group, candidates):
-        pinned = {i for i in range(candidates.len()) if candidates.label(i, PINNED) == "true"}
-        everyone = candidates.get(0, candidates.len())
-        chosen = [c for i, c in enumerate(everyone) if not c.up_to_date and i not in pinned]
-        chosen.sort(key=lambda c: c.pods)
-        return choose((c.name, f"{c.pods} pods to move") for c in chosen)
+        everyone = candidates_of(candidates)
+        chosen = [c for c in everyone if not c.up_to_date and c.label(PINNED) != "true"]
+        return choose_by(chosen, lambda c: c.pods, lambda c: f"{c.pods} pods to move")
 
 
 class Batching:

@@ -3,7 +3,9 @@
 //
 // What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (a hook
 // exports only the points it serves: the build exports a deferring one for each point left out,
-// and declares the points served), `describe`, `hold` (wait for N checks, then abort), week windows,
+// and declares the points served), `describe`, `DEFER`, `PROCEED`, `abort`, `holdWhile` and `abortIfAny` (answers), `hold` (wait for N checks, then
+// abort), `candidatesOf`, `chooseBy`, `chooseByRules` and `countBy` (order the candidates by
+// several rules, with reasons), week windows,
 // `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), what other tools are taking out
 // (`othersDisrupting`, `disruptedBy`), and typed views of the objects hooks read most, with the
 // API's defaults.
@@ -130,6 +132,111 @@ export function size(count, reason) {
 /** A selection of `[name, reason]` pairs, in update order (an empty one updates none). */
 export function choose(pairs) {
   return { tag: 'choose', val: [...pairs].map(([name, reason]) => ({ name, reason, force: false })) };
+}
+
+/**
+ * The candidates of a selection (its `candidates` argument) as an array: each the Instance's
+ * fields (`name`, `zone`, `created`, `pods`, `upToDate`, `reason`, …), its `index`, and
+ * `label(key)`, `annotation(key)`, `labels()`, `annotations()`, `taints()`, read from the host
+ * when asked (one call each).
+ */
+export function candidatesOf(instances) {
+  return instances.get(0, instances.len()).map((instance, index) => ({
+    ...instance,
+    index,
+    label: (key) => instances.label(index, key),
+    annotation: (key) => instances.annotation(index, key),
+    labels: () => Object.fromEntries(instances.labels(index).map((kv) => [kv.key, kv.value])),
+    annotations: () => Object.fromEntries(instances.annotations(index).map((kv) => [kv.key, kv.value])),
+    taints: () => instances.taints(index),
+  }));
+}
+
+/** Orders two key parts: undefined and null first, false before true, numbers and BigInts by value. */
+function compareParts(a, b) {
+  const none = (v) => v === undefined || v === null;
+  if (none(a) || none(b)) {
+    return none(a) === none(b) ? 0 : none(a) ? -1 : 1;
+  }
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * A selection of `items` ordered by `key(item)`, smallest first, each with the reason
+ * `reason(item)` gives. Several rules are one array key, the first deciding (false before true,
+ * undefined first; negate a count for largest first); ties keep the order they came in. `key`
+ * is called once per item, so a label read in it is one host call each.
+ */
+export function chooseBy(items, key, reason) {
+  const keyed = [...items].map((item) => [[key(item)].flat(), item]);
+  keyed.sort(([a], [b]) => compareKeys(a, b));
+  return choose(keyed.map(([, item]) => [item.name, reason(item)]));
+}
+
+/** Orders two keys part by part, the first part deciding. */
+function compareKeys(a, b) {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const order = compareParts(a[i], b[i]);
+    if (order !== 0) {
+      return order;
+    }
+  }
+  return 0;
+}
+
+/**
+ * A selection of `items` ordered by `rules`, each `[name, key]` or `[name, key, detail]`: the
+ * first deciding, each later one breaking the ties of those before it (smallest key first:
+ * false before true, undefined first; negate a count for largest first; ties on every rule keep
+ * the items' order). Each choice's reason names the rule that puts it before the next one (the
+ * last: after the one before it), with `detail(item)` when the rule has one. Keys are read once
+ * per item and rule.
+ */
+export function chooseByRules(items, rules) {
+  const keyed = [...items].map((item) => [rules.map(([, key]) => key(item)), item]);
+  keyed.sort(([a], [b]) => compareKeys(a, b));
+  return choose(keyed.map(([keys, item], at) => {
+    if (keyed.length === 1) {
+      return [item.name, rules[0]?.[0] ?? ''];
+    }
+    const [other, otherItem] = keyed[at + 1] ?? keyed[at - 1];
+    const r = rules.findIndex((_, i) => compareParts(keys[i], other[i]) !== 0);
+    if (r < 0) {
+      return [item.name, `tied with ${otherItem.name} on every rule`];
+    }
+    const [name, , detail] = rules[r];
+    return [item.name, detail ? `${name}: ${detail(item)}` : name];
+  }));
+}
+
+/** How many of `items` there are of each `key(item)`, as an object: candidates per zone. */
+export function countBy(items, key) {
+  const counts = {};
+  for (const item of items) {
+    const k = key(item);
+    counts[k] = (counts[k] ?? 0) + 1;
+  }
+  return counts;
+}
+
+/** A gate's answer that stops the run, for `reason`. */
+export function abort(reason) {
+  return { tag: 'abort', val: reason };
+}
+
+/**
+ * The gate's answer while something is in the way: PROCEED when `blockers` (names) is empty,
+ * else `hold` naming them ('what: a, b (check 1 of 5)'), aborting at the last check.
+ */
+export function holdWhile(batch, maxChecks, retrySeconds, what, blockers) {
+  const names = [...blockers];
+  return names.length === 0 ? PROCEED : hold(batch, maxChecks, retrySeconds, `${what}: ${names.join(', ')}`);
+}
+
+/** PROCEED when `blockers` (names) is empty, else abort naming them ('what: a, b'). */
+export function abortIfAny(what, blockers) {
+  const names = [...blockers];
+  return names.length === 0 ? PROCEED : abort(`${what}: ${names.join(', ')}`);
 }
 
 /**
@@ -305,8 +412,14 @@ export class Pod {
   }
 }
 
+/** Pods (`v1`) in `namespace` (undefined: all) matching the label `selector`, as `Pod`s: `node` is the node it runs on ('' while pending). */
 export function pods(namespace, selector) {
   return listObjects('v1', 'Pod', namespace, selector).map(Pod.of);
+}
+
+/** The names of the nodes running pods in `namespace` (undefined: all) that match the label `selector` (finished pods left out), as a Set. */
+export function nodesRunning(namespace, selector) {
+  return new Set(pods(namespace, selector).filter((p) => p.node !== '' && !p.finished).map((p) => p.node));
 }
 
 /** A Deployment, StatefulSet, ReplicaSet or DaemonSet: how many pods it wants and has. */
@@ -330,9 +443,13 @@ export class Workload {
     return w;
   }
 
-  /** Fewer available pods than it wants. */
+  /** Fewer available pods than it wants (a boolean). */
   get short() {
     return this.available < this.desired;
+  }
+
+  get key() {
+    return `${this.namespace}/${this.name}`;
   }
 }
 

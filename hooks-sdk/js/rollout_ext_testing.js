@@ -17,6 +17,7 @@ import { register } from 'node:module';
 
 /** What the stand-in host answers, and what the hook asked of it. */
 export const cluster = {
+  /** The objects `listObjects` serves; `estimates` and `others` are set after it when needed. */
   reset(...objects) {
     this.objects = objects;
     this.estimates = { batch: undefined, remaining: undefined };
@@ -27,13 +28,46 @@ export const cluster = {
   },
   list(apiVersion, kind, namespace, selector) {
     this.asked.push([apiVersion, kind, namespace, selector]);
+    const terms = selectorTerms(selector ?? '');
     const wanted = (o) =>
       o.apiVersion === apiVersion &&
       o.kind === kind &&
-      (namespace === undefined || o.metadata?.namespace === namespace);
+      (namespace === undefined || o.metadata?.namespace === namespace) &&
+      terms.every((test) => test(o.metadata?.labels ?? {}));
     return JSON.stringify(this.objects.filter(wanted));
   },
 };
+
+/**
+ * A label selector's terms as tests of a labels object: key=value, key==value, key!=value, key
+ * and !key, comma-separated (as the Rust SDK's fake cluster understands them); any other term
+ * throws, as the host refuses a selector it cannot read.
+ */
+function selectorTerms(text) {
+  const terms = [];
+  for (const term of text.split(',').map((t) => t.trim()).filter((t) => t !== '')) {
+    let key;
+    if (term.includes('!=')) {
+      const [k, v] = term.split('!=', 2).map((x) => x.trim());
+      key = k;
+      terms.push((labels) => labels[k] !== v);
+    } else if (term.includes('=')) {
+      const [k, v] = term.replace('==', '=').split('=', 2).map((x) => x.trim());
+      key = k;
+      terms.push((labels) => labels[k] === v);
+    } else if (term.startsWith('!')) {
+      key = term.slice(1).trim();
+      terms.push((labels) => !Object.hasOwn(labels, key));
+    } else {
+      key = term;
+      terms.push((labels) => Object.hasOwn(labels, key));
+    }
+    if (key === '' || /[ ()!=]/.test(key)) {
+      throw `label selector term ${JSON.stringify(term)} is not one the stand-in host understands (key=value, key!=value, key, !key)`;
+    }
+  }
+  return terms;
+}
 cluster.reset();
 globalThis.rolloutExtStandIn = cluster;
 
@@ -95,6 +129,14 @@ export class Instances {
     return Object.entries(this.nodes[i].aside.annotations).map(([key, value]) => ({ key, value }));
   }
   taints(i) { return [...this.nodes[i].aside.taints]; }
+}
+
+/**
+ * A duration estimate (seconds as BigInts, as the host gives them), for
+ * `t.cluster.estimates = { batch: undefined, remaining: t.estimate(9 * 3600) }`.
+ */
+export function estimate(seconds, p90Seconds = seconds, basis = 'test') {
+  return { seconds: BigInt(seconds), p90Seconds: BigInt(p90Seconds), basis };
 }
 
 /** The group of `nodes`, with its budget. */

@@ -3,7 +3,9 @@ which puts this module beside the hook's own).
 
 What the Rust SDK gives a hook, for Python: base classes whose every method defers (a hook
 writes a class only for the points it serves: the build puts in a deferring one for each point
-left out, and declares the points served), `describe`, `hold` (wait for N checks, then abort), week windows,
+left out, and declares the points served), `describe`, `PROCEED`, `DEFER`, `abort`, `hold_while` and `abort_if_any` (a gate's answers),
+the phases, `hold` (wait for N checks, then abort), `candidates_of`, `choose_by` and `choose_by_rules` (order the candidates by
+several rules, with reasons), week windows,
 `percent_of`, the plugin's estimates (`estimates`, `batch_ends`), what other tools are taking
 out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks read most, with
 the API's defaults.
@@ -144,6 +146,102 @@ def choose(pairs):
     return types.Selection_Choose(
         [types.Choice(name=n, reason=r, force=False) for n, r in pairs]
     )
+
+
+def choose_by(items, key, reason):
+    """A selection of `items` ordered by `key(item)`, smallest first, each with the reason
+    `reason(item)` gives: several rules are one tuple key, the first deciding (False before
+    True; negate a count for largest first); ties keep the order they came in. `key` is called
+    once per item, so a label read in it is one host call each."""
+    return choose((i.name, reason(i)) for i in sorted(items, key=key))
+
+
+def choose_by_rules(items, rules):
+    """A selection of `items` ordered by `rules`, each `(name, key)` or `(name, key, detail)`:
+    the first deciding, each later one breaking the ties of those before it (smallest key first:
+    False before True, negate a count for largest first; ties on every rule keep the items'
+    order). Each choice's reason names the rule that puts it before the next one (the last:
+    after the one before it), with `detail(item)` when the rule has one. Keys are read once per
+    item and rule."""
+    items = list(items)
+    keys = [tuple(rule[1](i) for rule in rules) for i in items]
+    order = sorted(range(len(items)), key=lambda n: keys[n])
+
+    def reason(at):
+        n = order[at]
+        if len(order) == 1:
+            return rules[0][0] if rules else ""
+        other = order[at + 1] if at + 1 < len(order) else order[at - 1]
+        for rule, mine, theirs in zip(rules, keys[n], keys[other]):
+            if mine != theirs:
+                return f"{rule[0]}: {rule[2](items[n])}" if len(rule) > 2 else rule[0]
+        return f"tied with {items[other].name} on every rule"
+
+    return choose((items[n].name, reason(at)) for at, n in enumerate(order))
+
+
+class Candidate:
+    """One of the candidates a selection is asked about: the Instance's fields (`name`, `zone`,
+    `created`, `pods`, `up_to_date`, `reason`, ...) and its labels, annotations and taints, read
+    from the host when asked (one call each)."""
+
+    def __init__(self, instances, index, instance):
+        self._instances, self.index, self._instance = instances, index, instance
+
+    def __getattr__(self, name):
+        return getattr(self._instance, name)
+
+    def __repr__(self):
+        return f"Candidate({self._instance.name!r})"
+
+    def label(self, key):
+        return self._instances.label(self.index, key)
+
+    def annotation(self, key):
+        return self._instances.annotation(self.index, key)
+
+    def labels(self):
+        return {kv.key: kv.value for kv in self._instances.labels(self.index)}
+
+    def annotations(self):
+        return {kv.key: kv.value for kv in self._instances.annotations(self.index)}
+
+    def taints(self):
+        return self._instances.taints(self.index)
+
+
+def candidates_of(instances):
+    """The candidates of a selection (its `candidates` argument) as a list of `Candidate`s."""
+    listed = instances.get(0, instances.len())
+    return [Candidate(instances, i, x) for i, x in enumerate(listed)]
+
+
+# A gate's answers: go on, or leave the decision to the built-in rules and the other hooks.
+PROCEED = types.Verdict_Proceed()
+DEFER = types.Verdict_Defer()
+# The phases a gate is asked in.
+BEFORE_GROUP, BEFORE_BATCH, AFTER_BATCH = (
+    types.Phase.BEFORE_GROUP, types.Phase.BEFORE_BATCH, types.Phase.AFTER_BATCH)
+
+
+def abort(reason):
+    """A gate's answer that stops the run, for `reason`."""
+    return types.Verdict_Abort(reason)
+
+
+def hold_while(batch, max_checks, retry_seconds, what, blockers):
+    """The gate's answer while something is in the way: PROCEED when `blockers` (names) is
+    empty, else `hold` naming them ("what: a, b (check 1 of 5)"), aborting at the last check."""
+    blockers = list(blockers)
+    if not blockers:
+        return PROCEED
+    return hold(batch, max_checks, retry_seconds, f"{what}: {', '.join(blockers)}")
+
+
+def abort_if_any(what, blockers):
+    """PROCEED when `blockers` (names) is empty, else abort naming them ("what: a, b")."""
+    blockers = list(blockers)
+    return abort(f"{what}: {', '.join(blockers)}") if blockers else PROCEED
 
 
 def hold(batch, max_checks, retry_seconds, reason):
@@ -314,7 +412,15 @@ class Pod:
 
 
 def pods(namespace=None, selector=None):
+    """Pods (`v1`) in `namespace` (None: all) matching the label `selector`, as `Pod`s: `node`
+    is the node it runs on ("" while pending)."""
     return [Pod.of(o) for o in list_objects("v1", "Pod", namespace, selector)]
+
+
+def nodes_running(namespace=None, selector=None):
+    """The names of the nodes running pods in `namespace` (None: all) that match the label
+    `selector` (finished pods left out), as a set."""
+    return {p.node for p in pods(namespace, selector) if p.node and not p.finished}
 
 
 @dataclass
@@ -343,8 +449,12 @@ class Workload:
 
     @property
     def short(self):
-        """Fewer available pods than it wants."""
+        """Fewer available pods than it wants (a bool)."""
         return self.available < self.desired
+
+    @property
+    def key(self):
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass

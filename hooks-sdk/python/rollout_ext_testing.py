@@ -80,10 +80,38 @@ class FakeCluster:
 
     def list(self, api_version, kind, namespace, selector):
         self.asked.append((api_version, kind, namespace, selector))
+        terms = _selector_terms(selector or "")
+        meta = lambda o: o.get("metadata") or {}
         wanted = lambda o: (o.get("apiVersion"), o.get("kind")) == (api_version, kind) and (
-            namespace is None or (o.get("metadata") or {}).get("namespace") == namespace
-        )
+            namespace is None or meta(o).get("namespace") == namespace
+        ) and all(test(meta(o).get("labels") or {}) for test in terms)
         return json.dumps([o for o in self.objects if wanted(o)])
+
+
+def _selector_terms(text):
+    """A label selector's terms as tests of a labels dict: key=value, key==value, key!=value,
+    key and !key, comma-separated (as the Rust SDK's fake cluster understands them); any other
+    term raises Err, as the host refuses a selector it cannot read."""
+    terms = []
+    for term in (t.strip() for t in text.split(",")):
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = (x.strip() for x in term.split("!=", 1))
+            terms.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif "=" in term:
+            key, value = (x.strip() for x in term.replace("==", "=", 1).split("=", 1))
+            terms.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif term.startswith("!"):
+            key = term[1:].strip()
+            terms.append(lambda labels, k=key: k not in labels)
+        else:
+            key = term
+            terms.append(lambda labels, k=key: k in labels)
+        if not key or any(c in key for c in " ()!="):
+            raise Err(f"label selector term {term!r} is not one the stand-in host understands "
+                      "(key=value, key!=value, key, !key)")
+    return terms
 
 
 types = _record_module("wit_world.imports.types")
@@ -194,6 +222,16 @@ def progress(pending, max_batch=1, batches_done=0, updated=0):
 def batch(instances, attempt=0, index=0, canary=False):
     """The batch a gate is asked about; `attempt` the waits answered so far."""
     return types.Batch(index=index, instances=list(instances), canary=canary, attempt=attempt)
+
+
+def estimate(seconds, p90_seconds=None, basis="test"):
+    """A duration estimate, for `cluster.reset(estimates=t.timing(remaining=t.estimate(...)))`."""
+    return types.DurationEstimate(seconds=seconds, p90_seconds=p90_seconds or seconds, basis=basis)
+
+
+def timing(batch=None, remaining=None):
+    """What `estimates()` answers: the batch at hand's estimate and the rest of the run's."""
+    return types.Timing(batch=batch, remaining=remaining)
 
 
 def healthy(nodes=3, pods=10):

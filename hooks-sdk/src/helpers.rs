@@ -1,6 +1,9 @@
 //! Typed helpers for the small computations most policies need.
 
-use crate::{Batch, Context, Instance, Pause, Verdict};
+use std::collections::BTreeMap;
+use std::ops::Deref;
+
+use crate::{Batch, Candidate, Choice, Context, Instance, Pause, Selection, Verdict};
 
 /// Parses the hook's `config` (JSON from the policy file) into `T`.
 pub fn config<T: serde::de::DeserializeOwned>(ctx: &Context) -> Result<T, String> {
@@ -104,11 +107,209 @@ pub fn hold(
     }
 }
 
+/// The gate's answer while something is in the way: proceed when `blockers` is empty, else
+/// [`hold`] naming them (`what: a, b (check 1 of 5)`), aborting at the last check.
+///
+/// ```
+/// use rollout_ext_hooks::{hold_while, testing, Verdict};
+///
+/// let batch = testing::batch(&["n1"]);
+/// assert_eq!(hold_while(&batch, 5, 60, "blocked", Vec::new()), Verdict::Proceed);
+/// let Verdict::Wait(pause) = hold_while(&batch, 5, 60, "blocked", vec!["shop/db".into()]) else {
+///     unreachable!()
+/// };
+/// assert_eq!(pause.reason, "blocked: shop/db (check 1 of 5)");
+/// ```
+pub fn hold_while(
+    batch: &Batch,
+    max_checks: u32,
+    retry_seconds: u32,
+    what: &str,
+    blockers: Vec<String>,
+) -> Verdict {
+    match blockers.is_empty() {
+        true => Verdict::Proceed,
+        false => hold(
+            batch,
+            max_checks,
+            retry_seconds,
+            format!("{what}: {}", blockers.join(", ")),
+        ),
+    }
+}
+
+/// The gate's answer when anything listed must stop the run: proceed when `blockers` is empty,
+/// else abort naming them (`what: a, b`).
+pub fn abort_if_any(what: &str, blockers: Vec<String>) -> Verdict {
+    match blockers.is_empty() {
+        true => Verdict::Proceed,
+        false => Verdict::Abort(format!("{what}: {}", blockers.join(", "))),
+    }
+}
+
 /// Sorts `instances` oldest first. `created` is optional: an instance whose creation time is
 /// unknown sorts first, as the oldest (a node that never registered, a Machine without a
 /// Node); names break ties, so the order is the same on every run.
 pub fn oldest_first(instances: &mut [Instance]) {
     instances.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+}
+
+/// A selection of `items` ordered by `key`, smallest first, each with the reason `reason` gives.
+/// Several rules are one tuple key, the first deciding (`false` before `true`, `None` before
+/// any value, [`std::cmp::Reverse`] for largest first); ties keep the order they came in. `key`
+/// and `reason` are called once per item, so a label read in them is one host call each.
+///
+/// ```
+/// use std::cmp::Reverse;
+/// use rollout_ext_hooks::{choose_by, count_by, testing, zone, Selection};
+///
+/// let candidates = testing::candidates(vec![
+///     testing::node("a1", "a"),
+///     testing::node("b1", "b").with_label("drain-first", "yes"),
+///     testing::node("a2", "a"),
+/// ]);
+/// let zones = count_by(candidates.iter(), |c| zone(c).to_string());
+/// let first = |c: &rollout_ext_hooks::Candidate| c.label("drain-first").is_none();
+/// let chosen = choose_by(
+///     candidates.iter(),
+///     |c| (first(c), Reverse(zones[zone(c)])),
+///     |c| format!("zone {} has {}", zone(c), zones[zone(c)]),
+/// );
+/// let Selection::Choose(chosen) = chosen else { unreachable!() };
+/// let names: Vec<&str> = chosen.iter().map(|c| c.name.as_str()).collect();
+/// assert_eq!(names, ["b1", "a1", "a2"]);
+/// assert_eq!(chosen[1].reason, "zone a has 2");
+/// ```
+pub fn choose_by<T, K, R>(
+    items: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> K,
+    reason: impl Fn(&T) -> R,
+) -> Selection
+where
+    T: Deref<Target = Instance>,
+    K: Ord,
+    R: Into<String>,
+{
+    let mut keyed: Vec<(K, T)> = items.into_iter().map(|i| (key(&i), i)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let choices = keyed.iter().map(|(_, i)| Choice::new(&i.name, reason(i)));
+    Selection::Choose(choices.collect())
+}
+
+/// One rule of an order of candidates: its name, which the reason of a choice it decides says,
+/// and a key, smallest first. The constructors say which way it orders; their closures take a
+/// [`Candidate`], so they need no type written.
+pub struct Rule<'a> {
+    name: String,
+    key: RuleKey<'a>,
+    detail: Option<RuleDetail<'a>>,
+}
+
+/// A rule's key of a candidate.
+type RuleKey<'a> = Box<dyn Fn(&Candidate<'_>) -> i64 + 'a>;
+/// What a rule's reason says of a candidate after the rule's name.
+type RuleDetail<'a> = Box<dyn Fn(&Candidate<'_>) -> String + 'a>;
+
+impl<'a> Rule<'a> {
+    /// Those `first` holds for, before the others.
+    pub fn first(name: impl Into<String>, first: impl Fn(&Candidate<'_>) -> bool + 'a) -> Self {
+        Rule::least(name, move |c| i64::from(!first(c)))
+    }
+
+    /// Smallest `value` first (fewest pods, oldest creation time).
+    pub fn least(name: impl Into<String>, value: impl Fn(&Candidate<'_>) -> i64 + 'a) -> Self {
+        Rule {
+            name: name.into(),
+            key: Box::new(value),
+            detail: None,
+        }
+    }
+
+    /// Largest `value` first (most pods, the zone with most candidates).
+    pub fn most(name: impl Into<String>, value: impl Fn(&Candidate<'_>) -> i64 + 'a) -> Self {
+        Rule::least(name, move |c| value(c).saturating_neg())
+    }
+
+    /// What a reason this rule gives says after its name: `largest zone first: zone a has 3`.
+    pub fn said(mut self, detail: impl Fn(&Candidate<'_>) -> String + 'a) -> Self {
+        self.detail = Some(Box::new(detail));
+        self
+    }
+}
+
+/// A selection of `candidates` ordered by `rules`, the first deciding and each later one breaking
+/// the ties of those before it (ties on every rule keep the order they came in). Each choice's
+/// reason names the rule that puts it before the next one (the last: after the one before it),
+/// with the rule's detail when it has one. Keys are read once per candidate and rule.
+///
+/// ```
+/// use rollout_ext_hooks::{choose_by_rules, count_by, testing, zone, Rule, Selection};
+///
+/// let candidates = testing::candidates(vec![
+///     testing::node("a1", "a"),
+///     testing::node("b1", "b").with_label("tier", "spot"),
+///     testing::node("a2", "a"),
+///     testing::node("c1", "c"),
+/// ]);
+/// let zones = count_by(candidates.iter(), |c| zone(c).to_string());
+/// let rules = [
+///     Rule::first("spot first", |c| c.label("tier").as_deref() == Some("spot")),
+///     Rule::most("largest zone first", |c| zones[zone(c)] as i64)
+///         .said(|c| format!("zone {} has {}", zone(c), zones[zone(c)])),
+///     Rule::least("oldest first", |c| c.created.unwrap_or(i64::MIN)),
+/// ];
+/// let Selection::Choose(chosen) = choose_by_rules(candidates.iter(), &rules) else {
+///     unreachable!()
+/// };
+/// let said: Vec<(&str, &str)> =
+///     chosen.iter().map(|c| (c.name.as_str(), c.reason.as_str())).collect();
+/// assert_eq!(
+///     said,
+///     [
+///         ("b1", "spot first"),
+///         ("a1", "tied with a2 on every rule"),
+///         ("a2", "largest zone first: zone a has 2"),
+///         ("c1", "largest zone first: zone c has 1"),
+///     ]
+/// );
+/// ```
+pub fn choose_by_rules<'c>(
+    candidates: impl IntoIterator<Item = Candidate<'c>>,
+    rules: &[Rule<'_>],
+) -> Selection {
+    let mut keyed: Vec<(Vec<i64>, Candidate<'c>)> = (candidates.into_iter())
+        .map(|c| (rules.iter().map(|r| (r.key)(&c)).collect(), c))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let choices = (0..keyed.len()).map(|at| {
+        let (keys, item) = &keyed[at];
+        let neighbour = keyed.get(at + 1).or_else(|| keyed.get(at.checked_sub(1)?));
+        let reason = match neighbour {
+            // Alone: the first rule ordered it, as far as there was anything to order.
+            None => rules.first().map_or_else(String::new, |r| r.name.clone()),
+            Some((other, other_item)) => match (0..rules.len()).find(|&r| keys[r] != other[r]) {
+                Some(r) => match &rules[r].detail {
+                    Some(detail) => format!("{}: {}", rules[r].name, detail(item)),
+                    None => rules[r].name.clone(),
+                },
+                None => format!("tied with {} on every rule", other_item.name),
+            },
+        };
+        Choice::new(&item.name, reason)
+    });
+    Selection::Choose(choices.collect())
+}
+
+/// How many of `items` there are of each `key`: candidates per zone, pods per node.
+pub fn count_by<T, K: Ord>(
+    items: impl IntoIterator<Item = T>,
+    key: impl Fn(&T) -> K,
+) -> BTreeMap<K, usize> {
+    let mut counts = BTreeMap::new();
+    for item in items {
+        *counts.entry(key(&item)).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// The instance's zone, or `""` when it has none.
@@ -299,6 +500,15 @@ mod tests {
         );
         let err = in_schedule(0, &["mon-fri 9-5"], 0).unwrap_err();
         assert!(err.contains("invalid time \"9\": expected HH:MM"), "{err}");
+    }
+
+    #[test]
+    fn abort_if_any_names_what_is_in_the_way() {
+        assert_eq!(abort_if_any("short", Vec::new()), Verdict::Proceed);
+        assert_eq!(
+            abort_if_any("short", vec!["shop/web".into(), "shop/api".into()]),
+            Verdict::Abort("short: shop/web, shop/api".into())
+        );
     }
 
     #[test]

@@ -86,6 +86,18 @@ pub fn pods(namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Pod>,
     list(Pod::API_VERSION, Pod::KIND, namespace, selector)
 }
 
+/// The names of the nodes running pods in `namespace` (none: all namespaces) that match the label
+/// `selector`: the nodes a selection keeps away from (`critical=true`) or puts first.
+pub fn nodes_running(
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let running = pods(namespace, selector)?
+        .into_iter()
+        .filter(|p| !p.is_finished());
+    Ok(running.filter_map(|p| p.spec.node_name).collect())
+}
+
 /// PodDisruptionBudgets (`policy/v1`) in `namespace` (none: all namespaces) matching the label
 /// `selector`.
 pub fn pod_disruption_budgets(

@@ -131,6 +131,7 @@ pub use bindings::rollout_ext::policy::types::{
     KeyValue, Pause, Phase, Role, Selection, SizedBatch, Taint, ValidationSummary, Verdict,
 };
 pub use helpers::*;
+pub use host::{Disruption, DurationEstimate, Timing};
 pub use instances::{Candidate, Instances, LocalInstance};
 pub use objects::{
     ConfigMap, DaemonSet, Deployment, Node, ObjectMeta, Pod, PodDisruptionBudget, ReplicaSet,

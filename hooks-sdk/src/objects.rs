@@ -257,6 +257,16 @@ impl PodDisruptionBudget {
         self.status.disruptions_allowed
     }
 
+    /// It allows no eviction now: a drain of one of its pods waits.
+    pub fn blocks(&self) -> bool {
+        self.disruptions_allowed() <= 0
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        self.metadata.key()
+    }
+
     /// Whether it covers `pod`: same namespace, and the selector matches the pod's labels.
     pub fn covers(&self, pod: &Pod) -> bool {
         self.metadata.namespace == pod.metadata.namespace

@@ -406,6 +406,24 @@ mod tests {
     }
 
     #[test]
+    fn nodes_running_name_the_nodes_of_the_pods_that_match() {
+        let on = |name: &str, node: Option<&str>, phase: &str| {
+            json!({"metadata": {"name": name, "namespace": "a", "labels": {"critical": "true"}},
+                   "spec": {"nodeName": node}, "status": {"phase": phase}})
+        };
+        let pods = [
+            on("p1", Some("n1"), "Running"),
+            on("p2", Some("n2"), "Succeeded"),
+            on("p3", None, "Pending"),
+            pod("a", "calm", json!({"critical": "false"})),
+        ];
+        FakeCluster::new().with("v1", "Pod", pods).run(|| {
+            let nodes = host::nodes_running(None, Some("critical=true")).unwrap();
+            assert_eq!(nodes.into_iter().collect::<Vec<_>>(), ["n1"]);
+        });
+    }
+
+    #[test]
     fn filters_by_namespace_and_selector_in_the_given_order() {
         cluster().run(|| {
             let all = host::pods(None, None).unwrap();

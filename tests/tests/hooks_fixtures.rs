@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use rollout_ext_e2e::{demo_file, hooks_test, workspace_root};
+use rollout_ext_e2e::{aborting_gate_policy, demo_file, hooks_test, workspace_root};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -95,7 +95,7 @@ fn a_case_not_met_is_named_and_the_others_still_run() {
         ("{}", "cases.yaml: its groups expect nothing"),
         (
             "{nodes: {}}",
-            "cases.yaml: group nodes expects nothing: give it order, batches",
+            "cases.yaml: group nodes expects nothing: give it order, reasons, batches",
         ),
     ] {
         let fixture = format!("cluster: {{nodes: [{{name: a}}]}}\ngroups: {groups}\n");
@@ -172,5 +172,57 @@ fn a_fixtures_estimates_are_what_its_hook_is_told() {
         ),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// The gate's verdict before the group and the reasons a selection gives are expectations too:
+/// a gate that aborts before the group passes when the fixture expects it (and fails naming the
+/// field when it expects otherwise), and a reason that differs is named with the one given.
+#[test]
+fn the_gate_before_the_group_and_the_reasons_of_a_selection_are_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = aborting_gate_policy(dir.path());
+    let cases = dir.path().join("cases.yaml");
+    let case = |expected: &str| {
+        let cluster = "cluster: {nodes: [{name: a, kubeletVersion: v1.20.1}]}";
+        let fixture = format!("kubeletVersion: v1.20.2\n{cluster}\ngroups:\n  nodes: {expected}\n");
+        std::fs::write(&cases, fixture).unwrap();
+        let args = [
+            "--policy",
+            policy.to_str().unwrap(),
+            "--hook",
+            "stopper",
+            "--expect",
+            cases.to_str().unwrap(),
+        ];
+        hooks_test("hostile-hook", &args)
+    };
+    let out = case("{groupGate: abort, batches: []}");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("every expectation met"));
+    let out = case("{groupGate: proceed}");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(r#"group nodes: groupGate: expected "proceed", got "abort""#),
+        "{stderr}"
+    );
+
+    let site = site_fixtures();
+    let fixture = "kubeletVersion: v1.20.2\ncluster:\n  nodes:\n    - {name: a, kubeletVersion: v1.20.1}\n    - {name: b, kubeletVersion: v1.20.2}\ngroups:\n  nodes:\n    reasons: {a: 3 pods to move, b: not chosen}\n";
+    std::fs::write(&cases, fixture).unwrap();
+    let policy = site.join("policy.yaml");
+    let args = [
+        "--policy",
+        policy.to_str().unwrap(),
+        "--expect",
+        cases.to_str().unwrap(),
+    ];
+    let out = hooks_test("site-policy", &args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(r#"group nodes: reasons: expected {"a":"3 pods to move","b":"not chosen"}, got {"a":"0 pods to move","b":"not chosen"}"#),
+        "{stderr}"
     );
 }

@@ -16,12 +16,12 @@ impl Policy for SitePolicy {
 
     fn select(_: &Context, _: &Group, candidates: &Instances) -> Result<Selection, String> {
         let pinned = |c: &Candidate| c.label(PINNED).as_deref() == Some("true");
-        let mut chosen: Vec<Candidate> = (candidates.iter())
-            .filter(|c| !c.up_to_date && !pinned(c))
-            .collect();
-        chosen.sort_by_key(|c| c.pods);
-        let choice = |c: &Candidate| Choice::new(&c.name, format!("{} pods to move", c.pods));
-        Ok(Selection::Choose(chosen.iter().map(choice).collect()))
+        let chosen = candidates.iter().filter(|c| !c.up_to_date && !pinned(c));
+        Ok(choose_by(
+            chosen,
+            |c| c.pods,
+            |c| format!("{} pods to move", c.pods),
+        ))
     }
 
     fn next_batch(_: &Context, p: &Progress) -> Result<BatchSize, String> {

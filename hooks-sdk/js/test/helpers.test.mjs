@@ -27,6 +27,82 @@ test('week windows take BigInt seconds and wrap past Sunday midnight', () => {
   assert.throws(() => h.inWindow(friday, 'fry 09:00', 'fri 17:00'), /unknown day/);
 });
 
+test('chooseBy orders candidates by several rules, with reasons', () => {
+  const instances = new t.Instances([
+    t.node('a1', { zone: 'a', created: 30n }),
+    t.node('b1', { zone: 'b', created: 20n }),
+    t.node('a2', { zone: 'a', created: 10n }),
+    t.node('c1', { zone: 'c', labels: { 'drain-first': 'yes' } }),
+  ]);
+  const everyone = h.candidatesOf(instances);
+  assert.equal(everyone[3].index, 3);
+  assert.deepEqual(everyone[3].labels(), { 'drain-first': 'yes' });
+  const zones = h.countBy(everyone, (c) => c.zone);
+  assert.deepEqual(zones, { a: 2, b: 1, c: 1 });
+  const key = (c) => [c.label('drain-first') === undefined, -zones[c.zone], c.created];
+  const chosen = t.answer(h.chooseBy(everyone, key, (c) => `zone ${c.zone}: ${zones[c.zone]}`));
+  assert.deepEqual(
+    chosen.order.map((c) => [c.name, c.reason]),
+    [['c1', 'zone c: 1'], ['a2', 'zone a: 2'], ['a1', 'zone a: 2'], ['b1', 'zone b: 1']],
+  );
+  // A key that is not an array is one rule; undefined sorts first.
+  const names = t.answer(h.chooseBy(everyone, (c) => c.created, () => '')).order.map((c) => c.name);
+  assert.deepEqual(names, ['c1', 'a2', 'b1', 'a1']);
+});
+
+test('chooseByRules names the rule that placed each choice', () => {
+  const instances = new t.Instances([
+    t.node('a1', { zone: 'a' }),
+    t.node('b1', { zone: 'b', labels: { tier: 'spot' } }),
+    t.node('a2', { zone: 'a' }),
+    t.node('c1', { zone: 'c' }),
+  ]);
+  const everyone = h.candidatesOf(instances);
+  const zones = h.countBy(everyone, (c) => c.zone);
+  const rules = [
+    ['spot first', (c) => c.label('tier') !== 'spot'],
+    ['largest zone first', (c) => -zones[c.zone], (c) => `zone ${c.zone} has ${zones[c.zone]}`],
+    ['oldest first', (c) => c.created],
+  ];
+  const chosen = t.answer(h.chooseByRules(everyone, rules));
+  assert.deepEqual(chosen.order.map((c) => [c.name, c.reason]), [
+    ['b1', 'spot first'],
+    ['a1', 'tied with a2 on every rule'],
+    ['a2', 'largest zone first: zone a has 2'],
+    ['c1', 'largest zone first: zone c has 1'],
+  ]);
+  assert.deepEqual(t.answer(h.chooseByRules(everyone.slice(0, 1), rules)).order, [
+    { name: 'a1', reason: 'spot first' },
+  ]);
+  assert.deepEqual(t.answer(h.abort('no')), { answer: 'abort', reason: 'no' });
+  const batch = t.batch(['n1']);
+  assert.deepEqual(t.answer(h.holdWhile(batch, 5, 60, 'blocked', [])), { answer: 'proceed' });
+  assert.deepEqual(t.answer(h.holdWhile(batch, 5, 60, 'blocked', ['shop/db'])), {
+    answer: 'wait',
+    seconds: 60,
+    reason: 'blocked: shop/db (check 1 of 5)',
+  });
+  assert.deepEqual(t.answer(h.abortIfAny('short', ['a', 'b'])), { answer: 'abort', reason: 'short: a, b' });
+  t.cluster.reset();
+  t.cluster.estimates = { batch: undefined, remaining: t.estimate(9 * 3600) };
+  assert.equal(h.estimates().remaining.p90Seconds, 32400n);
+});
+
+test('the stand-in host filters by label selector', () => {
+  t.cluster.reset(
+    t.pod('a', 'crit', { labels: { critical: 'true' }, node: 'n1' }),
+    t.pod('a', 'calm', { labels: { critical: 'false' }, node: 'n2' }),
+    t.pod('b', 'bare', { node: 'n3' }),
+  );
+  const names = (pods) => pods.map((p) => p.name);
+  assert.deepEqual(names(h.pods(undefined, 'critical=true')), ['crit']);
+  assert.deepEqual(names(h.pods(undefined, 'critical!=true')), ['calm', 'bare']);
+  assert.deepEqual(names(h.pods('a', '!critical')), []);
+  assert.deepEqual(names(h.pods(undefined, 'critical')), ['crit', 'calm']);
+  assert.throws(() => h.pods(undefined, 'critical in (true)'), /not one the stand-in host understands/);
+  assert.deepEqual(h.nodesRunning(undefined, 'critical'), new Set(['n1', 'n2']));
+});
+
 test('percentOf rounds as Kubernetes rounds budgets', () => {
   assert.equal(h.percentOf(25, 10, true), 3);
   assert.equal(h.percentOf(25, 10, false), 2);

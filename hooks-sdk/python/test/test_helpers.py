@@ -32,6 +32,63 @@ class Helpers(unittest.TestCase):
         self.assertTrue(h.in_window(FRIDAY_NOON + 2 * 86400, "sat 22:00", "mon 06:00"))
         self.assertFalse(h.in_window(FRIDAY_NOON, "fri 09:00", "fri 17:00", 6 * 60))
 
+    def test_choose_by_orders_candidates_by_several_rules_with_reasons(self):
+        from collections import Counter
+
+        instances = t.Instances([t.node("a1", "a", created=30), t.node("b1", "b", created=20),
+                                 t.node("a2", "a", created=10),
+                                 t.node("c1", "c", labels={"drain-first": "yes"})])
+        everyone = h.candidates_of(instances)
+        self.assertEqual([(c.index, c.name) for c in everyone][3], (3, "c1"))
+        self.assertEqual(everyone[3].labels(), {"drain-first": "yes"})
+        zones = Counter(c.zone for c in everyone)
+        key = lambda c: (c.label("drain-first") is None, -zones[c.zone], c.created or 0)
+        chosen = t.answer(h.choose_by(everyone, key, lambda c: f"zone {c.zone}: {zones[c.zone]}"))
+        self.assertEqual([(c["name"], c["reason"]) for c in chosen["order"]],
+                         [("c1", "zone c: 1"), ("a2", "zone a: 2"), ("a1", "zone a: 2"),
+                          ("b1", "zone b: 1")])
+
+    def test_choose_by_rules_names_the_rule_that_placed_each_choice(self):
+        from collections import Counter
+
+        instances = t.Instances([t.node("a1", "a"), t.node("b1", "b", labels={"tier": "spot"}),
+                                 t.node("a2", "a"), t.node("c1", "c")])
+        everyone = h.candidates_of(instances)
+        zones = Counter(c.zone for c in everyone)
+        rules = [("spot first", lambda c: c.label("tier") != "spot"),
+                 ("largest zone first", lambda c: -zones[c.zone],
+                  lambda c: f"zone {c.zone} has {zones[c.zone]}"),
+                 ("oldest first", lambda c: c.created or 0)]
+        chosen = t.answer(h.choose_by_rules(everyone, rules))
+        self.assertEqual([(c["name"], c["reason"]) for c in chosen["order"]], [
+            ("b1", "spot first"), ("a1", "tied with a2 on every rule"),
+            ("a2", "largest zone first: zone a has 2"), ("c1", "largest zone first: zone c has 1")])
+        self.assertEqual(t.answer(h.choose_by_rules(everyone[:1], rules))["order"],
+                         [{"name": "a1", "reason": "spot first"}])
+        self.assertEqual(t.answer(h.abort("no")), {"answer": "abort", "reason": "no"})
+        self.assertEqual(t.answer(h.PROCEED), {"answer": "proceed"})
+        self.assertEqual(t.answer(h.DEFER), {"answer": "defer"})
+        batch = t.batch(["n1"])
+        self.assertEqual(t.answer(h.hold_while(batch, 5, 60, "blocked", [])), {"answer": "proceed"})
+        self.assertEqual(t.answer(h.hold_while(batch, 5, 60, "blocked", ["shop/db"])),
+                         {"answer": "wait", "seconds": 60, "reason": "blocked: shop/db (check 1 of 5)"})
+        self.assertEqual(t.answer(h.abort_if_any("short", ["a", "b"])),
+                         {"answer": "abort", "reason": "short: a, b"})
+        self.assertEqual(t.answer(h.abort_if_any("short", iter([]))), {"answer": "proceed"})
+        self.assertEqual(h.AFTER_BATCH, t.types.Phase.AFTER_BATCH)
+
+    def test_the_stand_in_host_filters_by_label_selector(self):
+        t.cluster.reset(t.pod("a", "crit", labels={"critical": "true"}, node="n1"),
+                        t.pod("a", "calm", labels={"critical": "false"}, node="n2"),
+                        t.pod("b", "bare", node="n3"))
+        self.assertEqual([p.name for p in h.pods(None, "critical=true")], ["crit"])
+        self.assertEqual([p.name for p in h.pods(None, "critical!=true")], ["calm", "bare"])
+        self.assertEqual([p.name for p in h.pods("a", "!critical")], [])
+        self.assertEqual([p.name for p in h.pods(None, "critical")], ["crit", "calm"])
+        with self.assertRaises(Err):
+            h.pods(None, "critical in (true)")
+        self.assertEqual(h.nodes_running(None, "critical=true"), {"n1"})
+
     def test_percent_of_rounds_as_kubernetes_rounds_budgets(self):
         self.assertEqual(h.percent_of(25, 10, True), 3)
         self.assertEqual(h.percent_of(25, 10, False), 2)

@@ -333,7 +333,7 @@ fn run_case(mut run: TestRun, case: Option<Case>) -> Result<(), Failure> {
         && !fixture.as_ref().is_some_and(|f| f.expects_abort())
     {
         problems.push(format!(
-            "the run would stop at {stopped} (gates asked as after {} wait(s) per batch); pass --allow-abort when that is what this test expects, or expect `abort` in the fixture's gates",
+            "the run would stop at {stopped} (gates asked as after {} wait(s) per batch); pass --allow-abort when that is what this test expects, or expect `abort` in the fixture's groupGate, gates or afterGates",
             run.attempt
         ));
     }

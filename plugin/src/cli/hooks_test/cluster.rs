@@ -1,5 +1,5 @@
 //! A fixture's cluster declared inline (`cluster:`), so that an author writes the few nodes,
-//! pods, Deployments and PodDisruptionBudgets a case is about instead of building a snapshot:
+//! pods, Deployments, StatefulSets and PodDisruptionBudgets a case is about instead of building a snapshot:
 //! made into the v1 List a snapshot is.
 
 use std::collections::BTreeMap;
@@ -21,7 +21,9 @@ pub(super) struct InlineCluster {
     #[serde(default)]
     pods: Vec<PodIn>,
     #[serde(default)]
-    deployments: Vec<DeploymentIn>,
+    deployments: Vec<ReplicatedIn>,
+    #[serde(default)]
+    stateful_sets: Vec<ReplicatedIn>,
     #[serde(default)]
     pod_disruption_budgets: Vec<BudgetIn>,
 }
@@ -65,7 +67,8 @@ struct PodIn {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DeploymentIn {
+/// A Deployment or a StatefulSet: the pods it wants and has.
+struct ReplicatedIn {
     #[serde(default = "default_namespace")]
     namespace: String,
     name: String,
@@ -138,8 +141,10 @@ impl InlineCluster {
                    "spec": {"nodeName": p.node},
                    "status": {"phase": "Running", "conditions": condition(p.ready)}})
         });
-        let deployments = self.deployments.iter().map(|d| {
-            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        let deployments = (self.deployments.iter().map(|d| ("Deployment", d)))
+            .chain(self.stateful_sets.iter().map(|s| ("StatefulSet", s)));
+        let workloads = deployments.map(|(kind, d)| {
+            json!({"apiVersion": "apps/v1", "kind": kind,
                    "metadata": {"namespace": d.namespace, "name": d.name, "labels": d.labels},
                    "spec": {"replicas": d.replicas},
                    "status": {"replicas": d.replicas, "readyReplicas": d.available.unwrap_or(d.replicas),
@@ -152,7 +157,7 @@ impl InlineCluster {
                             "minAvailable": b.min_available, "maxUnavailable": b.max_unavailable},
                    "status": {"disruptionsAllowed": b.disruptions_allowed}})
         });
-        let items: Vec<Value> = (nodes.chain(pods).chain(deployments).chain(budgets))
+        let items: Vec<Value> = (nodes.chain(pods).chain(workloads).chain(budgets))
             .map(without_nulls)
             .collect();
         json!({"apiVersion": "v1", "kind": "List", "items": items})
@@ -184,7 +189,8 @@ mod tests {
             "pods": [{"namespace": "shop", "name": "web-0", "node": "n1", "ready": false,
                       "owner": "ReplicaSet/web-6b9c", "labels": {"app": "web"}}],
             "podDisruptionBudgets": [{"namespace": "shop", "name": "web",
-                                      "selector": {"app": "web"}, "minAvailable": 1}]
+                                      "selector": {"app": "web"}, "minAvailable": 1}],
+            "statefulSets": [{"namespace": "db", "name": "pg", "replicas": 3, "available": 2}]
         }))
         .unwrap();
         let list = cluster.to_list().to_string();
@@ -200,6 +206,13 @@ mod tests {
         let pod = &snapshot.pods[0];
         assert_eq!((pod.namespace.as_str(), pod.ready), ("shop", false));
         assert_eq!(snapshot.pdbs.len(), 1);
+        let list: Value = serde_json::from_str(&list).unwrap();
+        let sts = (list["items"].as_array().unwrap().iter())
+            .find(|o| o["kind"] == "StatefulSet")
+            .unwrap();
+        assert_eq!(sts["metadata"]["namespace"], "db");
+        assert_eq!(sts["spec"]["replicas"], 3);
+        assert_eq!(sts["status"]["availableReplicas"], 2);
         let unknown = serde_json::from_value::<InlineCluster>(json!({"nodes": [{"nam": "x"}]}));
         assert!(
             unknown

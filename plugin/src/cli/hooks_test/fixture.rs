@@ -70,8 +70,16 @@ impl Groups {
 pub(super) struct Expected {
     /// The instances updated, in update order.
     pub(super) order: Option<Vec<String>>,
+    /// For the instances named, the reason their choice gives (the selection's, or the
+    /// built-in rules').
+    pub(super) reasons: Option<BTreeMap<String, String>>,
     /// The replacement batches (surges left out), each its instances.
     pub(super) batches: Option<Vec<Vec<String>>>,
+    /// Per replacement batch, why it has its size: the batching hook's reason, or the
+    /// budget's.
+    pub(super) size_reasons: Option<Vec<String>>,
+    /// The gate's verdict before the group (`proceed`, `wait`, `abort`), or `-` for none.
+    pub(super) group_gate: Option<String>,
     /// Per replacement batch, the gate's verdict (`proceed`, `wait`, `abort`) or `-` for none.
     pub(super) gates: Option<Vec<String>>,
     /// The same for the after-batch gate (asked with `phases: [after-batch]`).
@@ -88,14 +96,20 @@ impl Expected {
     fn is_empty(&self) -> bool {
         let Expected {
             order,
+            reasons,
             batches,
+            size_reasons,
+            group_gate,
             gates,
             after_gates,
             pauses,
             drain_order,
         } = self;
         order.is_none()
+            && reasons.is_none()
             && batches.is_none()
+            && size_reasons.is_none()
+            && group_gate.is_none()
             && gates.is_none()
             && after_gates.is_none()
             && pauses.is_none()
@@ -111,7 +125,7 @@ impl Fixture {
         }
         (self.groups.iter().find(|(_, expected)| expected.is_empty())).map(|(name, _)| {
             format!(
-                "group {name} expects nothing: give it order, batches, gates, afterGates, pauses or drainOrder"
+                "group {name} expects nothing: give it order, reasons, batches, sizeReasons, groupGate, gates, afterGates, pauses or drainOrder"
             )
         })
     }
@@ -119,7 +133,10 @@ impl Fixture {
     /// Whether a gate is expected to abort somewhere: then a plan that stops is what it tests.
     pub(super) fn expects_abort(&self) -> bool {
         (self.groups.values())
-            .flat_map(|g| g.gates.iter().chain(&g.after_gates).flatten())
+            .flat_map(|g| {
+                let before_group = g.group_gate.iter();
+                before_group.chain(g.gates.iter().chain(&g.after_gates).flatten())
+            })
             .any(|verdict| verdict == "abort")
     }
 }
@@ -227,8 +244,38 @@ pub(super) fn compare(
             .collect();
         let gates = verdicts(|b| b.gate.as_ref());
         let after_gates = verdicts(|b| b.after_gate.as_ref());
+        // Only the instances the fixture names are compared.
+        let reasons: BTreeMap<String, String> = (expected.reasons.iter())
+            .flat_map(|named| named.keys())
+            .map(|instance| {
+                let planned = g.instances.iter().find(|i| &i.name == instance);
+                let reason = planned.map_or("not in the group", |i| {
+                    if i.update {
+                        i.reason.as_str()
+                    } else {
+                        "not chosen"
+                    }
+                });
+                (instance.clone(), reason.to_string())
+            })
+            .collect();
+        let group_gate = (g.gate.as_ref()).map_or("-".into(), |s| s.verdict.to_string());
         out.extend(mismatch(name, "order", &expected.order, &order));
+        out.extend(mismatch(name, "reasons", &expected.reasons, &reasons));
         out.extend(mismatch(name, "batches", &expected.batches, &batches));
+        let size_reasons: Vec<String> = replaced.iter().map(|b| b.size_reason.clone()).collect();
+        out.extend(mismatch(
+            name,
+            "sizeReasons",
+            &expected.size_reasons,
+            &size_reasons,
+        ));
+        out.extend(mismatch(
+            name,
+            "groupGate",
+            &expected.group_gate,
+            &group_gate,
+        ));
         out.extend(mismatch(name, "gates", &expected.gates, &gates));
         out.extend(mismatch(name, "pauses", &expected.pauses, &pauses));
         out.extend(mismatch(

@@ -6,7 +6,7 @@
 // Change them, and the tests (app.test.mjs) and fixtures (fixtures/) with them. An export for
 // each point served; the build declares them (and defers the points left out).
 
-import { DEFER, PROCEED, anyConfig, choose, hold, oldestFirst, pods, size } from './rollout_ext_hooks.js';
+import { DEFER, anyConfig, candidatesOf, choose, holdWhile, oldestFirst, pods, size } from './rollout_ext_hooks.js';
 
 export const HOLD = 'example.com/hold';
 
@@ -14,8 +14,7 @@ export const metadata = anyConfig('{{name}}');
 
 export const selection = {
   select(ctx, group, candidates) {
-    const everyone = candidates.get(0, candidates.len());
-    const chosen = everyone.filter((c, i) => c.reason !== undefined && candidates.label(i, HOLD) !== 'true');
+    const chosen = candidatesOf(candidates).filter((c) => c.reason !== undefined && c.label(HOLD) !== 'true');
     return choose(oldestFirst(chosen).map((c) => [c.name, 'oldest first']));
   },
 };
@@ -31,7 +30,7 @@ export const gates = {
     if (phase !== 'after-batch') {
       return DEFER;
     }
-    const n = pods('default').filter((p) => !p.ready).length;
-    return n === 0 ? PROCEED : hold(batch, 3, 30, `${n} pod(s) of default not Ready`);
+    const notReady = pods('default').filter((p) => !p.ready).map((p) => p.key);
+    return holdWhile(batch, 3, 30, 'pods of default not Ready', notReady);
   },
 };

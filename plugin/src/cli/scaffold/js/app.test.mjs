@@ -27,6 +27,6 @@ test('after a batch it waits three checks, then aborts', () => {
   t.cluster.reset(t.pod('default', 'web-0', { ready: false }));
   const check = (attempt) =>
     t.answer(app.gates.check(t.context(), 'after-batch', t.batch(['n1'], { attempt }), t.healthy()));
-  assert.deepEqual(check(0), { answer: 'wait', seconds: 30, reason: '1 pod(s) of default not Ready (check 1 of 3)' });
-  assert.deepEqual(check(2), { answer: 'abort', reason: '1 pod(s) of default not Ready after 3 checks' });
+  assert.deepEqual(check(0), { answer: 'wait', seconds: 30, reason: 'pods of default not Ready: default/web-0 (check 1 of 3)' });
+  assert.deepEqual(check(2), { answer: 'abort', reason: 'pods of default not Ready: default/web-0 after 3 checks' });
 });

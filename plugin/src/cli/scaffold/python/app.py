@@ -7,8 +7,8 @@ Change them, and the tests (test_app.py) and fixtures (fixtures/) with them. A c
 point served; the build declares them (and defers the points left out).
 """
 
-from rollout_ext_hooks import AnyConfig, choose, hold, oldest_first, pods, size
-from wit_world.imports import types
+from rollout_ext_hooks import (AFTER_BATCH, DEFER, AnyConfig, candidates_of, choose, hold_while,
+                               oldest_first, pods, size)
 
 HOLD = "example.com/hold"
 
@@ -19,9 +19,8 @@ class Metadata(AnyConfig):
 
 class Selection:
     def select(self, ctx, group, candidates):
-        held = {i for i in range(candidates.len()) if candidates.label(i, HOLD) == "true"}
-        everyone = candidates.get(0, candidates.len())
-        chosen = [c for i, c in enumerate(everyone) if c.reason is not None and i not in held]
+        everyone = candidates_of(candidates)
+        chosen = [c for c in everyone if c.reason is not None and c.label(HOLD) != "true"]
         return choose((c.name, "oldest first") for c in oldest_first(chosen))
 
 
@@ -32,7 +31,7 @@ class Batching:
 
 class Gates:
     def check(self, ctx, phase, batch, summary):
-        if phase != types.Phase.AFTER_BATCH:
-            return types.Verdict_Defer()
-        n = sum(1 for p in pods("default") if not p.ready)
-        return types.Verdict_Proceed() if n == 0 else hold(batch, 3, 30, f"{n} pod(s) of default not Ready")
+        if phase != AFTER_BATCH:
+            return DEFER
+        not_ready = [p.key for p in pods("default") if not p.ready]
+        return hold_while(batch, 3, 30, "pods of default not Ready", not_ready)

@@ -29,9 +29,9 @@ class Hook(unittest.TestCase):
         check = lambda attempt: t.answer(app.Gates().check(
             t.context(), t.types.Phase.AFTER_BATCH, t.batch(["n1"], attempt=attempt), t.healthy()))
         self.assertEqual(check(0), {"answer": "wait", "seconds": 30,
-                                    "reason": "1 pod(s) of default not Ready (check 1 of 3)"})
+                                    "reason": "pods of default not Ready: default/web-0 (check 1 of 3)"})
         self.assertEqual(check(2), {"answer": "abort",
-                                    "reason": "1 pod(s) of default not Ready after 3 checks"})
+                                    "reason": "pods of default not Ready: default/web-0 after 3 checks"})
 
 
 if __name__ == "__main__":

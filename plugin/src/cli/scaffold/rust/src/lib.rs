@@ -42,9 +42,8 @@ impl Policy for Hook {
             return Ok(Verdict::Defer);
         }
         let pods = host::pods(Some("default"), None)?;
-        let n = pods.iter().filter(|p| !p.is_ready()).count();
-        let held = || hold(b, 3, 30, format!("{n} pod(s) of default not Ready"));
-        Ok(if n == 0 { Verdict::Proceed } else { held() })
+        let not_ready = pods.iter().filter(|p| !p.is_ready()).map(|p| p.key());
+        Ok(hold_while(b, 3, 30, "pods of default not Ready", not_ready.collect()))
     }
 }
 

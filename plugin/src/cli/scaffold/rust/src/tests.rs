@@ -45,11 +45,11 @@ fn after_a_batch_waits_three_checks_then_aborts() {
         let ctx = context(0, json!({}));
         let mut b = batch(&["n1"]);
         let verdict = Hook::check(&ctx, Phase::AfterBatch, &b, &healthy(3, 1)).unwrap();
-        let reason = "1 pod(s) of default not Ready (check 1 of 3)".to_string();
+        let reason = "pods of default not Ready: default/web-0 (check 1 of 3)".to_string();
         assert_eq!(verdict, Verdict::Wait(Pause { seconds: 30, reason }));
         b.attempt = 2;
         let verdict = Hook::check(&ctx, Phase::AfterBatch, &b, &healthy(3, 1)).unwrap();
-        let reason = "1 pod(s) of default not Ready after 3 checks".to_string();
+        let reason = "pods of default not Ready: default/web-0 after 3 checks".to_string();
         assert_eq!(verdict, Verdict::Abort(reason));
     });
 }
