@@ -8,7 +8,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p stage-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane prometheus registry lint release release-check python-hook js-hook bench
+.PHONY: demo test wasm wasm-target control-plane prometheus registry browser pictures lint release release-check python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -21,7 +21,7 @@ demo: wasm
 
 ## test: every test, against real compiled hooks and a real control plane. The test binaries run
 ## TEST_JOBS (default 3) at a time: each mostly waits on its own control plane.
-test: wasm python-hook js-hook control-plane prometheus registry release-check
+test: wasm python-hook js-hook control-plane prometheus registry browser release-check
 	$(CARGO) build --bins
 	$(TARGET_DIR)/debug/test-all
 
@@ -67,6 +67,15 @@ prometheus:
 ## registry: install (once) and cache the OCI registry the hook-module tests push to and pull from.
 registry:
 	bash tests/cluster/install-server.sh docker-registry 2.8.2 5000
+
+## browser: install (once) Debian's headless Chromium, in which the tests open the plan's pages.
+browser:
+	bash tests/cluster/install-browser.sh
+
+## pictures: the screenshots docs/ shows, taken by the tests that open the plan's pages.
+pictures: wasm browser
+	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
+	ROLLOUT_EXT_PICTURES=$(CURDIR)/docs/pictures $(CARGO) test -p rollout-ext-e2e --test cli_plan draws
 
 ## control-plane: build (once) from their Go modules and cache kube-apiserver, controller-manager,
 ## scheduler and etcd of the release tests/cluster/k8s/go.mod requires (needs Go; `demo` does not).

@@ -346,6 +346,7 @@ pub fn demo_policy_in(dir: &Path) -> PathBuf {
     policy
 }
 
+pub mod browser;
 pub mod capi_rotation;
 pub mod chaos;
 pub mod child;

@@ -421,3 +421,102 @@ fn the_plan_forecasts_pods_that_wait_for_a_replacement() {
         "{table}"
     );
 }
+
+/// The demo plan as a page and as a picture: the page opened in a real browser shows every
+/// batch of the JSON plan where its estimate puts it, with its forecast, and loads nothing from
+/// anywhere; the SVG is well-formed with one bar per batch. Run as `make demo` runs it, from the
+/// checkout with its paths, which the page shows (its screenshot is the README's).
+#[test]
+fn the_demo_plan_draws_as_a_page_and_a_picture() {
+    use rollout_ext_e2e::browser;
+
+    let dir = tempfile::tempdir().unwrap();
+    let demo = |format: &str, file: Option<&std::path::Path>| {
+        let mut cmd = Command::new(plugin_binary());
+        cmd.current_dir(rollout_ext_e2e::workspace_root()).args([
+            "nodes",
+            "--from-snapshot",
+            "examples-hooks/demo/snapshot.json",
+            "--policy",
+            "examples-hooks/demo/policy.yaml",
+            "--kubelet-version",
+            "v1.20.2",
+            "--now",
+            "2026-11-27T12:00:00Z",
+            "-o",
+            format,
+        ]);
+        if let Some(file) = file {
+            cmd.arg("--output-file").arg(file);
+        }
+        let out = cmd.output().expect("the plugin runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let plan: Value = serde_json::from_slice(&demo("json", None)).expect("a JSON plan");
+    let drawn = |format: &str| {
+        let file = dir.path().join(format!("plan.{format}"));
+        let printed = demo(format, Some(&file));
+        assert!(printed.is_empty(), "the picture goes to the file alone");
+        std::fs::read_to_string(file).unwrap()
+    };
+
+    let page = drawn("html");
+    assert!(page.contains("<dd>snapshot examples-hooks/demo/snapshot.json</dd>"));
+    let opened = browser::open(&page, None);
+    browser::assert_only_the_page(&opened);
+    browser::assert_page_shows_plan(&opened.dom, &plan);
+    assert!(
+        opened.dom.contains("hook/maintenance-window"),
+        "who paused is said"
+    );
+    let shot = dir.path().join("plan.png");
+    let opened = browser::open(&page, Some((&shot, 1280, 1000)));
+    browser::assert_only_the_page(&opened);
+    browser::assert_screenshot_shows_something(&shot, 1280, 1000);
+    browser::keep_for_docs(&shot, "demo-plan.png");
+
+    let bars = browser::svg_bars(&drawn("svg")).len();
+    let batches: usize = (plan["groups"].as_array().unwrap().iter())
+        .map(|g| g["batches"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(bars, batches, "one bar per batch");
+    assert!(batches > 3);
+}
+
+/// A picture is of a plan: asked of a run, or a file asked without one, is refused before
+/// anything is read or changed.
+#[test]
+fn a_picture_is_asked_of_a_plan_only() {
+    let snapshot = demo_file("snapshot.json");
+    let out = run(&[
+        "nodes",
+        "--from-snapshot",
+        snapshot.to_str().unwrap(),
+        "-o",
+        "json",
+        "--output-file",
+        "plan.json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--output-file writes a picture of the plan: add -o html or -o svg"),
+        "{stderr}"
+    );
+    for flags in [&["--yes"][..], &["--dry-run=server"]] {
+        let mut args = vec!["nodes", "--kubeconfig", "/nonexistent", "-o", "html"];
+        args.extend_from_slice(flags);
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("-o html and -o svg draw a plan: they cannot be used with --"),
+            "{stderr}"
+        );
+    }
+}

@@ -270,6 +270,39 @@ async fn the_second_stage_starts_after_the_soak_and_the_gates_proceed() {
         "the fleet has an estimate"
     );
 
+    // Drawn, the plan is a row a cluster, its bar from when it starts for its plan's estimate.
+    let at = "--now=2026-11-27T12:00:00Z";
+    let same = run_plugin(fleet_args("plan", &file, &["-o", "json", at])).await;
+    let same: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    let picture = dir.path().join("fleet.svg");
+    let picture_arg = picture.to_str().unwrap();
+    let drawn = ["-o", "svg", "--output-file", picture_arg, at];
+    let out = run_plugin(fleet_args("plan", &file, &drawn)).await;
+    assert!(out.status.success(), "{}", said(&out));
+    let svg = std::fs::read_to_string(&picture).unwrap();
+    let bars: Vec<(String, i64, i64)> = (rollout_ext_e2e::browser::svg_bars(&svg).iter())
+        .map(|bar| {
+            let time = |name: &str| bar[name].parse::<i64>().unwrap();
+            (bar["data-row"].clone(), time("data-from"), time("data-to"))
+        })
+        .collect();
+    let clusters: Vec<(String, i64, i64)> = (same["steps"].as_array().unwrap().iter())
+        .filter(|s| s["step"] == "cluster")
+        .map(|s| {
+            let from = s["at"].as_i64().unwrap();
+            let row = format!(
+                "{}/{}",
+                s["stage"].as_str().unwrap(),
+                s["cluster"].as_str().unwrap()
+            );
+            (row, from, from + s["plan"]["seconds"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        bars, clusters,
+        "one bar per cluster, where the plan puts it"
+    );
+
     let started = Instant::now();
     let out = run_plugin(fleet_args("run", &file, &["-o", "json"])).await;
     assert!(out.status.success(), "{}", said(&out));

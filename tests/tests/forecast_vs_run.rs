@@ -373,3 +373,45 @@ fn marked_by_eviction(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
         })
     })
 }
+
+/// A live cluster's plan as a page for change review: opened in a real browser, it shows every
+/// batch of the same plan in JSON where its estimate puts it, says in words that the drain is
+/// blocked and by which budget, and loads nothing from anywhere.
+#[tokio::test]
+async fn a_live_plan_draws_as_a_page_that_shows_its_forecast() {
+    use rollout_ext_e2e::browser;
+
+    let cluster = TestCluster::shared();
+    blocked_group(cluster, "drawn").await;
+    let dir = tempfile::tempdir().unwrap();
+    let at = ["--now", "2026-11-27T12:00:00Z"];
+    let args = cluster.rotate_one_at_a_time(dir.path(), "drawn", "", &at);
+    let mut args = rollout_ext_e2e::plan_of(&args);
+    let printed = run_plugin(args.clone()).await;
+    assert!(printed.status.success(), "{printed:?}");
+    let plan: Value = serde_json::from_slice(&printed.stdout).unwrap();
+
+    let page = dir.path().join("plan.html");
+    let o = args.iter().position(|a| a == "-o").unwrap();
+    args[o + 1] = "html".into();
+    args.extend(["--output-file".into(), page.to_str().unwrap().to_string()]);
+    let drawn = run_plugin(args).await;
+    assert!(drawn.status.success(), "{drawn:?}");
+    let page = std::fs::read_to_string(page).unwrap();
+    assert!(
+        page.contains("<dt>Cluster</dt><dd>context "),
+        "the page names the cluster"
+    );
+
+    let opened = tokio::task::spawn_blocking(move || browser::open(&page, None))
+        .await
+        .unwrap();
+    browser::assert_only_the_page(&opened);
+    browser::assert_page_shows_plan(&opened.dom, &plan);
+    let blocked = browser::elements(&opened.dom, "g", "batch");
+    assert_eq!(blocked[0]["data-drain"], "blocks", "{blocked:?}");
+    assert!(
+        opened.dom.contains("PodDisruptionBudget drawn/web"),
+        "the budget in the way is named"
+    );
+}

@@ -952,6 +952,30 @@ async fn a_dry_run_plans_from_the_cluster_and_from_a_snapshot_alike() {
     assert!(offline.status.success(), "{}", text(&offline));
     let offline_plan: Value = serde_json::from_slice(&offline.stdout).unwrap();
     assert_eq!(offline_plan, live_plan);
+
+    // Drawn, the plan is a row a step, each bar ending where the step's estimate ends.
+    let picture = dir.path().join("plan.svg");
+    let mut drawn = plan_args.to_vec();
+    drawn.pop();
+    drawn.extend(["svg", "--output-file", picture.to_str().unwrap()]);
+    let out = Command::new(plugin_binary())
+        .arg("rolling-update")
+        .args(drawn)
+        .args(["-n", ns, "--from-snapshot", snapshot.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let svg = std::fs::read_to_string(picture).unwrap();
+    let ends: Vec<i64> = (rollout_ext_e2e::browser::svg_bars(&svg).iter())
+        .map(|bar| bar["data-to"].parse().unwrap())
+        .collect();
+    let planned: Vec<i64> = (live_plan["steps"].as_array().unwrap().iter())
+        .map(|s| {
+            let at = s["estimate"]["endsAt"].as_str().unwrap();
+            at.parse::<jiff::Timestamp>().unwrap().as_second()
+        })
+        .collect();
+    assert_eq!(ends, planned, "one bar per step, where its estimate ends");
 }
 
 #[tokio::test]

@@ -188,7 +188,7 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs, policy: &Policy) -> Result<(), Fa
         policy,
         command_namespace: None,
         takes_rotation_lock: true,
-        json: matches!(args.output, OutputFormat::Json | OutputFormat::Yaml),
+        json: matches!(args.output.text(), OutputFormat::Json | OutputFormat::Yaml),
     };
     hand(kube, hand_over, |_| needed)
 }

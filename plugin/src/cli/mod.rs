@@ -19,6 +19,7 @@ mod rolling_update;
 mod rotate_cmd;
 mod server_dry_run;
 mod status;
+mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -278,6 +279,80 @@ pub enum OutputFormat {
     Wide,
     Json,
     Yaml,
+}
+
+/// How a plan is printed: as other results are, or as a picture of its timeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum PlanFormat {
+    #[default]
+    Table,
+    Wide,
+    Json,
+    Yaml,
+    /// A self-contained page: the timeline, a table of every batch, what the plan rests on.
+    Html,
+    /// The timeline alone.
+    Svg,
+}
+
+impl PlanFormat {
+    /// The picture asked for, if one is.
+    pub fn picture(self) -> Option<timeline::Picture> {
+        match self {
+            PlanFormat::Html => Some(timeline::Picture::Html),
+            PlanFormat::Svg => Some(timeline::Picture::Svg),
+            _ => None,
+        }
+    }
+
+    /// The format of what is not a picture (a live run's progress, a refusal's report).
+    pub fn text(self) -> OutputFormat {
+        match self {
+            PlanFormat::Table | PlanFormat::Html | PlanFormat::Svg => OutputFormat::Table,
+            PlanFormat::Wide => OutputFormat::Wide,
+            PlanFormat::Json => OutputFormat::Json,
+            PlanFormat::Yaml => OutputFormat::Yaml,
+        }
+    }
+
+    /// Refuses a picture where no plan is printed (`what`: "--yes").
+    pub fn refuse_picture(self, what: &str) -> Result<(), Failure> {
+        match self.picture() {
+            Some(_) => Err(Failure::usage(format!(
+                "-o html and -o svg draw a plan: they cannot be used with {what}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl KubeFlags {
+    /// The cluster a command talks to, as a reviewer reads it: the kubeconfig context and its
+    /// server.
+    pub fn describe_cluster(&self) -> String {
+        let read = match &self.kubeconfig {
+            Some(path) => kube::config::Kubeconfig::read_from(path),
+            None => kube::config::Kubeconfig::read(),
+        };
+        let Ok(config) = read else {
+            return "the kubeconfig's current context".into();
+        };
+        let context = (self.context.clone()).or(config.current_context.clone());
+        let Some(context) = context else {
+            return "the kubeconfig's current context".into();
+        };
+        let cluster = (config.contexts.iter())
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| self.cluster.clone().unwrap_or_else(|| c.cluster.clone()));
+        let server = (config.clusters.iter())
+            .find(|c| Some(&c.name) == cluster.as_ref())
+            .and_then(|c| c.cluster.as_ref()?.server.clone());
+        match server {
+            Some(server) => format!("context {context} ({server})"),
+            None => format!("context {context}"),
+        }
+    }
 }
 
 /// A failure with the exit code it maps to.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{Failure, KubeFlags, OutputFormat, output};
+use super::{Failure, KubeFlags, PlanFormat, output, timeline};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, NoObjects, ObjectSource, SnapshotObjects};
 use crate::labels::LabelSelector;
@@ -211,9 +211,14 @@ pub struct NodesArgs {
     #[arg(long, value_name = "TIME", value_parser = parse_instant)]
     pub now: Option<i64>,
 
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    /// Output format: html and svg draw the plan's timeline (a page for change review, or the
+    /// picture alone).
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Table)]
+    pub output: PlanFormat,
+
+    /// Write the plan's picture (-o html or -o svg) to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -313,6 +318,23 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
              run without --from-snapshot against a cluster to rotate it",
         ));
     }
+    if args.output_file.is_some() && args.output.picture().is_none() {
+        return Err(Failure::usage(
+            "--output-file writes a picture of the plan: add -o html or -o svg",
+        ));
+    }
+    if args.yes || args.in_cluster || args.release_quarantined {
+        args.output.refuse_picture(if args.release_quarantined {
+            "--release-quarantined"
+        } else if args.in_cluster {
+            "--in-cluster"
+        } else {
+            "--yes"
+        })?;
+    }
+    if args.dry_run == Some(DryRun::Server) {
+        args.output.refuse_picture("--dry-run=server")?;
+    }
     let policy = match &args.policy {
         Some(p) => Policy::load(p)?,
         None => Policy {
@@ -347,6 +369,7 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
         return super::server_dry_run::run(kube, args, &policy, plan_options(args, &policy));
     }
     let options = plan_options(args, &policy);
+    let now = options.now;
     let plan = match &args.from_snapshot {
         Some(path) => {
             let bytes = std::fs::read(path).map_err(|e| {
@@ -391,7 +414,14 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
             plan
         }
     };
-    output::print_plan(&plan, args.output)?;
+    match args.output.picture() {
+        Some(picture) => {
+            let facts = timeline::plan_facts(kube, args.from_snapshot.as_deref(), &policy);
+            let drawn = timeline::of_node_plan(&plan, now, facts).draw(picture);
+            timeline::write_out(&drawn, args.output_file.as_deref())?;
+        }
+        None => output::print_plan(&plan, args.output.text())?,
+    }
     let blocked: Vec<String> = plan
         .groups
         .iter()

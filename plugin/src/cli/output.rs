@@ -298,7 +298,7 @@ fn batches_summary(g: &GroupPlan) -> String {
     format!("{} ({})", g.batches.len(), sizes.join(","))
 }
 
-fn batch_kind(b: &BatchPlan) -> String {
+pub fn batch_kind(b: &BatchPlan) -> String {
     match (b.surge, b.canary) {
         (true, true) => "surge (canary)".into(),
         (true, false) => "surge".into(),
@@ -309,7 +309,7 @@ fn batch_kind(b: &BatchPlan) -> String {
 
 /// Who sized the batch and why (the built-in's reason in wide output only), and who ordered its
 /// instances when a hook did.
-fn batch_credit(g: &GroupPlan, b: &BatchPlan, wide: bool) -> String {
+pub fn batch_credit(g: &GroupPlan, b: &BatchPlan, wide: bool) -> String {
     let mut order: Vec<&DecidedBy> = b
         .instances
         .iter()
@@ -329,7 +329,7 @@ fn batch_credit(g: &GroupPlan, b: &BatchPlan, wide: bool) -> String {
     credit
 }
 
-fn gate_text(gate: &GateStep) -> String {
+pub fn gate_text(gate: &GateStep) -> String {
     let mut text = gate.verdict.to_string();
     if let Some(s) = gate.seconds {
         let _ = write!(text, " {}", human_duration(i64::from(s)));

@@ -160,7 +160,7 @@ pub fn run(
     let started = super::command_started();
     let providers = providers_of(args, policy)?;
     use std::io::IsTerminal;
-    let reporter: Arc<dyn Reporter> = match args.output {
+    let reporter: Arc<dyn Reporter> = match args.output.text() {
         OutputFormat::Json => Arc::new(JsonLines),
         _ if std::io::stderr().is_terminal() => Arc::new(Bars::new(
             crate::progress::color_allowed(crate::report::no_color()),

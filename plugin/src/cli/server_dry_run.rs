@@ -30,7 +30,7 @@ pub fn run(
     options: PlanOptions,
 ) -> Result<(), Failure> {
     // Structured output is the list of refusals alone; people also see each accepted call.
-    let reporter: Box<dyn Reporter> = match args.output {
+    let reporter: Box<dyn Reporter> = match args.output.text() {
         OutputFormat::Json | OutputFormat::Yaml => Box::new(Collect::default()),
         _ => Box::new(Lines),
     };
@@ -129,8 +129,10 @@ pub fn run(
         }
         Ok::<_, Failure>(refusals)
     })?;
-    match args.output {
-        OutputFormat::Json | OutputFormat::Yaml => super::print_structured(&refusals, args.output)?,
+    match args.output.text() {
+        OutputFormat::Json | OutputFormat::Yaml => {
+            super::print_structured(&refusals, args.output.text())?
+        }
         _ if refusals.is_empty() => println!("The API server would accept every planned call."),
         _ => {
             let mut rows = vec![vec![
@@ -146,7 +148,7 @@ pub fn run(
             print!("{}", output::align(&rows));
         }
     }
-    let table = !matches!(args.output, OutputFormat::Json | OutputFormat::Yaml);
+    let table = !matches!(args.output.text(), OutputFormat::Json | OutputFormat::Yaml);
     if table && !options.cloud_only && options.drain.rules.exclude_from_load_balancers {
         println!(
             "Each cordon also labels its node {}={} (drain.excludeFromLoadBalancers): external load balancers stop sending it new connections before its pods are evicted.",

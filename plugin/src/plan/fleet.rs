@@ -311,6 +311,17 @@ pub enum FleetStep {
     Soak { stage: String, at: i64, until: i64 },
 }
 
+impl FleetStep {
+    /// When it starts.
+    pub fn at(&self) -> i64 {
+        match self {
+            FleetStep::Gate { at, .. }
+            | FleetStep::Cluster { at, .. }
+            | FleetStep::Soak { at, .. } => *at,
+        }
+    }
+}
+
 /// The fleet's plan: its steps in the order the run takes them, and where it would stop.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

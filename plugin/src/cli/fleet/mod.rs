@@ -15,7 +15,7 @@ use output::{Printer, print_plan};
 use status::{Act, control, status};
 
 use super::rotate_cmd::identity;
-use super::{Cli, Failure, KubeFlags, OutputFormat, tokio_runtime};
+use super::{Cli, Failure, KubeFlags, OutputFormat, PlanFormat, tokio_runtime};
 use crate::cluster::Cluster;
 use crate::fleet::{ClusterCommand, FleetEnd, FleetRun};
 use crate::plan::fleet::{ClusterPlan, FleetProgress};
@@ -49,12 +49,29 @@ pub struct FleetArgs {
     /// The fleet file.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub file: PathBuf,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    /// Output format: for `fleet plan`, html and svg draw its clusters on a timeline (a page for
+    /// change review, or the picture alone).
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Table)]
+    pub output: PlanFormat,
+    /// `fleet plan`: write its picture (-o html or -o svg) to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
     /// Plan as of this RFC 3339 instant instead of now.
     #[arg(long, value_name = "TIME", value_parser = super::nodes::parse_instant)]
     pub now: Option<i64>,
+}
+
+impl FleetArgs {
+    /// Refuses a picture, or a file for one, where `command` prints no plan.
+    fn refuse_picture(&self, command: &str) -> Result<(), Failure> {
+        self.output.refuse_picture(command)?;
+        match self.output_file {
+            Some(_) => Err(Failure::usage(format!(
+                "--output-file writes a picture of the plan: {command} prints none"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -89,8 +106,14 @@ pub fn run(kube: &KubeFlags, verbose: u8, command: FleetCommand) -> Result<(), F
     }
     match command {
         FleetCommand::Plan(args) => plan(kube, verbose, &args),
-        FleetCommand::Run(args) => run_fleet(kube, verbose, &args),
-        FleetCommand::Status(args) => status(kube, &args),
+        FleetCommand::Run(args) => {
+            args.refuse_picture("fleet run")?;
+            run_fleet(kube, verbose, &args)
+        }
+        FleetCommand::Status(args) => {
+            args.refuse_picture("fleet status")?;
+            status(kube, &args)
+        }
         FleetCommand::Pause(args) => control(kube, &args, Act::Pause),
         FleetCommand::Resume(args) => control(kube, &args, Act::Resume),
         FleetCommand::Abort(args) => control(kube, &args, Act::Abort),
@@ -229,6 +252,11 @@ async fn connect_all(
 }
 
 fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> {
+    if args.output_file.is_some() && args.output.picture().is_none() {
+        return Err(Failure::usage(
+            "--output-file writes a picture of the plan: add -o html or -o svg",
+        ));
+    }
     let fleet = load(&args.file)?;
     let mut hooks = stage_hooks(&fleet)?;
     let program = program()?;
@@ -259,15 +287,28 @@ fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> 
         return Err(Failure::failed(message));
     }
     match args.output {
-        OutputFormat::Json => println!(
+        PlanFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(&plan).expect("a plan serialises")
         ),
-        OutputFormat::Yaml => print!(
+        PlanFormat::Yaml => print!(
             "{}",
             serde_saphyr::to_string(&plan).map_err(|e| Failure::failed(e.to_string()))?
         ),
-        OutputFormat::Table | OutputFormat::Wide => print_plan(&fleet, &plan),
+        PlanFormat::Table | PlanFormat::Wide => print_plan(&fleet, &plan),
+        PlanFormat::Html | PlanFormat::Svg => {
+            let clusters = fleet.clusters().count();
+            let facts = vec![
+                super::timeline::Fact::new("Fleet", format!("{} ({})", fleet.name, fleet.source)),
+                super::timeline::Fact::new(
+                    "Stages",
+                    format!("{} stage(s), {clusters} cluster(s)", fleet.stages.len()),
+                ),
+            ];
+            let drawn = super::timeline::of_fleet_plan(&fleet.name, &plan, facts);
+            let picture = args.output.picture().expect("a picture format");
+            super::timeline::write_out(&drawn.draw(picture), args.output_file.as_deref())?;
+        }
     }
     match &plan.stopped {
         Some(why) => Err(Failure {
@@ -356,7 +397,7 @@ fn run_fleet(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Fail
     }
     let hooks = stage_hooks(&fleet)?;
     let program = program()?;
-    let json = matches!(args.output, OutputFormat::Json | OutputFormat::Yaml);
+    let json = matches!(args.output.text(), OutputFormat::Json | OutputFormat::Yaml);
     let format = if json { "json" } else { "table" };
     let commands: BTreeMap<String, ClusterCommand> = (fleet.clusters())
         .map(|c| {

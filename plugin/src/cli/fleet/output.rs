@@ -56,21 +56,13 @@ pub(super) fn print_plan(fleet: &Fleet, plan: &FleetPlan) {
         (None, Some(seconds)) => println!(
             "Estimate: about {}, ends about {}",
             human_duration(seconds as i64),
-            when(plan.steps.first().map_or(0, step_at) + seconds as i64)
+            when(plan.steps.first().map_or(0, FleetStep::at) + seconds as i64)
         ),
         (None, None) => println!("Estimate: none (a cluster's plan gave none)"),
     }
     println!(
         "Each cluster's plan in full: kubectl rollout-ext --context CONTEXT nodes … (or -o json)"
     );
-}
-
-fn step_at(step: &FleetStep) -> i64 {
-    match step {
-        FleetStep::Gate { at, .. } | FleetStep::Cluster { at, .. } | FleetStep::Soak { at, .. } => {
-            *at
-        }
-    }
 }
 
 /// One line of a cluster's plan: its groups, nodes and batches, and its estimate.

@@ -58,7 +58,7 @@ pub(super) fn status(kube: &KubeFlags, args: &FleetArgs) -> Result<(), Failure> 
         }
         Ok::<_, Failure>((rows, aborts))
     })?;
-    if matches!(args.output, OutputFormat::Json | OutputFormat::Yaml) {
+    if matches!(args.output.text(), OutputFormat::Json | OutputFormat::Yaml) {
         let doc = serde_json::json!({"fleet": fleet.name, "clusters": rows});
         println!(
             "{}",

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::in_place::{InPlace, LiveRequest, action, check_flags, connect, run_live};
-use super::render::{Row, Table, print};
+use super::render::{Destination, Row, Table, print};
 use super::{
     Failure, KubeFlags, RollingUpdateArgs, dry_run_mode, estimate_update, history_for_plan,
     load_hooks, policy_of, read_snapshot, step_estimates,
@@ -39,6 +39,11 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
     check_flags(args, InPlace::DaemonSet, &name)?;
     let action = action(args, InPlace::DaemonSet)?;
     let policy = policy_of(args)?;
+    let to = Destination {
+        kube,
+        args,
+        policy: &policy,
+    };
     let dry_run = dry_run_mode(args)?;
     if let Some(path) = &args.from_snapshot {
         let (bytes, list) = read_snapshot(path)?;
@@ -51,7 +56,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
         let mut plan = plan(&view, &action, args, hooks, &estimates)?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
         plan.estimate = Some(estimate_update(&estimates, steps, args));
-        return print(&plan, &plan.warnings, args.output, table);
+        return print(&plan, &plan.warnings, to, table);
     }
     let runtime = super::super::tokio_runtime()?;
     runtime.block_on(async {
@@ -87,7 +92,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs, name: String) -> Result<(
             }
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
             plan.estimate = Some(estimate_update(&estimates, steps, args));
-            return print(&plan, &plan.warnings, args.output, table);
+            return print(&plan, &plan.warnings, to, table);
         }
         let request = LiveRequest::Nodes(NodeRequest {
             namespace: namespace.clone(),

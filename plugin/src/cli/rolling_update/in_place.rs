@@ -190,7 +190,7 @@ pub async fn run_live(
         deployment_key: String::new(),
         rollback_on_abort: args.on_abort == OnAbort::Rollback,
     };
-    let reporter = reporter(args.output);
+    let reporter = reporter(args.output.text());
     let identity = identity();
     let lease = LeaseRef::workload(kind.short(), namespace, name);
     let mut lock = take_lock(cluster, &lease, &identity, args.force_unlock, &*reporter).await?;

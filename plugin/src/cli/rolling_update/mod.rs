@@ -12,7 +12,7 @@ mod stateful_set;
 pub use in_place::{InPlace, named as in_place_named};
 
 use controller_plan::{SnapshotView, plan_from, server_dry_run, table};
-use render::print;
+use render::{Destination, print};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::nodes::DryRun;
-use super::{Failure, KubeFlags, OutputFormat, RESUME, output};
+use super::{Failure, KubeFlags, OutputFormat, PlanFormat, RESUME, output};
 use crate::cluster::access;
 use crate::cluster::controls::Workload;
 use crate::cluster::recorder::{EventRecorder, Scope};
@@ -150,10 +150,15 @@ pub struct RollingUpdateArgs {
     #[arg(long, value_name = "TIME", value_parser = super::nodes::parse_instant)]
     pub now: Option<i64>,
 
-    /// Output format of the plan; a live update with `json` prints its progress as one JSON
+    /// Output format of the plan (html and svg draw its steps on a timeline: a page for change
+    /// review, or the picture alone); a live update with `json` prints its progress as one JSON
     /// event per line.
-    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Table)]
+    pub output: PlanFormat,
+
+    /// Write the plan's picture (-o html or -o svg) to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
 }
 
 impl RollingUpdateArgs {
@@ -236,6 +241,17 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
+    if args.output_file.is_some() && args.output.picture().is_none() {
+        return Err(Failure::usage(
+            "--output-file writes a picture of the plan: add -o html or -o svg",
+        ));
+    }
+    if args.in_cluster {
+        args.output.refuse_picture("--in-cluster")?;
+    } else if args.dry_run.is_none() && args.from_snapshot.is_none() {
+        args.output
+            .refuse_picture("an update (add --dry-run for its plan)")?;
+    }
     if args.in_cluster {
         return hand_over(kube, args);
     }
@@ -273,6 +289,11 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
     }
     let source = source(args, kind)?;
     let policy = policy_of(args)?;
+    let to = Destination {
+        kube,
+        args,
+        policy: &policy,
+    };
     let dry_run = dry_run_mode(args)?;
     if let Some(path) = &args.from_snapshot {
         let (bytes, list) = read_snapshot(path)?;
@@ -293,7 +314,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
         )?;
         let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
         plan.estimate = Some(estimate_update(&estimates, steps, args));
-        return print(&plan, &plan.warnings, args.output, table);
+        return print(&plan, &plan.warnings, to, table);
     }
     let runtime = super::tokio_runtime()?;
     runtime.block_on(async {
@@ -338,7 +359,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             }
             let steps = plan.steps.iter_mut().map(|s| &mut s.decisions);
             plan.estimate = Some(estimate_update(&estimates, steps, args));
-            return print(&plan, &plan.warnings, args.output, table);
+            return print(&plan, &plan.warnings, Destination { kube, args, policy: &policy }, table);
         }
         let settings = Settings {
             update_period: args.update_period.unwrap_or(Duration::from_secs(60)),
@@ -364,7 +385,7 @@ pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
             kind,
             namespace: request.namespace.clone(),
         };
-        let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output));
+        let recorder = EventRecorder::start(&cluster, &run_id, scope, reporter(args.output.text()));
         let subject = format!("{}/{}/{}", kind.short(), request.namespace, request.old_name);
         let estimates = live_estimates(&cluster, &policy, subject, &recorder).await;
         let mut updater = Updater {
@@ -542,7 +563,7 @@ fn hand_over(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> 
         policy: &policy,
         command_namespace: Some(kube.namespace.clone().unwrap_or_default()),
         takes_rotation_lock: false,
-        json: matches!(args.output, OutputFormat::Json | OutputFormat::Yaml),
+        json: matches!(args.output.text(), OutputFormat::Json | OutputFormat::Yaml),
     };
     super::in_cluster::hand(kube, hand_over, |namespace| match (target, kind) {
         (Some((InPlace::StatefulSet, _)), _) => access::for_stateful_set_update(namespace),
