@@ -8,7 +8,7 @@ EXAMPLE_HOOKS := zone_spread maintenance_window error_budget
 WASM_PACKAGES := -p zone-spread -p maintenance-window -p error-budget -p site-policy -p drain-tiers -p slo-gate -p stage-gate -p hostile-hook -p wrong-version-hook
 DEMO_DIR := examples-hooks/demo
 
-.PHONY: demo test wasm wasm-target control-plane prometheus registry browser pictures lint release release-check python-hook js-hook bench
+.PHONY: demo test wasm wasm-target control-plane prometheus registry browser pictures docs lint release release-check python-hook js-hook bench
 
 ## demo: a dry-run plan of the bundled snapshot with the three example hooks active.
 ## The build prints cargo's progress (minutes on a fresh machine); the plan is all that follows.
@@ -76,6 +76,11 @@ browser:
 pictures: wasm browser
 	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
 	ROLLOUT_EXT_PICTURES=$(CURDIR)/docs/pictures $(CARGO) test -p rollout-ext-e2e --test cli_plan draws
+
+## docs: docs/commands.md again from every command's --help (a test fails when it differs).
+docs:
+	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
+	ROLLOUT_EXT_WRITE_DOCS=1 $(CARGO) test -p rollout-ext-e2e --test conventions every_command_and_flag
 
 ## control-plane: build (once) from their Go modules and cache kube-apiserver, controller-manager,
 ## scheduler and etcd of the release tests/cluster/k8s/go.mod requires (needs Go; `demo` does not).

@@ -217,3 +217,127 @@ fn the_hook_contract_version_is_the_wit_package_version() {
         }
     }
 }
+
+/// Every command's `--help`, the top one first and each command's after its parent's, read
+/// from the binary at the width a pipe gets: the reference docs/commands.md holds.
+fn command_helps() -> Vec<(String, String)> {
+    fn walk(path: &mut Vec<String>, out: &mut Vec<(String, String)>) {
+        let mut args = path.clone();
+        args.push("--help".into());
+        let help = Command::new(plugin_binary())
+            .args(&args)
+            .env("COLUMNS", "100")
+            .output()
+            .expect("the plugin runs");
+        assert!(help.status.success(), "{args:?}");
+        let help = String::from_utf8(help.stdout).expect("UTF-8 help");
+        out.push((path.join(" "), help.clone()));
+        // The subcommands: two spaces, a name, then its summary.
+        let commands = help
+            .split_once("\nCommands:\n")
+            .map_or("", |(_, rest)| rest);
+        let commands = commands.split("\n\n").next().unwrap_or("");
+        for line in commands.lines() {
+            let Some(name) = line
+                .strip_prefix("  ")
+                .and_then(|l| l.split_whitespace().next())
+            else {
+                continue;
+            };
+            if line.starts_with("   ") || name == "help" {
+                continue;
+            }
+            path.push(name.to_string());
+            walk(path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(&mut Vec::new(), &mut out);
+    out
+}
+
+/// docs/commands.md as the binary's `--help` makes it.
+fn command_reference(helps: &[(String, String)]) -> String {
+    let mut page = String::from(
+        "# Commands\n\nEvery command and flag of `kubectl rollout-ext`, as its `--help` prints them. This page is \
+         generated (`make docs` writes it again; a test fails when it differs from the binary). \
+         What each command does is told by topic: [rotating.md](rotating.md), \
+         [on-call.md](on-call.md), [in-cluster-and-fleet.md](in-cluster-and-fleet.md), \
+         [rolling-updates.md](rolling-updates.md), [hooks.md](hooks.md).\n",
+    );
+    for (path, help) in helps {
+        let title = if path.is_empty() {
+            String::new()
+        } else {
+            format!(" {path}")
+        };
+        page.push_str(&format!(
+            "\n## kubectl rollout-ext{title}\n\n```text\n{}\n```\n",
+            help.trim_end()
+        ));
+    }
+    page
+}
+
+/// docs/commands.md is what `--help` says (ROLLOUT_EXT_WRITE_DOCS=1, as `make docs` sets it,
+/// writes it again), and the topic pages of docs/ name every command and every flag, so that
+/// nothing the binary offers goes undocumented.
+#[test]
+fn every_command_and_flag_is_documented() {
+    let helps = command_helps();
+    let reference = command_reference(&helps);
+    let file = workspace_root().join("docs/commands.md");
+    if std::env::var_os("ROLLOUT_EXT_WRITE_DOCS").is_some() {
+        std::fs::write(&file, &reference).unwrap();
+    }
+    let written = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        written == reference,
+        "docs/commands.md differs from what --help says: run `make docs`"
+    );
+
+    let mut topics = String::new();
+    for entry in std::fs::read_dir(workspace_root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "commands.md" {
+            topics.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let mut missing = Vec::new();
+    for (path, help) in &helps {
+        if !path.is_empty()
+            && !topics.contains(&format!("rollout-ext {path}"))
+            && !topics.contains(&format!("`{path}`"))
+        {
+            missing.push(format!("command {path}"));
+        }
+        for line in help.lines() {
+            // An option's line: indented by two (`-o, --output`) or six (`--now`), never more.
+            let option = line.trim_start();
+            if !option.starts_with('-') || line.len() - option.len() > 6 {
+                continue;
+            }
+            let long = option.split_once(", ").map_or(option, |(_, long)| long);
+            let name = long
+                .split([' ', '<', '='])
+                .next()
+                .map(|n| n.trim_end_matches('.'));
+            let Some(name) = name.filter(|n| n.starts_with("--")) else {
+                continue;
+            };
+            if name != "--help"
+                && name != "--version"
+                && !topics.contains(name)
+                && !missing.contains(&name.to_string())
+            {
+                missing.push(name.to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named nowhere in docs/ but commands.md: {missing:?}"
+    );
+}
