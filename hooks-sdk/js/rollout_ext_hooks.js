@@ -189,23 +189,27 @@ function compareKeys(a, b) {
  * first deciding, each later one breaking the ties of those before it (smallest key first:
  * false before true, undefined first; negate a count for largest first; ties on every rule keep
  * the items' order). Each choice's reason names the rule that puts it before the next one (the
- * last: after the one before it), with `detail(item)` when the rule has one. Keys are read once
- * per item and rule.
+ * last says which one it follows and by what rule), with `detail(item)` when the rule has one;
+ * candidates tied on every rule say so, and a lone one is "the only candidate". Keys are read
+ * once per item and rule.
  */
 export function chooseByRules(items, rules) {
   const keyed = [...items].map((item) => [rules.map(([, key]) => key(item)), item]);
   keyed.sort(([a], [b]) => compareKeys(a, b));
   return choose(keyed.map(([keys, item], at) => {
     if (keyed.length === 1) {
-      return [item.name, rules[0]?.[0] ?? ''];
+      return [item.name, 'the only candidate'];
     }
-    const [other, otherItem] = keyed[at + 1] ?? keyed[at - 1];
+    const last = at + 1 === keyed.length;
+    const [other, otherItem] = last ? keyed[at - 1] : keyed[at + 1];
     const r = rules.findIndex((_, i) => compareParts(keys[i], other[i]) !== 0);
     if (r < 0) {
       return [item.name, `tied with ${otherItem.name} on every rule`];
     }
     const [name, , detail] = rules[r];
-    return [item.name, detail ? `${name}: ${detail(item)}` : name];
+    const said = detail ? `${name}: ${detail(item)}` : name;
+    // The last is placed after the one before it, not before anything.
+    return [item.name, last ? `after ${otherItem.name} by ${said}` : said];
   }));
 }
 
@@ -342,6 +346,18 @@ function openings(span) {
     }
   }
   return out;
+}
+
+/**
+ * The instant (Unix seconds, a BigInt when `now` is one) of `clock` ('18:00') on the day of
+ * `now`, days as seen at `utcOffsetMinutes`: "18:00 today", to compare with `batchEnds`.
+ */
+export function todayAt(now, clock, utcOffsetMinutes = 0) {
+  const offset = utcOffsetMinutes * 60;
+  const [hours, minutes] = clock.split(':').map(Number);
+  const seconds = Number(now) + offset;
+  const at = Math.floor(seconds / 86400) * 86400 - offset + hours * 3600 + minutes * 60;
+  return typeof now === 'bigint' ? BigInt(at) : at;
 }
 
 /** `items` with those `last(item)` holds for moved to the end, each part in its order. */

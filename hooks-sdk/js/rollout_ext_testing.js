@@ -92,9 +92,15 @@ const resolver = `export async function resolve(specifier, context, next) {
 }`;
 register('data:text/javascript,' + encodeURIComponent(resolver));
 
-/** The context of a call at `now` (BigInt Unix seconds; a Friday noon by default). */
-export function context({ now = 1795780800n, config = {}, dryRun = true, hookName = 'hook' } = {}) {
-  return { now, runId: 'test', dryRun, hookName, config: JSON.stringify(config) };
+/**
+ * The context of a call at `now` (Unix seconds; a Friday noon by default): `context(now)`, or
+ * `context({ now, config, dryRun, hookName })`. `now` is given to the hook as a BigInt, as the
+ * host gives it.
+ */
+export function context(options = {}) {
+  const given = typeof options === 'object' ? options : { now: options };
+  const { now = 1795780800n, config = {}, dryRun = true, hookName = 'hook' } = given;
+  return { now: BigInt(now), runId: 'test', dryRun, hookName, config: JSON.stringify(config) };
 }
 
 /**

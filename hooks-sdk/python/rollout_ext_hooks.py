@@ -162,7 +162,8 @@ def choose_by_rules(items, rules):
     False before True, negate a count for largest first; ties on every rule keep the items'
     order). Each choice's reason names the rule that puts it before the next one (the last:
     after the one before it), with `detail(item)` when the rule has one. Keys are read once per
-    item and rule."""
+    item and rule. The last says which one it follows and by what rule, candidates tied on
+    every rule say so, and a lone one is "the only candidate"."""
     items = list(items)
     keys = [tuple(rule[1](i) for rule in rules) for i in items]
     order = sorted(range(len(items)), key=lambda n: keys[n])
@@ -170,11 +171,14 @@ def choose_by_rules(items, rules):
     def reason(at):
         n = order[at]
         if len(order) == 1:
-            return rules[0][0] if rules else ""
-        other = order[at + 1] if at + 1 < len(order) else order[at - 1]
+            return "the only candidate"
+        last = at + 1 == len(order)
+        other = order[at - 1] if last else order[at + 1]
         for rule, mine, theirs in zip(rules, keys[n], keys[other]):
             if mine != theirs:
-                return f"{rule[0]}: {rule[2](items[n])}" if len(rule) > 2 else rule[0]
+                said = f"{rule[0]}: {rule[2](items[n])}" if len(rule) > 2 else rule[0]
+                # The last is placed after the one before it, not before anything.
+                return f"after {items[other].name} by {said}" if last else said
         return f"tied with {items[other].name} on every rule"
 
     return choose((items[n].name, reason(at)) for at, n in enumerate(order))
@@ -328,6 +332,14 @@ def _openings(span):
                 break
             d = (d + 1) % 7
     return openings
+
+
+def today_at(now, clock, utc_offset_minutes=0):
+    """The instant (Unix seconds) of `clock` ("18:00") on the day of `now`, days as seen at
+    `utc_offset_minutes`: "18:00 today", to compare with when a batch likely ends."""
+    offset = utc_offset_minutes * 60
+    hours, _, minutes = clock.partition(":")
+    return (now + offset) // 86400 * 86400 - offset + int(hours) * 3600 + int(minutes) * 60
 
 
 def these_last(items, last):

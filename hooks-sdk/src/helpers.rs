@@ -239,8 +239,10 @@ impl<'a> Rule<'a> {
 
 /// A selection of `candidates` ordered by `rules`, the first deciding and each later one breaking
 /// the ties of those before it (ties on every rule keep the order they came in). Each choice's
-/// reason names the rule that puts it before the next one (the last: after the one before it),
-/// with the rule's detail when it has one. Keys are read once per candidate and rule.
+/// reason names the rule that puts it before the next one, with the rule's detail when it has
+/// one; the last says which one it follows and by what rule (`after a2 by largest zone first`),
+/// candidates tied on every rule say so, and a lone one is "the only candidate". Keys are read
+/// once per candidate and rule.
 ///
 /// ```
 /// use rollout_ext_hooks::{choose_by_rules, count_by, testing, zone, Rule, Selection};
@@ -269,7 +271,7 @@ impl<'a> Rule<'a> {
 ///         ("b1", "spot first"),
 ///         ("a1", "tied with a2 on every rule"),
 ///         ("a2", "largest zone first: zone a has 2"),
-///         ("c1", "largest zone first: zone c has 1"),
+///         ("c1", "after a2 by largest zone first: zone c has 1"),
 ///     ]
 /// );
 /// ```
@@ -283,15 +285,22 @@ pub fn choose_by_rules<'c>(
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     let choices = (0..keyed.len()).map(|at| {
         let (keys, item) = &keyed[at];
-        let neighbour = keyed.get(at + 1).or_else(|| keyed.get(at.checked_sub(1)?));
+        let (next, last) = (keyed.get(at + 1), at + 1 == keyed.len());
+        let neighbour = next.or_else(|| keyed.get(at.checked_sub(1)?));
         let reason = match neighbour {
-            // Alone: the first rule ordered it, as far as there was anything to order.
-            None => rules.first().map_or_else(String::new, |r| r.name.clone()),
+            None => "the only candidate".to_string(),
             Some((other, other_item)) => match (0..rules.len()).find(|&r| keys[r] != other[r]) {
-                Some(r) => match &rules[r].detail {
-                    Some(detail) => format!("{}: {}", rules[r].name, detail(item)),
-                    None => rules[r].name.clone(),
-                },
+                Some(r) => {
+                    let rule = match &rules[r].detail {
+                        Some(detail) => format!("{}: {}", rules[r].name, detail(item)),
+                        None => rules[r].name.clone(),
+                    };
+                    // The last is placed after the one before it, not before anything.
+                    match last {
+                        true => format!("after {} by {rule}", other_item.name),
+                        false => rule,
+                    }
+                }
                 None => format!("tied with {} on every rule", other_item.name),
             },
         };
@@ -300,16 +309,53 @@ pub fn choose_by_rules<'c>(
     Selection::Choose(choices.collect())
 }
 
-/// How many of `items` there are of each `key`: candidates per zone, pods per node.
-pub fn count_by<T, K: Ord>(
-    items: impl IntoIterator<Item = T>,
-    key: impl Fn(&T) -> K,
-) -> BTreeMap<K, usize> {
+/// How many of `items` there are of each `key`: candidates per zone, pods per node. A key never
+/// seen counts 0 (`counts[key]` does not panic).
+pub fn count_by<T, K: Ord>(items: impl IntoIterator<Item = T>, key: impl Fn(&T) -> K) -> Counts<K> {
     let mut counts = BTreeMap::new();
     for item in items {
         *counts.entry(key(&item)).or_insert(0) += 1;
     }
-    counts
+    Counts(counts)
+}
+
+/// Counts by key, as [`count_by`] makes them: `counts[key]` is 0 for a key never seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts<K>(pub BTreeMap<K, usize>);
+
+impl<K: Ord> Counts<K> {
+    /// The count of `key`, 0 when never seen.
+    pub fn get<Q>(&self, key: &Q) -> usize
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.0.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl<K: Ord, Q: Ord + ?Sized> std::ops::Index<&Q> for Counts<K>
+where
+    K: std::borrow::Borrow<Q>,
+{
+    type Output = usize;
+    fn index(&self, key: &Q) -> &usize {
+        self.0.get(key).unwrap_or(&0)
+    }
+}
+
+/// The instant of `clock` (`HH:MM`) on the day of `now` (Unix seconds, days as seen at
+/// `utc_offset_minutes`): "18:00 today", to compare with when a batch likely ends.
+///
+/// ```
+/// // 2026-11-27T12:00:00Z; 18:00 that day, in UTC and at UTC+01:00.
+/// assert_eq!(rollout_ext_hooks::today_at(1_795_780_800, "18:00", 0), Ok(1_795_802_400));
+/// assert_eq!(rollout_ext_hooks::today_at(1_795_780_800, "18:00", 60), Ok(1_795_798_800));
+/// ```
+pub fn today_at(now: i64, clock: &str, utc_offset_minutes: i32) -> Result<i64, String> {
+    let offset = i64::from(utc_offset_minutes) * 60;
+    let midnight = (now + offset).div_euclid(86_400) * 86_400 - offset;
+    Ok(midnight + i64::from(parse_clock(clock)?) * 60)
 }
 
 /// The instance's zone, or `""` when it has none.
@@ -500,6 +546,19 @@ mod tests {
         );
         let err = in_schedule(0, &["mon-fri 9-5"], 0).unwrap_err();
         assert!(err.contains("invalid time \"9\": expected HH:MM"), "{err}");
+    }
+
+    #[test]
+    fn a_lone_candidate_and_a_zone_never_seen_are_said_as_they_are() {
+        use crate::testing;
+        let one = testing::candidates(vec![testing::node("n1", "a")]);
+        let zones = count_by(one.iter(), |c| zone(c).to_string());
+        assert_eq!((zones["a"], zones["b"], zones.get("b")), (1, 0, 0));
+        let rules = [Rule::first("spot first", |c| c.label("tier").is_some())];
+        let Selection::Choose(chosen) = choose_by_rules(one.iter(), &rules) else {
+            unreachable!()
+        };
+        assert_eq!(chosen[0].reason, "the only candidate");
     }
 
     #[test]

@@ -226,3 +226,40 @@ fn the_gate_before_the_group_and_the_reasons_of_a_selection_are_expected() {
         "{stderr}"
     );
 }
+
+/// `--show-plans` prints each case's plan before what it met: what a fixture may expect (a
+/// selection's reasons, its batches' sizes) is there to read.
+#[test]
+fn each_case_s_plan_is_shown_when_asked() {
+    let dir = site_fixtures();
+    let policy = dir.join("policy.yaml");
+    let cases = dir.join("cases.yaml");
+    let args = [
+        "--policy",
+        policy.to_str().unwrap(),
+        "--expect",
+        cases.to_str().unwrap(),
+        "--show-plans",
+    ];
+    let out = hooks_test("site-policy", &args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = stdout.find("--- ").expect("a case's heading");
+    let plan = &stdout[first..];
+    assert!(
+        plan.starts_with("--- ") && plan.contains("cases.yaml#1 (a pinned node"),
+        "{stdout}"
+    );
+    for said in [
+        "1 pods to move",
+        "2 pods to move",
+        "at most 2, one per rack",
+    ] {
+        assert!(plan.contains(said), "{said}: {stdout}");
+    }
+    assert_eq!(
+        stdout.matches("--- ").count(),
+        3,
+        "a plan per case: {stdout}"
+    );
+}

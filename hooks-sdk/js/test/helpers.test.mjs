@@ -69,11 +69,15 @@ test('chooseByRules names the rule that placed each choice', () => {
     ['b1', 'spot first'],
     ['a1', 'tied with a2 on every rule'],
     ['a2', 'largest zone first: zone a has 2'],
-    ['c1', 'largest zone first: zone c has 1'],
+    ['c1', 'after a2 by largest zone first: zone c has 1'],
   ]);
   assert.deepEqual(t.answer(h.chooseByRules(everyone.slice(0, 1), rules)).order, [
-    { name: 'a1', reason: 'spot first' },
+    { name: 'a1', reason: 'the only candidate' },
   ]);
+  assert.equal(h.todayAt(1795780800n, '18:00'), 1795780800n + 6n * 3600n);
+  assert.equal(t.context(1795867200).now, 1795867200n, 'a bare now, as the Rust and Python builders take it');
+  assert.equal(t.context({ now: 5n }).now, 5n);
+  assert.equal(h.todayAt(1795780800, '18:00', 60), 1795780800 + 5 * 3600);
   assert.deepEqual(t.answer(h.abort('no')), { answer: 'abort', reason: 'no' });
   const batch = t.batch(['n1']);
   assert.deepEqual(t.answer(h.holdWhile(batch, 5, 60, 'blocked', [])), { answer: 'proceed' });

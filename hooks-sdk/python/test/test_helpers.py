@@ -62,9 +62,12 @@ class Helpers(unittest.TestCase):
         chosen = t.answer(h.choose_by_rules(everyone, rules))
         self.assertEqual([(c["name"], c["reason"]) for c in chosen["order"]], [
             ("b1", "spot first"), ("a1", "tied with a2 on every rule"),
-            ("a2", "largest zone first: zone a has 2"), ("c1", "largest zone first: zone c has 1")])
+            ("a2", "largest zone first: zone a has 2"),
+            ("c1", "after a2 by largest zone first: zone c has 1")])
         self.assertEqual(t.answer(h.choose_by_rules(everyone[:1], rules))["order"],
-                         [{"name": "a1", "reason": "spot first"}])
+                         [{"name": "a1", "reason": "the only candidate"}])
+        self.assertEqual(h.today_at(FRIDAY_NOON, "18:00"), FRIDAY_NOON + 6 * 3600)
+        self.assertEqual(h.today_at(FRIDAY_NOON, "18:00", 60), FRIDAY_NOON + 5 * 3600)
         self.assertEqual(t.answer(h.abort("no")), {"answer": "abort", "reason": "no"})
         self.assertEqual(t.answer(h.PROCEED), {"answer": "proceed"})
         self.assertEqual(t.answer(h.DEFER), {"answer": "defer"})

@@ -71,6 +71,10 @@ pub struct TestRun {
     /// a decision differs.
     #[arg(long, value_name = "FILE|DIR")]
     expect: Option<PathBuf>,
+    /// With --expect: print each case's plan too (in the -o format), before what it met: the
+    /// reasons, sizes and gates' answers a fixture may then expect.
+    #[arg(long, requires = "expect")]
+    show_plans: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Wide)]
     output: OutputFormat,
@@ -305,7 +309,16 @@ fn run_case(mut run: TestRun, case: Option<Case>) -> Result<(), Failure> {
         .collect();
 
     let mismatches = match &fixture {
-        Some(fixture) => compare(&plan, &drain_orders, &fixture.groups),
+        Some(fixture) => {
+            let mismatches = compare(&plan, &drain_orders, &fixture.groups);
+            if run.show_plans {
+                if let Some(label) = &label {
+                    println!("--- {label}");
+                }
+                print_tested(&plan, drain_orders, run.output)?;
+            }
+            mismatches
+        }
         None => {
             print_tested(&plan, drain_orders, run.output)?;
             Vec::new()
