@@ -32,6 +32,7 @@ text { font-family: sans-serif; font-size: 12px; fill: #222; }
 .title { font-size: 16px; font-weight: bold; }
 .small { font-size: 10px; fill: #555; }
 .axis { stroke: #bbb; stroke-width: 1; }
+.gap { stroke: #888; stroke-width: 1; stroke-dasharray: 2 3; }
 .row { fill: #f6f7f9; }
 .work { fill: #3b6fb6; }
 .canary .work, .work.canary { fill: #7a55b0; }
@@ -110,6 +111,7 @@ pub fn draw(t: &Timeline) -> String {
         }
         svg.push_str("</g>");
     }
+    gaps(&mut svg, &scale, height);
     markers(&mut svg, t, &scale, height);
     svg.push_str("</svg>\n");
     svg
@@ -117,36 +119,90 @@ pub fn draw(t: &Timeline) -> String {
 
 const PATTERNS: &str = r##"<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#3b6fb6"/><line x1="0" y1="0" x2="0" y2="6" stroke="#f1c56b" stroke-width="3"/></pattern><pattern id="cross" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#b3261e"/><path d="M0 0L6 6M6 0L0 6" stroke="#fff" stroke-width="1.2"/></pattern></defs>"##;
 
-/// Where instants go on the chart.
+/// Where instants go on the chart: linearly, but for the long waits during which no batch works
+/// (a window that opens tomorrow), each drawn [`GAP_WIDTH`] wide with its length written on it,
+/// so that a day's pause does not squeeze the batches to a few pixels.
 struct Scale {
+    from: i64,
+    to: i64,
+    gaps: Vec<Gap>,
+    /// Pixels per second outside the gaps.
+    per_second: f64,
+}
+
+/// A stretch of the axis drawn narrow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Gap {
     from: i64,
     to: i64,
 }
 
+/// The pixels a long wait takes.
+const GAP_WIDTH: i64 = 150;
+/// A wait is drawn narrow when longer than this share of the axis.
+const GAP_SHARE: i64 = 5;
+
 impl Scale {
     fn of(t: &Timeline) -> Scale {
-        let bars = t.rows.iter().flat_map(|r| &r.bars);
-        let latest = bars.map(|b| b.to_p90).chain([t.end_p90, t.end]).max();
+        let bars = || t.rows.iter().flat_map(|r| &r.bars);
+        let latest = bars().map(|b| b.to_p90).chain([t.end_p90, t.end]).max();
         let earliest = (t.rows.iter())
             .filter_map(|r| r.lead.as_ref().map(|l| l.from))
             .chain([t.now])
             .min()
             .unwrap_or(t.now);
+        let (from, to) = (earliest, latest.unwrap_or(t.now).max(earliest + 60));
+        // Where some batch works (its waits left out), merged.
+        let mut busy: Vec<(i64, i64)> = bars()
+            .map(|b| (b.waits.last().map_or(b.from, |w| w.to), b.to.max(b.to_p90)))
+            .collect();
+        busy.sort_unstable();
+        let mut gaps = Vec::new();
+        let mut idle_from = from;
+        for (start, end) in busy.into_iter().chain([(to, to)]) {
+            if start - idle_from > (to - from) / GAP_SHARE {
+                gaps.push(Gap {
+                    from: idle_from,
+                    to: start,
+                });
+            }
+            idle_from = idle_from.max(end);
+        }
+        let narrowed: i64 = gaps.iter().map(|g| g.to - g.from).sum();
+        let pixels = (WIDTH - MARGIN - CHART_X - GAP_WIDTH * gaps.len() as i64) as f64;
         Scale {
-            from: earliest,
-            to: latest.unwrap_or(t.now).max(earliest + 60),
+            from,
+            to,
+            per_second: pixels / ((to - from - narrowed).max(60)) as f64,
+            gaps,
         }
     }
 
     fn x(&self, at: i64) -> i64 {
-        let span = (self.to - self.from) as f64;
-        let width = (WIDTH - MARGIN - CHART_X) as f64;
-        CHART_X + (((at - self.from) as f64 / span) * width).round() as i64
+        let (mut x, mut since) = (CHART_X as f64, self.from);
+        for g in &self.gaps {
+            if at <= g.from {
+                break;
+            }
+            x += (g.from - since) as f64 * self.per_second;
+            if at < g.to {
+                let share = (at - g.from) as f64 / (g.to - g.from) as f64;
+                return (x + share * GAP_WIDTH as f64).round() as i64;
+            }
+            x += GAP_WIDTH as f64;
+            since = g.to;
+        }
+        (x + (at - since) as f64 * self.per_second).round() as i64
     }
 
     /// The width of `from..to`, at least 2 pixels so that a short batch stays visible.
     fn width(&self, from: i64, to: i64) -> i64 {
         (self.x(to) - self.x(from)).max(2)
+    }
+
+    /// Whether `at` falls in a narrowed wait (no tick is drawn there).
+    fn narrowed(&self, at: i64) -> bool {
+        self.gaps.iter().any(|g| g.from < at && at < g.to)
     }
 }
 
@@ -178,7 +234,8 @@ fn legend(svg: &mut String) {
 
 /// Ticks along the top, labelled in UTC, with faint lines down the rows.
 fn axis(svg: &mut String, scale: &Scale, height: i64) {
-    let span = scale.to - scale.from;
+    let narrowed: i64 = scale.gaps.iter().map(|g| g.to - g.from).sum();
+    let span = (scale.to - scale.from - narrowed).max(60);
     let step = (TICKS.iter().copied())
         .find(|s| span / s <= MAX_TICKS)
         .unwrap_or(TICKS[TICKS.len() - 1]);
@@ -187,6 +244,10 @@ fn axis(svg: &mut String, scale: &Scale, height: i64) {
         at += step;
     }
     while at <= scale.to {
+        if scale.narrowed(at) {
+            at += step;
+            continue;
+        }
         let x = scale.x(at);
         let label = match step {
             s if s >= 86_400 => jiff_format(at, "%a %d %b"),
@@ -309,6 +370,28 @@ fn tooltip(bar: &Bar) -> String {
         let _ = write!(text, "\n{}: {}", f.name, f.value);
     }
     text
+}
+
+/// The edges of each narrowed wait, dashed, and its length between them.
+fn gaps(svg: &mut String, scale: &Scale, height: i64) {
+    for g in &scale.gaps {
+        let (x1, x2) = (scale.x(g.from), scale.x(g.to));
+        for x in [x1, x2] {
+            let _ = write!(
+                svg,
+                r#"<line class="gap" x1="{x}" y1="{}" x2="{x}" y2="{}"/>"#,
+                TOP - 12,
+                height - 40
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<text class="small" x="{}" y="{}" text-anchor="middle">≈ {} drawn short</text>"#,
+            (x1 + x2) / 2,
+            TOP - 3,
+            escape(&human_duration(g.to - g.from))
+        );
+    }
 }
 
 /// "now" and the estimated end (likely and cautious), and where the run stops.

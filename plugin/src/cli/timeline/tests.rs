@@ -238,3 +238,25 @@ fn a_plan_that_stops_says_where() {
     assert!(html.contains("<strong>A gate stops the run:</strong> nodes: error budget spent"));
     assert!(html.contains("<strong>stops here:</strong> gate after-batch: abort"));
 }
+
+#[test]
+fn a_long_wait_is_drawn_short_so_the_batches_stay_readable() {
+    let svg = of_node_plan(&plan(), NOW, Vec::new()).draw(Picture::Svg);
+    // The gate before the group, the window's hour and the gate before the canary: no work.
+    assert!(svg.contains("≈ 1h1m drawn short"), "{svg}");
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let blocked = (doc.descendants())
+        .find(|n| n.attribute("data-label") == Some("batch 2"))
+        .unwrap();
+    let work = (blocked.descendants())
+        .find(|n| n.attribute("class") == Some("work drain-blocks"))
+        .unwrap();
+    let width: i64 = work.attribute("width").unwrap().parse().unwrap();
+    // Drawn to scale, its 15 minutes of 1h31m would take about 140 pixels.
+    assert!(width > 250, "batch 2 is {width} pixels wide");
+    // The times themselves are unchanged.
+    assert_eq!(
+        blocked.attribute("data-from"),
+        Some((NOW + 4590).to_string().as_str())
+    );
+}
