@@ -100,6 +100,7 @@ pub mod helpers;
 pub mod host;
 mod instances;
 pub mod objects;
+pub mod order;
 mod progress;
 pub mod testing;
 
@@ -137,6 +138,7 @@ pub use objects::{
     ConfigMap, DaemonSet, Deployment, Node, ObjectMeta, Pod, PodDisruptionBudget, ReplicaSet,
     StatefulSet, Workload,
 };
+pub use order::*;
 pub use progress::Progress;
 pub use rollout_ext_hooks_macros::policy;
 

@@ -5,6 +5,7 @@
 
 mod controller_plan;
 mod daemon_set;
+mod estimates;
 mod in_place;
 mod render;
 mod stateful_set;
@@ -12,6 +13,7 @@ mod stateful_set;
 pub use in_place::{InPlace, named as in_place_named};
 
 use controller_plan::{SnapshotView, plan_from, server_dry_run, table};
+use estimates::{estimate_update, history_for_plan, live_estimates, step_estimates};
 use render::{Destination, print};
 
 use std::path::PathBuf;
@@ -28,10 +30,9 @@ use crate::cluster::recorder::{EventRecorder, Scope};
 use crate::cluster::{Cluster, LiveObjects};
 use crate::hooks::{HookRuntime, ObjectSource, SnapshotObjects};
 use crate::kernel::{ControlsAt, Kernel, Parts};
-use crate::plan::estimate::{Durations, Estimate, FixedWaits, History, StepEstimates};
+use crate::plan::estimate::History;
 use crate::plan::hook::{CallContext, Hook};
 use crate::plan::rolling_update::controller::{Controller, Kind};
-use crate::plan::rolling_update::planning::StepDecisions;
 use crate::plan::rolling_update::prepare::NextSource;
 use crate::policy::{IntOrPercent, Policy, parse_duration};
 use crate::progress::{Bars, JsonLines, Lines, Reporter};
@@ -487,51 +488,6 @@ fn read_snapshot(path: &std::path::Path) -> Result<(Vec<u8>, serde_json::Value),
     let list = serde_json::from_slice(&bytes)
         .map_err(|e| Failure::usage(format!("snapshot {}: {e}", path.display())))?;
     Ok((bytes, list))
-}
-
-/// The cluster's history of durations, for a plan's estimates; one it cannot read is a warning
-/// of the plan's.
-async fn history_for_plan(cluster: &Cluster, warnings: &mut Vec<String>) -> History {
-    let (history, unread) = cluster.history_or_note().await;
-    warnings.extend(unread);
-    history
-}
-
-/// What an update of the workload `subject` (`KIND/NS/NAME`) is estimated from: `history`,
-/// else the policy's figures, else the defaults.
-fn step_estimates(history: History, policy: &Policy, subject: String) -> StepEstimates {
-    StepEstimates {
-        durations: Durations {
-            history,
-            stated: policy.estimates,
-            fixed: FixedWaits::default(),
-        },
-        subject,
-    }
-}
-
-/// What a live update of `subject` estimates from: the cluster's history (one it cannot read
-/// is said, never a reason to stop), else the policy's figures, else the defaults.
-async fn live_estimates(
-    cluster: &Cluster,
-    policy: &Policy,
-    subject: String,
-    reporter: &dyn Reporter,
-) -> StepEstimates {
-    let (history, unread) = cluster.history_or_note().await;
-    if let Some(message) = unread {
-        reporter.report(crate::progress::Event::Warning { message });
-    }
-    step_estimates(history, policy, subject)
-}
-
-/// Fills the estimates of an update's `steps`; the update's.
-fn estimate_update<'s>(
-    estimates: &StepEstimates,
-    steps: impl Iterator<Item = &'s mut StepDecisions>,
-    args: &RollingUpdateArgs,
-) -> Estimate {
-    (estimates.durations.estimator()).update(&estimates.subject, steps, args.plan_time())
 }
 
 /// The context of a plan's hook calls, as of the plan's time.
