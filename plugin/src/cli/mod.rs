@@ -315,6 +315,16 @@ impl PlanFormat {
         }
     }
 
+    /// Refuses `--output-file` without a picture to write into it.
+    pub fn check_output_file(self, file: Option<&std::path::Path>) -> Result<(), Failure> {
+        match (file, self.picture()) {
+            (Some(_), None) => Err(Failure::usage(
+                "--output-file writes a picture of the plan: add -o html or -o svg",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Refuses a picture where no plan is printed (`what`: "--yes").
     pub fn refuse_picture(self, what: &str) -> Result<(), Failure> {
         match self.picture() {

@@ -318,11 +318,7 @@ pub fn run(kube: &KubeFlags, args: &NodesArgs) -> Result<(), Failure> {
              run without --from-snapshot against a cluster to rotate it",
         ));
     }
-    if args.output_file.is_some() && args.output.picture().is_none() {
-        return Err(Failure::usage(
-            "--output-file writes a picture of the plan: add -o html or -o svg",
-        ));
-    }
+    args.output.check_output_file(args.output_file.as_deref())?;
     if args.yes || args.in_cluster || args.release_quarantined {
         args.output.refuse_picture(if args.release_quarantined {
             "--release-quarantined"

@@ -252,11 +252,7 @@ async fn connect_all(
 }
 
 fn plan(kube: &KubeFlags, verbose: u8, args: &FleetArgs) -> Result<(), Failure> {
-    if args.output_file.is_some() && args.output.picture().is_none() {
-        return Err(Failure::usage(
-            "--output-file writes a picture of the plan: add -o html or -o svg",
-        ));
-    }
+    args.output.check_output_file(args.output_file.as_deref())?;
     let fleet = load(&args.file)?;
     let mut hooks = stage_hooks(&fleet)?;
     let program = program()?;

@@ -242,11 +242,7 @@ fn source(args: &RollingUpdateArgs, kind: Kind) -> Result<Option<NextSource>, Fa
 }
 
 pub fn run(kube: &KubeFlags, args: &RollingUpdateArgs) -> Result<(), Failure> {
-    if args.output_file.is_some() && args.output.picture().is_none() {
-        return Err(Failure::usage(
-            "--output-file writes a picture of the plan: add -o html or -o svg",
-        ));
-    }
+    args.output.check_output_file(args.output_file.as_deref())?;
     if args.in_cluster {
         args.output.refuse_picture("--in-cluster")?;
     } else if args.dry_run.is_none() && args.from_snapshot.is_none() {
