@@ -72,10 +72,12 @@ registry:
 browser:
 	bash tests/cluster/install-browser.sh
 
-## pictures: the screenshots docs/ shows, taken by the tests that open the plan's pages.
-pictures: wasm browser
+## pictures: the screenshots docs/ shows, taken by the tests that open the plan's pages and
+## the one that follows a rotation with status --watch (on the test cluster).
+pictures: wasm browser control-plane
 	$(CARGO) build -p rollout-ext --bin kubectl-rollout_ext
 	ROLLOUT_EXT_PICTURES=$(CURDIR)/docs/pictures $(CARGO) test -p rollout-ext-e2e --test cli_plan draws
+	ROLLOUT_EXT_PICTURES=$(CURDIR)/docs/pictures $(CARGO) test -p rollout-ext-e2e --test status_watch blocked_drain
 
 ## docs: docs/commands.md again from every command's --help (a test fails when it differs).
 docs:

@@ -50,6 +50,10 @@ pub const HOLDING: &str = "rollout-ext.io/holding";
 /// seconds, the end, the basis), kept current after each batch for `status`.
 pub const ESTIMATE: &str = "rollout-ext.io/estimate";
 
+/// On the Lease: how far the running rotation is, per group (JSON: instances, replaced, the
+/// batch in flight), kept current at each batch's start and end for `status --watch`.
+pub const PROGRESS: &str = "rollout-ext.io/progress";
+
 /// On the Lease: the batch stage running past this cluster's history (its 90th percentile),
 /// while it does.
 pub const SLOW: &str = "rollout-ext.io/slow";

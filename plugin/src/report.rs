@@ -44,6 +44,24 @@ pub fn log(level: Level, message: &str) {
             Level::Debug => "debug",
             Level::Trace => "trace",
         };
-        eprintln!("{tag}: {message}");
+        say(&format!("{tag}: {message}"));
+    }
+}
+
+/// Where messages go instead of stderr while a full-screen view owns the terminal.
+type Diverted = Box<dyn Fn(&str) + Send>;
+static DIVERTED: std::sync::Mutex<Option<Diverted>> = std::sync::Mutex::new(None);
+
+/// Sends every message to `to` rather than stderr (a line written under a full-screen view
+/// would scroll it), or, with `None`, to stderr again.
+pub fn divert(to: Option<Diverted>) {
+    *DIVERTED.lock().unwrap_or_else(|p| p.into_inner()) = to;
+}
+
+/// Says `line` to the operator: on stderr, or where it is diverted.
+pub fn say(line: &str) {
+    match &*DIVERTED.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(to) => to(line),
+        None => eprintln!("{line}"),
     }
 }

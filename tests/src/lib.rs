@@ -360,6 +360,7 @@ pub mod observer;
 pub mod registry;
 pub mod stateful;
 pub mod synthetic;
+pub mod terminal;
 pub mod workloads;
 
 /// A helper binary of this crate and build, built by `cargo build --bins`.

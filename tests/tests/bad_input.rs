@@ -173,6 +173,17 @@ async fn offline_bad_input_is_named_with_a_usage_exit_code() {
     let kubeconfig = kubeconfig.to_str().unwrap();
     let next = files.write("next.yaml", "kind: ReplicationController\n");
     cases.extend([
+        // A live view is not a format of one reading, and follows nothing but status.
+        case(
+            &["status", "--watch", "-o", "json"],
+            2,
+            &["status --watch shows a live view", "-o is for one reading"],
+        ),
+        case(
+            &["fleet", "run", "-f", "fleet.yaml", "--watch"],
+            2,
+            &["--watch follows a fleet's rotations: it is for fleet status, not fleet run"],
+        ),
         case(
             &[
                 "nodes",

@@ -690,3 +690,77 @@ async fn a_cluster_handed_its_rotation_is_followed_to_its_end() {
     );
     r.judge(group).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_status_watch_follows_every_cluster_and_its_keys_pause_and_resume_the_fleet() {
+    use rollout_ext_e2e::terminal::Terminal;
+    let _serial = SERIAL.lock().await;
+    let group = "followed";
+    let r = rotations(group).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gates = gate_policy(dir.path(), "{}");
+    let file = fleet_file(dir.path(), "followed", group, "0s", &r, &gates);
+    let within = Duration::from_secs(120);
+    let watch = || {
+        let mut command = std::process::Command::new(rollout_ext_e2e::plugin_binary());
+        command.args(fleet_args("status", &file, &["--watch"]));
+        command
+    };
+    let mut terminal = Terminal::spawn(watch(), 30, 140);
+    terminal.wait_for("the view", within, |s| s.contains("p pause · r resume"));
+    let lines = tokio::process::Command::from(watch())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let lines = tokio::spawn(lines);
+
+    // p before the run: every cluster's rotation will wait at its start.
+    terminal.type_keys("pwait for ops\r");
+    let screen = terminal.wait_for("the pause", within, |s| {
+        s.contains("cluster us: pause recorded") && s.matches("; paused").count() == 3
+    });
+    assert!(screen.contains("cluster dev: pause recorded"), "{screen}");
+    let (tx, mut held) = tokio::sync::mpsc::unbounded_channel();
+    let run = tokio::spawn(rollout_ext_e2e::run_watching(
+        fleet_args("run", &file, &["-o", "json"]),
+        move |event| {
+            if event["event"] == "paused" {
+                let _ = tx.send(event["cluster"].clone());
+            }
+        },
+    ));
+    assert_eq!(held.recv().await.unwrap(), "dev");
+    let screen = terminal.wait_for("dev held", within, |s| s.contains("now: paused "));
+    let dev = (screen
+        .lines()
+        .find(|l| l.contains(" dev ") && l.contains("running")))
+    .unwrap_or_else(|| panic!("dev is not running:\n{screen}"));
+    assert!(
+        dev.contains("held by ") && dev.contains("; paused"),
+        "{dev}"
+    );
+
+    // r: the fleet goes on, stage after stage, to its end.
+    terminal.type_keys("r");
+    let (code, stderr) = run.await.unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    let screen = terminal.wait_for("the end", within, |s| {
+        s.contains("fleet followed: every cluster succeeded")
+    });
+    assert_eq!(screen.matches("succeeded").count(), 4, "{screen}");
+    terminal.type_keys("q");
+    assert_eq!(terminal.wait_exit(within), Some(0));
+
+    let out = lines.await.unwrap().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    for line in [
+        "cluster dev: running; held by ",
+        "cluster eu: succeeded; -",
+        "cluster us: succeeded; -",
+        "fleet followed: every cluster succeeded",
+    ] {
+        assert!(said.contains(line), "{line:?} not said:\n{said}");
+    }
+    r.judge(group).await;
+}

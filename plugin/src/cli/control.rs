@@ -40,26 +40,35 @@ pub fn pause(kube: &KubeFlags, target: Option<&str>, reason: &str) -> Result<(),
         return on_controller(kube, target, Request::Pause(reason));
     }
     with_lease(kube, async |cluster, lease| {
-        if let Some(pause) = &lease.controls.pause {
-            return Err(Failure::failed(format!(
-                "the rotation is already paused {} (`kubectl rollout-ext resume` withdraws it)",
-                pause.describe()
-            )));
-        }
-        let request = ControlRequest::now(&operator(), reason);
-        cluster.set_control(Control::Pause, Some(&request)).await?;
-        Ok(if lease.holder.is_empty() {
-            "pause recorded: no rotation is running; the next one waits for \
-             `kubectl rollout-ext resume` before it changes anything"
-                .to_string()
-        } else {
-            format!(
-                "pause requested: the rotation of {} holds at its next safe point (a drain or \
-                 termination in progress finishes first); `kubectl rollout-ext status` shows \
-                 it, `kubectl rollout-ext resume` continues",
-                lease.holder
-            )
-        })
+        pause_rotation(cluster, &lease, reason).await
+    })
+}
+
+/// Records a pause of the node rotation, as `pause` does.
+pub(super) async fn pause_rotation(
+    cluster: &Cluster,
+    lease: &LeaseView,
+    reason: &str,
+) -> Result<String, Failure> {
+    if let Some(pause) = &lease.controls.pause {
+        return Err(Failure::failed(format!(
+            "the rotation is already paused {} (`kubectl rollout-ext resume` withdraws it)",
+            pause.describe()
+        )));
+    }
+    let request = ControlRequest::now(&operator(), reason);
+    cluster.set_control(Control::Pause, Some(&request)).await?;
+    Ok(if lease.holder.is_empty() {
+        "pause recorded: no rotation is running; the next one waits for \
+         `kubectl rollout-ext resume` before it changes anything"
+            .to_string()
+    } else {
+        format!(
+            "pause requested: the rotation of {} holds at its next safe point (a drain or \
+             termination in progress finishes first); `kubectl rollout-ext status` shows \
+             it, `kubectl rollout-ext resume` continues",
+            lease.holder
+        )
     })
 }
 
@@ -68,25 +77,33 @@ pub fn resume(kube: &KubeFlags, target: Option<&str>) -> Result<(), Failure> {
         return on_controller(kube, target, Request::Resume);
     }
     with_lease(kube, async |cluster, lease| {
-        let Some(pause) = &lease.controls.pause else {
-            return Err(Failure::failed(
-                "the rotation is not paused: there is no pause to withdraw",
-            ));
-        };
-        cluster.set_control(Control::Pause, None).await?;
-        if lease.holder.is_empty() {
-            cluster.drop_idle_lock().await?;
-            return Ok(format!(
-                "resumed: withdrew the pause {}; no rotation is running",
-                pause.describe()
-            ));
-        }
-        Ok(format!(
-            "resumed: withdrew the pause {}; the rotation of {} goes on",
-            pause.describe(),
-            lease.holder
-        ))
+        resume_rotation(cluster, &lease).await
     })
+}
+
+/// Withdraws the pause of the node rotation, as `resume` does.
+pub(super) async fn resume_rotation(
+    cluster: &Cluster,
+    lease: &LeaseView,
+) -> Result<String, Failure> {
+    let Some(pause) = &lease.controls.pause else {
+        return Err(Failure::failed(
+            "the rotation is not paused: there is no pause to withdraw",
+        ));
+    };
+    cluster.set_control(Control::Pause, None).await?;
+    if lease.holder.is_empty() {
+        cluster.drop_idle_lock().await?;
+        return Ok(format!(
+            "resumed: withdrew the pause {}; no rotation is running",
+            pause.describe()
+        ));
+    }
+    Ok(format!(
+        "resumed: withdrew the pause {}; the rotation of {} goes on",
+        pause.describe(),
+        lease.holder
+    ))
 }
 
 pub fn abort(
@@ -104,32 +121,42 @@ pub fn abort(
         return on_controller(kube, target, Request::Abort(reason));
     }
     with_lease(kube, async |cluster, lease| {
-        if lease.holder.is_empty() {
-            return Err(Failure::failed(
-                "no rotation is running: there is nothing to abort",
-            ));
-        }
-        if let Some(abort) = &lease.controls.abort {
-            return Err(Failure::failed(format!(
-                "an abort is already requested {}; the run stops after its current step",
-                abort.describe()
-            )));
-        }
-        let request = ControlRequest {
-            uncordon,
-            ..ControlRequest::now(&operator(), reason)
-        };
-        cluster.set_control(Control::Abort, Some(&request)).await?;
-        let then = match uncordon {
-            true => ", then uncordons the nodes it cordoned and did not terminate",
-            false => "",
-        };
-        Ok(format!(
-            "abort requested: the rotation of {} stops after its current step (a drain or \
-             termination in progress finishes first){then}; running the same command again resumes it",
-            lease.holder
-        ))
+        abort_rotation(cluster, &lease, reason, uncordon).await
     })
+}
+
+/// Requests that the running node rotation stop, as `abort` does.
+pub(super) async fn abort_rotation(
+    cluster: &Cluster,
+    lease: &LeaseView,
+    reason: &str,
+    uncordon: bool,
+) -> Result<String, Failure> {
+    if lease.holder.is_empty() {
+        return Err(Failure::failed(
+            "no rotation is running: there is nothing to abort",
+        ));
+    }
+    if let Some(abort) = &lease.controls.abort {
+        return Err(Failure::failed(format!(
+            "an abort is already requested {}; the run stops after its current step",
+            abort.describe()
+        )));
+    }
+    let request = ControlRequest {
+        uncordon,
+        ..ControlRequest::now(&operator(), reason)
+    };
+    cluster.set_control(Control::Abort, Some(&request)).await?;
+    let then = match uncordon {
+        true => ", then uncordons the nodes it cordoned and did not terminate",
+        false => "",
+    };
+    Ok(format!(
+        "abort requested: the rotation of {} stops after its current step (a drain or \
+         termination in progress finishes first){then}; running the same command again resumes it",
+        lease.holder
+    ))
 }
 
 /// What an operator asks of a rolling update.

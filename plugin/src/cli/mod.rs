@@ -201,6 +201,11 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
+        /// Follow the rotation live (by watches, from any terminal): on a terminal, a
+        /// full-screen view with keys to pause, resume and abort it; otherwise a line per
+        /// change, until the run ends (exit status as the run's).
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
     /// Ask the node rotation (or the rolling update of TARGET) to hold at its next safe point
     /// (between two steps: a drain or a termination in progress finishes first). A run started
@@ -462,7 +467,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             policy,
             include,
         } => snapshot(&cli.kube, &output, policy.as_deref(), include),
-        Command::Status { output } => status::run(&cli.kube, output),
+        Command::Status { output, watch } => match (watch, output) {
+            (false, _) => status::run(&cli.kube, output),
+            (true, OutputFormat::Table) => status::watch(&cli.kube),
+            (true, _) => Err(Failure::usage(
+                "status --watch shows a live view (or lines when not on a terminal); -o is for one reading",
+            )),
+        },
         Command::Logs { job, follow } => in_cluster::logs(&cli.kube, job.as_deref(), follow),
         Command::Pause { target, reason } => control::pause(&cli.kube, target.as_deref(), &reason),
         Command::Resume { target } => control::resume(&cli.kube, target.as_deref()),

@@ -164,6 +164,48 @@ impl Cluster {
             })
     }
 
+    /// This cluster's record for `fleet` and the fleet's abort, as they change (watched; first
+    /// as listed; a cut watch is resumed with backoff). A record that cannot be read, or a
+    /// watch that fails, is said as an error.
+    pub fn fleet_record_changes(
+        &self,
+        fleet: &str,
+    ) -> impl Stream<Item = Result<(Option<FleetRecord>, Option<FleetAbort>), String>> + Send + 'static
+    {
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={FLEET_RECORD_NAME}"));
+        let (fleet, abort) = (fleet.to_string(), abort_key(fleet));
+        let server = self.server.clone();
+        let mut listed = false;
+        watcher(api(self), config)
+            .default_backoff()
+            .filter_map(move |change| {
+                let read = |map: ConfigMap| {
+                    let data = map.data.unwrap_or_default();
+                    let record = parse(&data, &fleet).map_err(|e| e.to_string())?;
+                    Ok((record, parse(&data, &abort).map_err(|e| e.to_string())?))
+                };
+                let said = match change {
+                    Ok(watcher::Event::Init) => {
+                        listed = false;
+                        None
+                    }
+                    Ok(watcher::Event::InitApply(map) | watcher::Event::Apply(map)) => {
+                        listed = true;
+                        Some(read(map))
+                    }
+                    Ok(watcher::Event::Delete(_)) => Some(Ok((None, None))),
+                    Ok(watcher::Event::InitDone) => (!listed).then_some(Ok((None, None))),
+                    Err(e) => Some(Err(super::follow::watch_error(
+                        &server,
+                        &request("watch"),
+                        e,
+                    ))),
+                };
+                std::future::ready(said)
+            })
+    }
+
     /// Sets (or removes) one key: a merge patch of that key alone, so that records of other
     /// fleets, or another cluster's writer, are never overwritten; the ConfigMap is created on
     /// first use.

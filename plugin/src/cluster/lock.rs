@@ -432,7 +432,12 @@ impl LockGuard {
             }
             // A run's estimates end with it; what a finished run waited on is over too.
             let over = |key: &str| {
-                [crate::keys::ESTIMATE, crate::keys::SLOW].contains(&key)
+                [
+                    crate::keys::ESTIMATE,
+                    crate::keys::SLOW,
+                    crate::keys::PROGRESS,
+                ]
+                .contains(&key)
                     || (finished && key == crate::keys::HOLDING)
             };
             let left = |key: &str| !over(key);
@@ -471,7 +476,7 @@ impl LockGuard {
 }
 
 /// What the lock says about the current or last run, for `status`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LockStatus {
     /// Empty when no run holds the lock.
@@ -520,11 +525,15 @@ impl Cluster {
 
     /// Reads the lock without taking it; `None` when no run holds or left it.
     pub async fn lock_status(&self) -> Result<Option<LockStatus>, ClusterError> {
-        let Some(lease) = self.read_lease().await? else {
-            return Ok(None);
-        };
+        Ok(self.read_lease().await?.map(LockStatus::of))
+    }
+}
+
+impl LockStatus {
+    /// What `lease` says of the run.
+    pub fn of(lease: Lease) -> LockStatus {
         let spec = lease.spec.unwrap_or_default();
-        Ok(Some(LockStatus {
+        LockStatus {
             holder: spec.holder_identity.unwrap_or_default(),
             renewed_seconds_ago: spec
                 .renew_time
@@ -536,6 +545,6 @@ impl Cluster {
                 .into_iter()
                 .filter(|(k, _)| k.starts_with("rollout-ext.io/"))
                 .collect(),
-        }))
+        }
     }
 }

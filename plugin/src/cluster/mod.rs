@@ -8,6 +8,7 @@ pub mod controls;
 pub mod drain;
 pub mod eviction;
 pub mod fleet_record;
+pub mod follow;
 pub mod history;
 pub mod kured;
 pub mod lock;

@@ -183,9 +183,9 @@ pub fn is_final(error: &kube::Error) -> bool {
 /// What a retry tells the operator.
 pub type Notify = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Prints retries on stderr.
+/// Says retries to the operator (on stderr).
 pub fn to_stderr() -> Notify {
-    Arc::new(|line| eprintln!("{line}"))
+    Arc::new(crate::report::say)
 }
 
 /// Wraps a client's service with [`Retry`].

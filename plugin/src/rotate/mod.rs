@@ -27,6 +27,7 @@ mod marks;
 mod node_pools;
 mod others;
 mod pods_back;
+pub mod progress;
 mod ready;
 mod records;
 mod remaining;
@@ -525,7 +526,7 @@ impl Rotation<'_> {
     }
 
     /// Waits for the group's last replacements, clears its record and reports it done.
-    async fn finish_group(&self, run: &GroupRun) -> Result<(), RotateError> {
+    async fn finish_group(&mut self, run: &GroupRun) -> Result<(), RotateError> {
         if !self.settings.plan.cloud_only {
             if self.judges_by_pods(&run.name) {
                 self.wait_pods_back(&run.name).await?;
@@ -535,6 +536,8 @@ impl Rotation<'_> {
         self.lock
             .set_state(&records::expected_key(&run.name), None)
             .await?;
+        self.estimates.progress.group_done(&run.name);
+        self.record_progress().await;
         self.kernel.reporter.report(Event::GroupDone {
             group: run.name.clone(),
         });

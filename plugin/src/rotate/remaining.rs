@@ -20,6 +20,8 @@ pub struct RunEstimates {
     /// The cluster's history as the run read it, with what the run measured since.
     pub durations: Durations,
     tally: WorkTally,
+    /// How far the run is, as `status` shows it.
+    pub progress: super::progress::RunProgress,
 }
 
 impl RunEstimates {
@@ -27,22 +29,28 @@ impl RunEstimates {
         RunEstimates {
             durations,
             tally: WorkTally::default(),
+            progress: Default::default(),
         }
     }
 
     /// A group the run will rotate, from its start.
     pub(super) fn plan_group(&mut self, group: &str, role: Role, start: &GroupStart) {
         self.tally.add(group, role, start);
+        self.progress.add(group, start.info.selected as usize);
     }
 
     /// The selection of `group`, which `machine` took, chose its instances.
     pub(super) fn chose(&mut self, group: &str, machine: &GroupLoop) {
         self.tally.chose(group, machine);
+        if let Some(chosen) = machine.selected() {
+            self.progress.chose(group, chosen.chosen.len());
+        }
     }
 
     /// `dropped` instances of `group` need no batch any more (removed by someone else).
     pub(super) fn dropped(&mut self, group: &str, dropped: usize) {
         self.tally.dropped(group, dropped);
+        self.progress.dropped(group, dropped);
     }
 
     /// What the hooks of a question about `asking`, asked now, are told.
@@ -79,11 +87,16 @@ impl Rotation<'_> {
         })
     }
 
-    /// Puts `estimate` on the Lease, for `status`: advice, so a Lease that cannot take it does
-    /// not stop the run.
+    /// Puts `estimate` and the run's progress on the Lease, for `status`: advice, so a Lease
+    /// that cannot take them does not stop the run.
     pub(super) async fn record_estimate(&self, estimate: &Event) {
         if let Ok(text) = serde_json::to_string(estimate) {
-            let _ = self.lock.set_state(keys::ESTIMATE, Some(&text)).await;
+            let progress = self.estimates.progress.record();
+            let states = [
+                (keys::ESTIMATE, Some(text.as_str())),
+                (keys::PROGRESS, Some(progress.as_str())),
+            ];
+            let _ = self.lock.set_states(&states).await;
         }
     }
 
@@ -92,6 +105,7 @@ impl Rotation<'_> {
         let run_id = self.settings.plan.run_id.clone();
         self.estimates.durations.learn(group, &run_id, measured);
         self.estimates.tally.batch_done(group, replaced);
+        self.estimates.progress.batch_done(group, replaced);
     }
 
     /// Runs `work`, the `stage` of a batch of `group`: past the stage's 90th percentile in the

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod output;
 mod status;
+mod watch;
 
 use output::{Printer, print_plan};
 use status::{Act, control, status};
@@ -59,9 +60,24 @@ pub struct FleetArgs {
     /// Plan as of this RFC 3339 instant instead of now.
     #[arg(long, value_name = "TIME", value_parser = super::nodes::parse_instant)]
     pub now: Option<i64>,
+    /// `fleet status`: follow every cluster live (by watches): on a terminal, a full-screen
+    /// view with keys to pause, resume and abort the fleet; otherwise a line per change, until
+    /// the fleet ends.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
 }
 
 impl FleetArgs {
+    /// Refuses `--watch` where `command` follows nothing.
+    fn refuse_watch(&self, command: &str) -> Result<(), Failure> {
+        match self.watch {
+            true => Err(Failure::usage(format!(
+                "--watch follows a fleet's rotations: it is for fleet status, not {command}"
+            ))),
+            false => Ok(()),
+        }
+    }
+
     /// Refuses a picture, or a file for one, where `command` prints no plan.
     fn refuse_picture(&self, command: &str) -> Result<(), Failure> {
         self.output.refuse_picture(command)?;
@@ -105,14 +121,24 @@ pub fn run(kube: &KubeFlags, verbose: u8, command: FleetCommand) -> Result<(), F
         ));
     }
     match command {
-        FleetCommand::Plan(args) => plan(kube, verbose, &args),
+        FleetCommand::Plan(args) => {
+            args.refuse_watch("fleet plan")?;
+            plan(kube, verbose, &args)
+        }
         FleetCommand::Run(args) => {
+            args.refuse_watch("fleet run")?;
             args.refuse_picture("fleet run")?;
             run_fleet(kube, verbose, &args)
         }
         FleetCommand::Status(args) => {
             args.refuse_picture("fleet status")?;
-            status(kube, &args)
+            match (args.watch, args.output.text()) {
+                (false, _) => status(kube, &args),
+                (true, OutputFormat::Table) => watch::watch(kube, &args),
+                (true, _) => Err(Failure::usage(
+                    "fleet status --watch shows a live view (or lines when not on a terminal); -o is for one reading",
+                )),
+            }
         }
         FleetCommand::Pause(args) => control(kube, &args, Act::Pause),
         FleetCommand::Resume(args) => control(kube, &args, Act::Resume),

@@ -1,12 +1,16 @@
 //! `fleet status` and `fleet pause|resume|abort`: every cluster of the fleet read, or asked,
 //! in turn.
 
+use std::collections::BTreeMap;
+
 use super::output::when;
 use super::{FleetArgs, FleetControlArgs, connect_all, in_cluster, load};
 use crate::cli::rotate_cmd::operator;
 use crate::cli::{Failure, KubeFlags, OutputFormat, RESUME, tokio_runtime};
+use crate::cluster::Cluster;
 use crate::cluster::controls::{Control, ControlRequest};
 use crate::cluster::fleet_record::FleetAbort;
+use crate::policy::fleet::Fleet;
 
 /// One cluster's row of `fleet status`.
 #[derive(Debug, serde::Serialize)]
@@ -121,63 +125,7 @@ pub(super) fn control(kube: &KubeFlags, args: &FleetControlArgs, act: Act) -> Re
     let runtime = tokio_runtime()?;
     let said = runtime.block_on(async {
         let clusters = connect_all(kube, &fleet).await?;
-        let mut said = Vec::new();
-        for c in fleet.clusters() {
-            let cluster = &clusters[&c.context];
-            let named = in_cluster(&c.context);
-            let lease = cluster.controls().await.map_err(named)?.unwrap_or_default();
-            let request = ControlRequest::now(&operator(), &args.reason);
-            let line = match act {
-                Act::Pause if lease.controls.pause.is_some() => "already paused".to_string(),
-                Act::Pause => {
-                    cluster
-                        .set_control(Control::Pause, Some(&request))
-                        .await
-                        .map_err(named)?;
-                    match lease.holder.as_str() {
-                        "" => "pause recorded: its rotation waits when it starts".into(),
-                        holder => format!("pause requested of {holder}"),
-                    }
-                }
-                Act::Resume if lease.controls.pause.is_none() => "not paused".to_string(),
-                Act::Resume => {
-                    cluster
-                        .set_control(Control::Pause, None)
-                        .await
-                        .map_err(named)?;
-                    if lease.holder.is_empty() {
-                        cluster.drop_idle_lock().await.map_err(named)?;
-                    }
-                    "resumed".into()
-                }
-                Act::Abort => {
-                    let abort = FleetAbort {
-                        by: operator(),
-                        at: jiff::Timestamp::now().as_second(),
-                        reason: args.reason.clone(),
-                    };
-                    cluster
-                        .write_fleet_abort(&fleet.name, Some(&abort))
-                        .await
-                        .map_err(named)?;
-                    match lease.holder.as_str() {
-                        "" => "abort recorded for the fleet".to_string(),
-                        _ if lease.controls.abort.is_some() => {
-                            "abort recorded; its rotation's abort was already requested".into()
-                        }
-                        holder => {
-                            cluster
-                                .set_control(Control::Abort, Some(&request))
-                                .await
-                                .map_err(named)?;
-                            format!("abort requested of {holder}")
-                        }
-                    }
-                }
-            };
-            said.push(format!("cluster {}: {line}", c.context));
-        }
-        Ok::<_, Failure>(said)
+        control_clusters(&clusters, &fleet, act, &args.reason).await
     })?;
     for line in said {
         println!("{line}");
@@ -186,4 +134,70 @@ pub(super) fn control(kube: &KubeFlags, args: &FleetControlArgs, act: Act) -> Re
         println!("the fleet stops after the running rotations' current steps; {RESUME}");
     }
     Ok(())
+}
+
+/// Asks `act` of every cluster of `fleet`; a line per cluster says what was done.
+pub(super) async fn control_clusters(
+    clusters: &BTreeMap<String, Cluster>,
+    fleet: &Fleet,
+    act: Act,
+    reason: &str,
+) -> Result<Vec<String>, Failure> {
+    let mut said = Vec::new();
+    for c in fleet.clusters() {
+        let cluster = &clusters[&c.context];
+        let named = in_cluster(&c.context);
+        let lease = cluster.controls().await.map_err(named)?.unwrap_or_default();
+        let request = ControlRequest::now(&operator(), reason);
+        let line = match act {
+            Act::Pause if lease.controls.pause.is_some() => "already paused".to_string(),
+            Act::Pause => {
+                cluster
+                    .set_control(Control::Pause, Some(&request))
+                    .await
+                    .map_err(named)?;
+                match lease.holder.as_str() {
+                    "" => "pause recorded: its rotation waits when it starts".into(),
+                    holder => format!("pause requested of {holder}"),
+                }
+            }
+            Act::Resume if lease.controls.pause.is_none() => "not paused".to_string(),
+            Act::Resume => {
+                cluster
+                    .set_control(Control::Pause, None)
+                    .await
+                    .map_err(named)?;
+                if lease.holder.is_empty() {
+                    cluster.drop_idle_lock().await.map_err(named)?;
+                }
+                "resumed".into()
+            }
+            Act::Abort => {
+                let abort = FleetAbort {
+                    by: operator(),
+                    at: jiff::Timestamp::now().as_second(),
+                    reason: reason.to_string(),
+                };
+                cluster
+                    .write_fleet_abort(&fleet.name, Some(&abort))
+                    .await
+                    .map_err(named)?;
+                match lease.holder.as_str() {
+                    "" => "abort recorded for the fleet".to_string(),
+                    _ if lease.controls.abort.is_some() => {
+                        "abort recorded; its rotation's abort was already requested".into()
+                    }
+                    holder => {
+                        cluster
+                            .set_control(Control::Abort, Some(&request))
+                            .await
+                            .map_err(named)?;
+                        format!("abort requested of {holder}")
+                    }
+                }
+            }
+        };
+        said.push(format!("cluster {}: {line}", c.context));
+    }
+    Ok(said)
 }

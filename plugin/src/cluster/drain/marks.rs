@@ -50,8 +50,17 @@ impl QuarantineRecord {
     /// The record of `node` when it is set aside (labelled or annotated; an unreadable record
     /// reads empty).
     pub fn of(node: &crate::snapshot::Node) -> Option<QuarantineRecord> {
-        let annotation = node.annotations.get(crate::keys::QUARANTINED);
-        if annotation.is_none() && !node.labels.contains_key(crate::keys::QUARANTINED) {
+        QuarantineRecord::from_marks(
+            node.annotations
+                .get(crate::keys::QUARANTINED)
+                .map(|a| a.as_str()),
+            node.labels.contains_key(crate::keys::QUARANTINED),
+        )
+    }
+
+    /// The record of a node with this quarantine `annotation`, `labelled` or not.
+    pub fn from_marks(annotation: Option<&str>, labelled: bool) -> Option<QuarantineRecord> {
+        if annotation.is_none() && !labelled {
             return None;
         }
         Some(
