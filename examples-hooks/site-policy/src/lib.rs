@@ -14,7 +14,7 @@ pub struct SitePolicy;
 impl Policy for SitePolicy {
     const NAME: &'static str = "site-policy";
 
-    fn select(_: &Context, _: &Group, candidates: &Instances) -> Result<Selection, String> {
+    fn select(candidates: &Instances) -> Result<Selection, String> {
         let pinned = |c: &Candidate| c.label(PINNED).as_deref() == Some("true");
         let chosen = candidates.iter().filter(|c| !c.up_to_date && !pinned(c));
         Ok(choose_by(
@@ -24,18 +24,13 @@ impl Policy for SitePolicy {
         ))
     }
 
-    fn next_batch(_: &Context, p: &Progress) -> Result<BatchSize, String> {
+    fn next_batch(p: &Progress) -> Result<BatchSize, String> {
         let two = p.pending.len() > 1 && p.pending.label(0, RACK) != p.pending.label(1, RACK);
         let size = 1 + u32::from(two);
         Ok(BatchSize::size(size, "at most 2, one per rack"))
     }
 
-    fn check(
-        _: &Context,
-        phase: Phase,
-        b: &Batch,
-        _: &ValidationSummary,
-    ) -> Result<Verdict, String> {
+    fn check(phase: Phase, b: &Batch) -> Result<Verdict, String> {
         if phase != Phase::AfterBatch {
             return Ok(Verdict::Defer);
         }

@@ -1,11 +1,14 @@
 //! `#[policy]`, re-exported by `rollout-ext-hooks`: the points a hook declares are the ones its
 //! `impl Policy` implements, so a point cannot be implemented and left undeclared (the host
-//! never asks an undeclared point: a gate written but not declared would never hold a run).
+//! never asks an undeclared point: a gate written but not declared would never hold a run); and
+//! a point's method may take only the parameters it reads (`fn check(phase: Phase, batch:
+//! &Batch)`), the others filled in, so that its signature stays one line.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
 use quote::{ToTokens, quote};
-use syn::{ImplItem, ItemImpl, Path, parse_quote};
+use syn::punctuated::Punctuated;
+use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, Path, Type, parse_quote};
 
 /// Each method of the `Policy` trait that serves a point, with the point (a `HookPoint`
 /// variant; drain-order is declared by `ORDERS_DRAINS` instead).
@@ -17,6 +20,109 @@ const METHODS: &[(&str, Served)] = &[
     ("drain_order", Served::DrainOrder),
 ];
 
+/// The parameters of each point's method, in the trait's order (`None`: not a point's method).
+fn parameters(sdk: &Path, method: &str) -> Option<Vec<(&'static str, Type)>> {
+    Some(match method {
+        "select" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("group", parse_quote!(&#sdk::Group)),
+            ("candidates", parse_quote!(&#sdk::Instances)),
+        ],
+        "next_batch" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("progress", parse_quote!(&#sdk::Progress)),
+        ],
+        "check" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("phase", parse_quote!(#sdk::Phase)),
+            ("batch", parse_quote!(&#sdk::Batch)),
+            ("summary", parse_quote!(&#sdk::ValidationSummary)),
+        ],
+        "check_stage" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("stage", parse_quote!(&#sdk::Stage)),
+            ("previous", parse_quote!(Option<&#sdk::StageOutcome>)),
+        ],
+        "drain_order" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("node", parse_quote!(&str)),
+            ("pods", parse_quote!(&[#sdk::DrainPod])),
+        ],
+        _ => return None,
+    })
+}
+
+/// A type as written, without its paths' prefixes or spaces: `&sdk::Batch` and `& Batch` are
+/// one shape, `&Batch`.
+fn shape(ty: &Type) -> String {
+    let text: Vec<char> = ty.to_token_stream().to_string().chars().collect();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::new();
+    let mut i = 0;
+    while i < text.len() {
+        if word(text[i]) {
+            let start = i;
+            while i < text.len() && word(text[i]) {
+                i += 1;
+            }
+            let mut after = i;
+            while text.get(after) == Some(&' ') {
+                after += 1;
+            }
+            if text.get(after..after + 2) == Some(&[':', ':']) {
+                // A path's prefix: `sdk ::` of `sdk :: Batch`.
+                i = after + 2;
+            } else {
+                out.extend(&text[start..i]);
+            }
+        } else if text.get(i..i + 2) == Some(&[':', ':']) {
+            i += 2;
+        } else {
+            if text[i] != ' ' {
+                out.push(text[i]);
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Fills in the parameters a point's method left out (each it takes is one of the trait's, in
+/// the trait's order, by type); a method that takes them all is left as written.
+fn fill_parameters(sdk: &Path, f: &mut ImplItemFn) -> syn::Result<()> {
+    let Some(expected) = parameters(sdk, &f.sig.ident.to_string()) else {
+        return Ok(());
+    };
+    if f.sig.inputs.len() >= expected.len() {
+        return Ok(());
+    }
+    let given: Vec<FnArg> = f.sig.inputs.iter().cloned().collect();
+    let mut inputs: Punctuated<FnArg, syn::Token![,]> = Punctuated::new();
+    let mut next = given.iter().peekable();
+    for (_, ty) in &expected {
+        let matches = |arg: &&FnArg| matches!(arg, FnArg::Typed(t) if shape(&t.ty) == shape(ty));
+        match next.next_if(matches) {
+            Some(arg) => inputs.push(arg.clone()),
+            None => inputs.push(parse_quote!(_: #ty)),
+        }
+    }
+    if let Some(stray) = next.next() {
+        let all: Vec<String> = (expected.iter())
+            .map(|(name, ty)| format!("{name}: {}", shape(ty)))
+            .collect();
+        return Err(syn::Error::new_spanned(
+            stray,
+            format!(
+                "`{}` takes, in this order, any of ({}): this parameter is none of them, or out of order",
+                f.sig.ident,
+                all.join(", ")
+            ),
+        ));
+    }
+    f.sig.inputs = inputs;
+    Ok(())
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Served {
     /// A `HookPoint` variant and the point's name in a policy file.
@@ -26,8 +132,9 @@ enum Served {
 
 /// On `impl Policy for MyPolicy { … }`: declares the points the impl implements (`POINTS`,
 /// and `ORDERS_DRAINS` when it writes `drain_order`). An impl that writes `POINTS` itself does
-/// not build when it leaves out a point it implements. `#[policy(crate = sdk)]` names the SDK
-/// when the dependency is renamed.
+/// not build when it leaves out a point it implements. A point's method may take only the
+/// parameters it reads, in the trait's order (`fn check(phase: Phase, batch: &Batch)`): the
+/// others are filled in. `#[policy(crate = sdk)]` names the SDK when the dependency is renamed.
 #[proc_macro_attribute]
 pub fn policy(attr: TokenStream, item: TokenStream) -> TokenStream {
     match expand(attr.into(), item.into()) {
@@ -49,8 +156,9 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
         |name: &str| (imp.items.iter()).any(|i| matches!(i, ImplItem::Const(c) if c.ident == name));
     let (points_written, orders_written) = (written("POINTS"), written("ORDERS_DRAINS"));
     let mut served: Vec<(&str, Served)> = Vec::new();
-    for item in &imp.items {
+    for item in &mut imp.items {
         if let ImplItem::Fn(f) = item {
+            fill_parameters(&sdk, f)?;
             let name = f.sig.ident.to_string();
             if let Some((method, point)) = METHODS.iter().find(|(m, _)| *m == name) {
                 served.push((method, *point));
@@ -188,6 +296,53 @@ mod tests {
         assert!(
             out.contains("\"Site implements `next_batch` (point batch) but its POINTS leaves out HookPoint::Batch: add it, or remove POINTS (#[policy] declares the points implemented)\""),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_method_may_take_only_the_parameters_it_reads() {
+        let out = expanded(
+            Tokens::new(),
+            quote! {
+                impl Policy for Site {
+                    fn check(phase: Phase, b: &rollout_ext_hooks::Batch) -> Result<Verdict, String> {}
+                    fn select(candidates: &Instances) -> Result<Selection, String> {}
+                    fn next_batch(_: &Context, p: &Progress) -> Result<BatchSize, String> {}
+                }
+            },
+        );
+        let check = "fn check (_ : & :: rollout_ext_hooks :: Context , phase : Phase , b : & rollout_ext_hooks :: Batch , _ : & :: rollout_ext_hooks :: ValidationSummary)";
+        assert!(out.contains(check), "{out}");
+        let select = "fn select (_ : & :: rollout_ext_hooks :: Context , _ : & :: rollout_ext_hooks :: Group , candidates : & Instances)";
+        assert!(out.contains(select), "{out}");
+        // All of them: as written.
+        assert!(
+            out.contains("fn next_batch (_ : & Context , p : & Progress)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn shapes_ignore_paths_and_spaces() {
+        let shape_of = |ty: Type| shape(&ty);
+        assert_eq!(shape_of(parse_quote!(&[sdk::DrainPod])), "&[DrainPod]");
+        assert_eq!(
+            shape_of(parse_quote!(Option<&::a::b::StageOutcome>)),
+            "Option<&StageOutcome>"
+        );
+        assert_eq!(shape_of(parse_quote!(&str)), "&str");
+    }
+
+    #[test]
+    fn a_parameter_that_is_none_of_the_points_is_refused_with_the_list() {
+        let e = expand(
+            Tokens::new(),
+            quote! { impl Policy for S { fn check(b: &Batch, phase: Phase) -> Result<Verdict, String> {} } },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`check` takes, in this order, any of (ctx: &Context, phase: Phase, batch: &Batch, summary: &ValidationSummary): this parameter is none of them, or out of order"
         );
     }
 

@@ -17,7 +17,7 @@ pub struct Hook;
 impl Policy for Hook {
     const NAME: &'static str = "{{name}}";
 
-    fn select(_: &Context, _: &Group, candidates: &Instances) -> Result<Selection, String> {
+    fn select(candidates: &Instances) -> Result<Selection, String> {
         let held = |c: &Candidate| c.label(HOLD).as_deref() == Some("true");
         let mut chosen: Vec<Candidate> = (candidates.iter())
             .filter(|c| c.reason.is_some() && !held(c))
@@ -28,16 +28,11 @@ impl Policy for Hook {
         Ok(Selection::Choose(chosen.iter().map(choice).collect()))
     }
 
-    fn next_batch(_: &Context, p: &Progress) -> Result<BatchSize, String> {
+    fn next_batch(p: &Progress) -> Result<BatchSize, String> {
         Ok(BatchSize::size(p.max_batch.min(2), "at most 2 at a time"))
     }
 
-    fn check(
-        _: &Context,
-        phase: Phase,
-        b: &Batch,
-        _: &ValidationSummary,
-    ) -> Result<Verdict, String> {
+    fn check(phase: Phase, b: &Batch) -> Result<Verdict, String> {
         if phase != Phase::AfterBatch {
             return Ok(Verdict::Defer);
         }
