@@ -344,7 +344,7 @@ fn draw_bar(svg: &mut String, scale: &Scale, at: BarAt<'_>, bar: &Bar, words_end
             mid + 4
         );
     }
-    let word_x = scale.x(work_from);
+    let word_x = word_at(scale.x(work_from), bar.drain);
     if bar.drain != "ok" && word_x >= *words_end {
         let _ = write!(
             svg,
@@ -352,9 +352,19 @@ fn draw_bar(svg: &mut String, scale: &Scale, at: BarAt<'_>, bar: &Bar, words_end
             top - 3,
             bar.drain
         );
-        *words_end = word_x + 7 * bar.drain.len() as i64;
+        *words_end = word_x + word_width(bar.drain);
     }
     svg.push_str("</g>");
+}
+
+/// About how wide a drain word is drawn (10 px bold).
+fn word_width(word: &str) -> i64 {
+    7 * word.chars().count() as i64
+}
+
+/// Where a drain word starts for a bar at `x`: at the bar, or as far right as it fits whole.
+pub(super) fn word_at(x: i64, word: &str) -> i64 {
+    x.min(WIDTH - MARGIN - word_width(word))
 }
 
 /// Where a bar is drawn: its row's top, the row's label, its index in the row.

@@ -260,3 +260,12 @@ fn a_long_wait_is_drawn_short_so_the_batches_stay_readable() {
         Some((NOW + 4590).to_string().as_str())
     );
 }
+
+#[test]
+fn a_drain_word_near_the_right_edge_is_drawn_whole() {
+    use super::svg::word_at;
+    // At the bar, where it fits; moved left, never past the chart's edge, where it would not.
+    assert_eq!(word_at(500, "blocks"), 500);
+    let end = word_at(1095, "blocks") + 7 * 6;
+    assert!(end <= 1100 - 30, "{end}");
+}
