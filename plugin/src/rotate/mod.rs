@@ -51,6 +51,7 @@ use crate::cluster::validate::ValidationSettings;
 use crate::cluster::view::LiveView;
 use crate::events::Event;
 use crate::kernel::Kernel;
+use crate::keys;
 use crate::plan::decide;
 use crate::plan::group_loop::{Action, GroupLoop, Input, Outcome, Question, Step};
 use crate::plan::health::{self, Index};
@@ -533,11 +534,17 @@ impl Rotation<'_> {
             }
             self.wait_ready(&run.name, run.expected).await?;
         }
-        self.lock
-            .set_state(&records::expected_key(&run.name), None)
-            .await?;
+        // The group's record goes, and its progress says it is done, in one write.
         self.estimates.progress.group_done(&run.name);
-        self.record_progress().await;
+        let (key, progress) = (
+            records::expected_key(&run.name),
+            self.estimates.progress.record(),
+        );
+        let states = [
+            (key.as_str(), None),
+            (keys::PROGRESS, Some(progress.as_str())),
+        ];
+        self.lock.set_states(&states).await?;
         self.kernel.reporter.report(Event::GroupDone {
             group: run.name.clone(),
         });

@@ -85,6 +85,12 @@ impl ClusterRow {
         Some(text)
     }
 
+    /// Its rotation runs, or its record says it does.
+    fn rotating(&self) -> bool {
+        self.records().running()
+            || (self.record.as_ref()).is_some_and(|r| r.state == RecordState::Running)
+    }
+
     /// Its line in the plain output.
     fn said(&self) -> String {
         let mut text = format!(
@@ -140,13 +146,7 @@ impl FleetScene {
             }
             Change::Record(Err(message)) => row.problem = Some(message),
         }
-        let running = |r: &ClusterRow| {
-            r.records().running()
-                || r.record
-                    .as_ref()
-                    .is_some_and(|r| r.state == RecordState::Running)
-        };
-        self.seen_running |= self.rows.iter().any(running);
+        self.seen_running |= self.rows.iter().any(ClusterRow::rotating);
     }
 
     fn known(&self) -> bool {
@@ -164,12 +164,7 @@ impl FleetScene {
         if !self.known() {
             return None;
         }
-        let rotating = self.rows.iter().any(|r| {
-            r.records().running()
-                || r.record
-                    .as_ref()
-                    .is_some_and(|r| r.state == RecordState::Running)
-        });
+        let rotating = self.rows.iter().any(ClusterRow::rotating);
         if rotating {
             return None;
         }
