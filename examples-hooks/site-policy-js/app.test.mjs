@@ -17,7 +17,7 @@ test('fewest pods first and never a pinned node', () => {
     t.node('c', { pods: 2 }),
     t.node('d', { upToDate: true, reason: undefined }),
   ];
-  const chosen = app.selection.select(t.context(), t.group(nodes), new t.Instances(nodes));
+  const chosen = app.select({ candidates: t.candidates(nodes) });
   assert.deepEqual(t.answer(chosen), {
     answer: 'choose',
     order: [
@@ -31,15 +31,14 @@ test('two at a time only from two racks', () => {
   const two = [t.node('a', { labels: { [RACK]: 'r1' } }), t.node('b', { labels: { [RACK]: 'r2' } })];
   const oneRack = [t.node('a', { labels: { [RACK]: 'r1' } }), t.node('b', { labels: { [RACK]: 'r1' } })];
   for (const [pending, size] of [[two, 2], [oneRack, 1], [two.slice(0, 1), 1]]) {
-    const sized = app.batching.nextBatch(t.context(), t.progress(pending, 2), new t.Instances(pending));
+    const sized = app.nextBatch({ pending: t.candidates(pending) });
     assert.equal(t.answer(sized).count, size);
   }
 });
 
 test('after a batch it waits for payments, then aborts', () => {
   t.cluster.reset(t.pod('payments', 'api-0', { ready: false }), t.pod('payments', 'api-1'));
-  const check = (attempt) =>
-    t.answer(app.gates.check(t.context(), 'after-batch', t.batch(['a'], { attempt }), t.healthy()));
+  const check = (attempt) => t.answer(app.afterBatch({ batch: t.batch(['a'], { attempt }) }));
   assert.deepEqual(check(0), {
     answer: 'wait',
     seconds: 20,
@@ -52,6 +51,14 @@ test('after a batch it waits for payments, then aborts', () => {
   ]);
   t.cluster.reset(t.pod('payments', 'api-0'));
   assert.deepEqual(check(0), { answer: 'proceed' });
-  const before = app.gates.check(t.context(), 'before-batch', t.batch(['a']), t.healthy());
-  assert.deepEqual(t.answer(before), { answer: 'defer' });
+});
+
+test('the gate is asked after batches only', () => {
+  t.cluster.reset(t.pod('payments', 'api-0', { ready: false }));
+  const { gates } = t.exports(app);
+  for (const phase of ['before-group', 'before-batch']) {
+    assert.deepEqual(t.answer(gates.check(t.context(), phase, t.batch(['a']), t.healthy())), { answer: 'defer' });
+  }
+  const after = gates.check(t.context(), 'after-batch', t.batch(['a']), t.healthy());
+  assert.equal(t.answer(after).answer, 'wait');
 });

@@ -19,7 +19,7 @@ class SitePolicy(unittest.TestCase):
     def test_fewest_pods_first_and_never_a_pinned_node(self):
         nodes = [t.node("a", pods=5), t.node("b", pods=1, labels={PINNED: "true"}),
                  t.node("c", pods=2), t.node("d", up_to_date=True, reason=None)]
-        chosen = app.Selection().select(t.context(), t.group(nodes), t.Instances(nodes))
+        chosen = app.select(t.candidates(nodes))
         self.assertEqual(t.answer(chosen), {"answer": "choose", "order": [
             {"name": "c", "reason": "2 pods to move"}, {"name": "a", "reason": "5 pods to move"}]})
 
@@ -27,14 +27,11 @@ class SitePolicy(unittest.TestCase):
         two = [t.node("a", labels={RACK: "r1"}), t.node("b", labels={RACK: "r2"})]
         one_rack = [t.node("a", labels={RACK: "r1"}), t.node("b", labels={RACK: "r1"})]
         for pending, size in [(two, 2), (one_rack, 1), (two[:1], 1)]:
-            sized = app.Batching().next_batch(t.context(), t.progress(pending, 2), t.Instances(pending))
-            self.assertEqual(t.answer(sized)["count"], size)
+            self.assertEqual(t.answer(app.next_batch(t.candidates(pending)))["count"], size)
 
     def test_after_a_batch_it_waits_for_payments_then_aborts(self):
         t.cluster.reset(t.pod("payments", "api-0", ready=False), t.pod("payments", "api-1"))
-        after = t.types.Phase.AFTER_BATCH
-        check = lambda attempt: t.answer(app.Gates().check(
-            t.context(), after, t.batch(["a"], attempt=attempt), t.healthy()))
+        check = lambda attempt: t.answer(app.after_batch(t.batch(["a"], attempt=attempt)))
         self.assertEqual(check(0), {"answer": "wait", "seconds": 20,
                                     "reason": "1 payments pod(s) not Ready (check 1 of 3)"})
         self.assertEqual(check(2), {"answer": "abort",
@@ -42,8 +39,15 @@ class SitePolicy(unittest.TestCase):
         self.assertEqual(t.cluster.asked, [("v1", "Pod", "payments", None)] * 2)
         t.cluster.reset(t.pod("payments", "api-0"))
         self.assertEqual(check(0), {"answer": "proceed"})
-        before = app.Gates().check(t.context(), t.types.Phase.BEFORE_BATCH, t.batch(["a"]), t.healthy())
-        self.assertEqual(t.answer(before), {"answer": "defer"})
+
+    def test_the_gate_is_asked_after_batches_only(self):
+        t.cluster.reset(t.pod("payments", "api-0", ready=False))
+        gates = t.exports(app).Gates()
+        for phase in (t.types.Phase.BEFORE_GROUP, t.types.Phase.BEFORE_BATCH):
+            answer = gates.check(t.context(), phase, t.batch(["a"]), t.healthy())
+            self.assertEqual(t.answer(answer), {"answer": "defer"})
+        after = gates.check(t.context(), t.types.Phase.AFTER_BATCH, t.batch(["a"]), t.healthy())
+        self.assertEqual(t.answer(after)["answer"], "wait")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 // Helpers for rollout-ext policy hooks written in JavaScript. hooks-sdk/js/build.sh puts this
 // module beside the hook's own: `import { … } from './rollout_ext_hooks.js'`.
 //
-// What the Rust SDK gives a hook, for JavaScript: exports whose every function defers (a hook
-// exports only the points it serves: the build exports a deferring one for each point left out,
-// and declares the points served), `describe`, `DEFER`, `PROCEED`, `abort`, `holdWhile` and `abortIfAny` (answers), `hold` (wait for N checks, then
+// What the Rust SDK gives a hook, for JavaScript: the short form (`name` and a function per point
+// served, taking apart the arguments it reads; see `hookExports`), exports whose every function
+// defers (a hook exports only the points it serves: the build exports a deferring one for each
+// point left out, and declares the points served), `describe`, `DEFER`, `PROCEED`, `abort`, `holdWhile` and `abortIfAny` (answers), `hold` (wait for N checks, then
 // abort), `candidatesOf`, `chooseBy`, `chooseByRules` and `countBy` (order the candidates by
 // several rules, with reasons), week windows,
 // `percentOf`, the plugin's estimates (`estimates`, `batchEnds`), what other tools are taking out
@@ -83,25 +84,164 @@ const POINT_EXPORTS = [
   ['gate', 'gates', 'check', deferGates],
 ];
 
+// The short form: exported functions, each a point or a gate asked in one phase only, given one
+// object with the call's arguments, which it takes apart: `select({ candidates })`.
+const FUNCTIONS = {
+  select: 'select',
+  nextBatch: 'batch',
+  check: 'gate',
+  beforeGroup: 'gate',
+  beforeBatch: 'gate',
+  afterBatch: 'gate',
+};
+const PHASE_FUNCTIONS = { 'before-group': 'beforeGroup', 'before-batch': 'beforeBatch', 'after-batch': 'afterBatch' };
+
+// What each call offers a short-form function, by name.
+const OFFERED = {
+  select: ['ctx', 'config', 'now', 'group', 'candidates'],
+  nextBatch: ['ctx', 'config', 'now', 'group', 'progress', 'pending'],
+  check: ['ctx', 'config', 'now', 'phase', 'batch', 'summary'],
+};
+const offeredTo = (fn) => OFFERED[fn] ?? OFFERED.check.filter((n) => n !== 'phase');
+
+/**
+ * The names a short-form function takes apart from its one argument (`({ batch, summary })`),
+ * read from its source; throws a build error when it takes its arguments otherwise or names one
+ * no call offers.
+ */
+function namesTaken(fn, name, file) {
+  const offered = offeredTo(name);
+  const wrong = (why) =>
+    new Error(
+      `rollout-ext-build: ${file}'s ${name} ${why}: take those it reads from its one argument, ${name}({ ${offered.join(', ')} }), any of them in any order`,
+    );
+  const source = Function.prototype.toString.call(fn);
+  const open = source.indexOf('(');
+  if (open < 0 || /^\s*(async\s+)?\w+\s*=>/.test(source)) {
+    throw wrong('takes its arguments otherwise');
+  }
+  let text = source.slice(open + 1);
+  if (/^\s*\)/.test(text)) {
+    return [];
+  }
+  if (!/^\s*\{/.test(text)) {
+    throw wrong(`takes ${text.split(/[,)]/)[0].trim()}`);
+  }
+  // The pattern's top-level names: what nested brackets hold (patterns, defaults' calls) is dropped.
+  text = text.slice(text.indexOf('{') + 1);
+  let depth = 0;
+  let top = '';
+  for (const ch of text) {
+    if (ch === '}' && depth === 0) {
+      break;
+    }
+    depth += '{[('.includes(ch) ? 1 : ')]}'.includes(ch) ? -1 : 0;
+    top += depth === 0 && !'{}[]()'.includes(ch) ? ch : '';
+  }
+  const names = top.split(',').map((part) => part.split(/[:=]/)[0].trim()).filter((n) => n !== '');
+  for (const n of names) {
+    if (!offered.includes(n)) {
+      throw wrong(`takes ${n}, which is none of its arguments`);
+    }
+  }
+  return names;
+}
+
+/** The call of the module's short-form function `name`, its arguments made when taken. */
+function shortFormCall(app, name, file) {
+  namesTaken(app[name], name, file);
+  return (ctx, own) => {
+    const args = {};
+    const made = { ctx: () => ctx, config: () => configObject(ctx.config), now: () => Number(ctx.now), ...own };
+    for (const [key, make] of Object.entries(made)) {
+      Object.defineProperty(args, key, { get: make, enumerable: true });
+    }
+    const answer = app[name](args);
+    if (answer === undefined || answer === null) {
+      throw `${file}'s ${name} answered nothing (it returned ${answer}): return its answer`;
+    }
+    return answer;
+  };
+}
+
+/** The selection, batching and gates exports made of the module's short-form functions. */
+function shortFormExports(app, file) {
+  const found = Object.keys(FUNCTIONS).filter((f) => typeof app[f] === 'function');
+  for (const [point, name] of POINT_EXPORTS) {
+    const mine = found.filter((f) => FUNCTIONS[f] === point);
+    if (mine.length > 0 && app[name] !== undefined) {
+      throw new Error(`rollout-ext-build: ${file} serves point "${point}" twice, by export ${name} and by ${mine[0]}: keep one`);
+    }
+  }
+  const phases = found.filter((f) => Object.values(PHASE_FUNCTIONS).includes(f));
+  if (found.includes('check') && phases.length > 0) {
+    throw new Error(
+      `rollout-ext-build: ${file} has check and a phase's gate (${phases.join(', ')}): check is asked in every phase; keep it or the phase functions`,
+    );
+  }
+  const calls = Object.fromEntries(found.map((f) => [f, shortFormCall(app, f, file)]));
+  const made = {};
+  if (calls.select) {
+    made.selection = {
+      select: (ctx, group, candidates) =>
+        calls.select(ctx, { group: () => group, candidates: () => candidatesOf(candidates) }),
+    };
+  }
+  if (calls.nextBatch) {
+    made.batching = {
+      nextBatch: (ctx, progress, pending) =>
+        calls.nextBatch(ctx, {
+          group: () => progress.group,
+          progress: () => progress,
+          pending: () => candidatesOf(pending),
+        }),
+    };
+  }
+  if (calls.check || phases.length > 0) {
+    made.gates = {
+      check(ctx, phase, batch, summary) {
+        const call = calls.check ?? calls[PHASE_FUNCTIONS[phase]];
+        return call === undefined
+          ? DEFER
+          : call(ctx, { phase: () => phase, batch: () => batch, summary: () => summary });
+      },
+    };
+  }
+  // What serves each point, in the words of an error.
+  made.servedBy = {};
+  for (const [point] of POINT_EXPORTS) {
+    made.servedBy[point] = found.filter((f) => FUNCTIONS[f] === point).join(' and ');
+  }
+  if (typeof app.name === 'string' && app.metadata === undefined) {
+    made.metadata = anyConfig(app.name);
+  }
+  return made;
+}
+
 /**
  * What the build's entry module exports for the hook module `app` (its namespace; `file` names
  * it): its metadata, checked so that `describe` declares every point an export serves (a point
  * served but not declared would never be asked, silently), and its selection, batching and
- * gates, the SDK's deferring export for each one left out.
+ * gates, the SDK's deferring export for each one left out. A module in the short form (`name`
+ * and functions `select`, `nextBatch`, `check` or a phase's gate `beforeGroup`, `beforeBatch`,
+ * `afterBatch`) has its exports made here.
  */
 export function hookExports(app, file) {
-  const metadata = app.metadata;
+  const short = shortFormExports(app, file);
+  const metadata = app.metadata ?? short.metadata;
   if (metadata === undefined) {
     throw new Error(
-      `rollout-ext-build: ${file} exports no metadata: every hook does (export const metadata = anyConfig('my-policy'), from './rollout_ext_hooks.js')`,
+      `rollout-ext-build: ${file} exports no name and no metadata: every hook has one (export const name = 'my-policy')`,
     );
   }
   const hook = {};
   const serving = [];
+  const by = {};
   for (const [point, name, fn, defer] of POINT_EXPORTS) {
-    const exported = app[name] ?? defer;
+    const exported = app[name] ?? short[name] ?? defer;
     if (exported[fn] !== defer[fn]) {
       serving.push(point);
+      by[point] = exported === app[name] ? `export ${name}` : short.servedBy[point];
     }
     hook[name] = exported;
   }
@@ -111,9 +251,8 @@ export function hookExports(app, file) {
       const info = metadata.describe();
       for (const point of serving) {
         if (!info.points.includes(point)) {
-          const name = POINT_EXPORTS.find(([p]) => p === point)[1];
           throw new Error(
-            `describe: ${file}'s export ${name} serves point "${point}", which describe leaves out of its points: declare it, or leave the points out (anyConfig(name) declares those served)`,
+            `describe: ${file}'s ${by[point]} serves point "${point}", which describe leaves out of its points: declare it, or leave the points out (anyConfig(name) declares those served)`,
           );
         }
       }
@@ -127,6 +266,17 @@ export function hookExports(app, file) {
 /** A batch of `count` instances, with why. */
 export function size(count, reason) {
   return { tag: 'size', val: { count, reason } };
+}
+
+/**
+ * A batch of `count`, or of as many as the budget allows now (`progress.maxBatch`) when that is
+ * fewer, the reason then saying so: 'weekend (2 allowed now)'. A size over it would be an
+ * invalid answer.
+ */
+export function atMost(count, progress, reason) {
+  return count > progress.maxBatch
+    ? size(progress.maxBatch, `${reason} (${progress.maxBatch} allowed now)`)
+    : size(count, reason);
 }
 
 /** A selection of `[name, reason]` pairs, in update order (an empty one updates none). */

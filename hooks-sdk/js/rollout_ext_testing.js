@@ -91,6 +91,26 @@ const resolver = `export async function resolve(specifier, context, next) {
   return next(specifier, context);
 }`;
 register('data:text/javascript,' + encodeURIComponent(resolver));
+// The SDK, once its host import is served.
+const helpers = await import(sdk);
+
+/**
+ * `nodes` as a short-form `select` or `nextBatch` is given them (its `candidates` or
+ * `pending`): an array of the SDK's candidates.
+ */
+export function candidates(nodes) {
+  return helpers.candidatesOf(new Instances(nodes));
+}
+
+/**
+ * What the component exports for the hook module `app` (its namespace), as the build makes
+ * them: `{ metadata, selection, batching, gates }`, the SDK's deferring ones for the points it
+ * does not serve, for a call as the plugin makes it:
+ * `t.exports(app).gates.check(t.context(), 'before-batch', …)`.
+ */
+export function exports(app, file = 'app.js') {
+  return helpers.hookExports(app, file);
+}
 
 /**
  * The context of a call at `now` (Unix seconds; a Friday noon by default): `context(now)`, or

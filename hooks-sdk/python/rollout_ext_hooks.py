@@ -1,9 +1,10 @@
 """Helpers for rollout-ext policy hooks written in Python (built with hooks-sdk/python/build.sh,
 which puts this module beside the hook's own).
 
-What the Rust SDK gives a hook, for Python: base classes whose every method defers (a hook
-writes a class only for the points it serves: the build puts in a deferring one for each point
-left out, and declares the points served), `describe`, `PROCEED`, `DEFER`, `abort`, `hold_while` and `abort_if_any` (a gate's answers),
+What the Rust SDK gives a hook, for Python: the short form (NAME and a function per point
+served, each taking the arguments it names; see `hook_exports`), base classes whose every method
+defers (a hook writes a class only for the points it serves: the build puts in a deferring one
+for each point left out, and declares the points served), `describe`, `PROCEED`, `DEFER`, `abort`, `hold_while` and `abort_if_any` (a gate's answers),
 the phases, `hold` (wait for N checks, then abort), `candidates_of`, `choose_by` and `choose_by_rules` (order the candidates by
 several rules, with reasons), week windows,
 `percent_of`, the plugin's estimates (`estimates`, `batch_ends`), what other tools are taking
@@ -11,6 +12,7 @@ out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks 
 the API's defaults.
 """
 
+import inspect
 import json
 from dataclasses import dataclass, field
 
@@ -96,25 +98,119 @@ _POINT_CLASSES = (
     ("gate", "Gates", "check", DeferGates),
 )
 
+# The short form: module-level functions, each a point (or a gate asked in one phase only).
+_FUNCTIONS = {
+    "select": "select",
+    "next_batch": "batch",
+    "check": "gate",
+    "before_group": "gate",
+    "before_batch": "gate",
+    "after_batch": "gate",
+}
+
+# What each call offers a short-form function, by parameter name; a function names those it
+# reads, in any order.
+_OFFERED = {
+    "select": ("ctx", "config", "now", "group", "candidates"),
+    "next_batch": ("ctx", "config", "now", "group", "progress", "pending"),
+    "check": ("ctx", "config", "now", "phase", "batch", "summary"),
+}
+
+
+def _short_form(app, file, function):
+    """The call of the module's function `function` with the arguments its parameters name,
+    refused at build time when one names nothing offered."""
+    fn = getattr(app, function)
+    offered = _OFFERED.get(function) or tuple(n for n in _OFFERED["check"] if n != "phase")
+    names = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name not in offered or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(
+                f"rollout-ext-build: {file}'s {function} takes {p.name!r}, which is none of its "
+                f"arguments ({', '.join(offered)}): name those it reads, in any order"
+            )
+        names.append(p.name)
+
+    def call(ctx, **given):
+        # Each argument is made only when the function names it.
+        given.update(ctx=lambda: ctx, config=lambda: config_object(ctx.config), now=lambda: ctx.now)
+        answer = fn(**{n: given[n]() for n in names})
+        if answer is None:
+            raise Err(f"{file}'s {function} answered nothing (it returned None): return its answer")
+        return answer
+
+    return call
+
+
+def _short_form_classes(app, file):
+    """The Selection, Batching and Gates classes serving the module's point functions (None for
+    a point it has no function for), and its Metadata when it sets NAME."""
+    found = [f for f in _FUNCTIONS if callable(getattr(app, f, None))]
+    for point, name, _, _ in _POINT_CLASSES:
+        mine = [f for f in found if _FUNCTIONS[f] == point]
+        if mine and getattr(app, name, None) is not None:
+            raise TypeError(
+                f"rollout-ext-build: {file} serves point {point!r} twice, by class {name} and by "
+                f"{mine[0]}: keep one"
+            )
+    if "check" in found and len([f for f in found if _FUNCTIONS[f] == "gate"]) > 1:
+        raise TypeError(
+            f"rollout-ext-build: {file} has check and a phase's gate ("
+            + ", ".join(f for f in found if f in ("before_group", "before_batch", "after_batch"))
+            + "): check is asked in every phase; keep it or the phase functions"
+        )
+    calls = {f: _short_form(app, file, f) for f in found}
+    classes = {}
+    if "select" in calls:
+        class Selection(exports.Selection):
+            def select(self, ctx, group, candidates):
+                return calls["select"](ctx, group=lambda: group,
+                                       candidates=lambda: candidates_of(candidates))
+        classes["Selection"] = Selection
+    if "next_batch" in calls:
+        class Batching(exports.Batching):
+            def next_batch(self, ctx, progress, pending):
+                return calls["next_batch"](ctx, group=lambda: progress.group,
+                                           progress=lambda: progress,
+                                           pending=lambda: candidates_of(pending))
+        classes["Batching"] = Batching
+    phases = {BEFORE_GROUP: "before_group", BEFORE_BATCH: "before_batch", AFTER_BATCH: "after_batch"}
+    if any(_FUNCTIONS[f] == "gate" for f in calls):
+        class Gates(exports.Gates):
+            def check(self, ctx, phase, batch, summary):
+                call = calls.get("check") or calls.get(phases.get(phase))
+                if call is None:
+                    return DEFER
+                return call(ctx, phase=lambda: phase, batch=lambda: batch, summary=lambda: summary)
+        classes["Gates"] = Gates
+    for point, name, _, _ in _POINT_CLASSES:
+        if name in classes:
+            classes[name].served_by = " and ".join(f for f in calls if _FUNCTIONS[f] == point)
+    if isinstance(getattr(app, "NAME", None), str) and getattr(app, "Metadata", None) is None:
+        classes["Metadata"] = type("Metadata", (AnyConfig,), {"NAME": app.NAME})
+    return classes
+
 
 def hook_exports(app):
     """What the build's entry module exports for the hook module `app`: its Metadata, checked so
     that `describe` declares every point a class serves (a point served but not declared would
     never be asked, silently), and its Selection, Batching and Gates, the SDK's deferring class
-    for each one left out."""
+    for each one left out. A module in the short form (NAME and functions `select`,
+    `next_batch`, `check` or a phase's gate `before_group`, `before_batch`, `after_batch`, each
+    taking the arguments it names) has its classes made here."""
     global _served
     file = f"{app.__name__}.py"
-    metadata = getattr(app, "Metadata", None)
+    short = _short_form_classes(app, file)
+    metadata = getattr(app, "Metadata", None) or short.get("Metadata")
     if metadata is None:
         raise AttributeError(
-            f"rollout-ext-build: {file} defines no class Metadata: every hook has one "
-            f'(class Metadata(AnyConfig): NAME = "my-policy", from rollout_ext_hooks import AnyConfig)'
+            f'rollout-ext-build: {file} sets no NAME and defines no class Metadata: every hook has one (NAME = "my-policy")'
         )
     served, classes = {}, []
     for point, name, method, defer in _POINT_CLASSES:
-        cls = getattr(app, name, None) or defer
+        cls = getattr(app, name, None) or short.get(name) or defer
         if getattr(cls, method, None) is not getattr(defer, method):
-            served[point] = f"class {name}"
+            served[point] = getattr(cls, "served_by", f"class {name}")
         classes.append(cls)
     _served = list(served)
     names = {v: k for k, v in POINTS.items()}
@@ -139,6 +235,15 @@ def hook_exports(app):
 def size(count, reason):
     """A batch of `count` instances, with why."""
     return types.BatchSize_Size(types.SizedBatch(count=count, reason=reason))
+
+
+def at_most(count, progress, reason):
+    """A batch of `count`, or of as many as the budget allows now (`progress.max_batch`) when
+    that is fewer, the reason then saying so: "weekend (2 allowed now)". A size over it would be
+    an invalid answer."""
+    if count > progress.max_batch:
+        return size(progress.max_batch, f"{reason} ({progress.max_batch} allowed now)")
+    return size(count, reason)
 
 
 def choose(pairs):

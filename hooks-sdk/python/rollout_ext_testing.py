@@ -204,6 +204,25 @@ class Instances:
         return list(self.nodes[index].extra["taints"])
 
 
+def candidates(nodes):
+    """`nodes` as a short-form `select` or `next_batch` is given them (its `candidates` or
+    `pending`): a list of the SDK's `Candidate`s."""
+    import rollout_ext_hooks
+
+    return rollout_ext_hooks.candidates_of(Instances(nodes))
+
+
+def exports(app):
+    """What the component exports for the hook module `app`, as the build makes them: its
+    `Metadata`, `Selection`, `Batching` and `Gates` classes (the SDK's deferring ones for the
+    points it does not serve), for a call as the plugin makes it:
+    `t.exports(app).Gates().check(t.context(), t.types.Phase.BEFORE_BATCH, ...)`."""
+    import rollout_ext_hooks
+
+    made = rollout_ext_hooks.hook_exports(app)
+    return pytypes.SimpleNamespace(**dict(zip(("Metadata", "Selection", "Batching", "Gates"), made)))
+
+
 def group(nodes, max_surge=0, max_unavailable=1, name="nodes"):
     """The group of `nodes`, with its budget."""
     nodes = list(nodes)

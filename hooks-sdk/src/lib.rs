@@ -199,6 +199,20 @@ impl BatchSize {
         })
     }
 
+    /// A batch of `count`, or of as many as the budget allows now (`progress.max_batch`) when
+    /// that is fewer, the reason then saying so: "weekend (2 allowed now)". A size over it
+    /// would be an invalid answer.
+    pub fn at_most(count: u32, progress: &Progress, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        match count > progress.max_batch {
+            true => BatchSize::size(
+                progress.max_batch,
+                format!("{reason} ({} allowed now)", progress.max_batch),
+            ),
+            false => BatchSize::size(count, reason),
+        }
+    }
+
     /// The size of a [`BatchSize::Size`] answer; none for a deferral or a pause.
     pub fn count(&self) -> Option<u32> {
         match self {
@@ -432,6 +446,21 @@ mod tests {
         );
         assert_eq!(BatchSize::size(3, "because").count(), Some(3));
         assert_eq!(BatchSize::Defer.count(), None);
+    }
+
+    #[test]
+    fn at_most_keeps_to_what_the_budget_allows_now_and_says_so() {
+        let nodes = ["a", "b", "c"].map(|n| testing::node(n, "z")).to_vec();
+        let p = testing::progress(testing::group(&nodes, 0, 2), nodes, 0, 0);
+        assert_eq!(p.max_batch, 2);
+        assert_eq!(
+            BatchSize::at_most(3, &p, "weekend"),
+            BatchSize::size(2, "weekend (2 allowed now)")
+        );
+        assert_eq!(
+            BatchSize::at_most(2, &p, "weekend"),
+            BatchSize::size(2, "weekend")
+        );
     }
 
     struct Anything;

@@ -69,6 +69,11 @@ impl<'a> Rule<'a> {
         Rule::least(name, move |c| i64::from(!first(c)))
     }
 
+    /// Those `last` holds for, after the others.
+    pub fn last(name: impl Into<String>, last: impl Fn(&Candidate<'_>) -> bool + 'a) -> Self {
+        Rule::least(name, move |c| i64::from(last(c)))
+    }
+
     /// Smallest `value` first (fewest pods, oldest creation time).
     pub fn least(name: impl Into<String>, value: impl Fn(&Candidate<'_>) -> i64 + 'a) -> Self {
         Rule {
@@ -84,8 +89,8 @@ impl<'a> Rule<'a> {
     }
 
     /// What a reason this rule gives says after its name: `largest zone first: zone a has 3`.
-    pub fn said(mut self, detail: impl Fn(&Candidate<'_>) -> String + 'a) -> Self {
-        self.detail = Some(Box::new(detail));
+    pub fn said<S: Into<String>>(mut self, detail: impl Fn(&Candidate<'_>) -> S + 'a) -> Self {
+        self.detail = Some(Box::new(move |c| detail(c).into()));
         self
     }
 }
@@ -213,5 +218,32 @@ mod tests {
             unreachable!()
         };
         assert_eq!(chosen[0].reason, "the only candidate");
+    }
+
+    #[test]
+    fn a_last_rule_puts_those_it_holds_for_after_the_others() {
+        use crate::testing;
+        let nodes = vec![
+            testing::node("db", "a").with_label("db", "yes"),
+            testing::node("web", "a"),
+        ];
+        let all = testing::candidates(nodes);
+        let db = |c: &Candidate<'_>| c.label("db").is_some();
+        let rules = [
+            Rule::last("databases last", db).said(|c| if db(c) { "a database" } else { "none" })
+        ];
+        let Selection::Choose(chosen) = choose_by_rules(all.iter(), &rules) else {
+            unreachable!()
+        };
+        let order: Vec<(&str, &str)> = (chosen.iter())
+            .map(|c| (c.name.as_str(), c.reason.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("web", "databases last: none"),
+                ("db", "after web by databases last: a database")
+            ]
+        );
     }
 }

@@ -203,12 +203,7 @@ fn the_javascript_helpers_and_the_example_pass_their_tests_in_javascript() {
 fn a_javascript_error_at_load_is_said_in_its_own_words() {
     let dir = tempfile::tempdir().unwrap();
     let built = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        let named = "anyConfig('site-policy-js')";
-        assert!(app.contains(named), "the example is named");
-        app.replace(
-            named,
-            "anyConfig('site-policy-js', ['select', 'batch', 'gates'])",
-        )
+        declared(app, "['select', 'batch', 'gates']")
     });
     assert!(built.status.success(), "{built:?}");
     std::fs::rename(dir.path().join("app.wasm"), dir.path().join("typo.wasm")).unwrap();
@@ -235,15 +230,29 @@ fn a_javascript_error_at_load_is_said_in_its_own_words() {
     assert!(!error.contains("mozalloc_abort"), "{error}");
 }
 
-/// A JavaScript hook exports only the points it serves: one that leaves out `gates` builds,
+/// The site-policy example with its `name` replaced by a metadata export declaring `points`.
+fn declared(app: &str, points: &str) -> String {
+    let named = "export const name = 'site-policy-js';\n";
+    assert!(
+        app.contains(named),
+        "the example is named by its name export"
+    );
+    let metadata = format!(
+        "import {{ anyConfig }} from './rollout_ext_hooks.js';\nexport const metadata = anyConfig('site-policy-js', {points});\n"
+    );
+    app.replace(named, &metadata)
+}
+
+/// A JavaScript hook exports only the points it serves: one that leaves out its gate builds,
 /// and describes itself as serving select and batch; one that serves a point its metadata does
-/// not declare is refused at load, naming the export and the point.
+/// not declare is refused at load, naming the function and the point; one that cannot be
+/// called as written does not build, and the build says why.
 #[test]
 fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
     let dir = tempfile::tempdir().unwrap();
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        let gates = (app.find("export const gates")).expect("the example exports gates");
-        app[..gates].to_string()
+        let gate = (app.find("export function afterBatch")).expect("the example has a gate");
+        app[..gate].to_string()
     });
     assert!(out.status.success(), "{out:?}");
     let (code, stdout, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
@@ -251,12 +260,7 @@ fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
     assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
 
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        let named = "anyConfig('site-policy-js')";
-        assert!(
-            app.contains(named),
-            "the example declares the points it serves"
-        );
-        app.replace(named, "anyConfig('site', ['select', 'batch'])")
+        declared(app, "['select', 'batch']")
     });
     assert!(out.status.success(), "{out:?}");
     let (code, _, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
@@ -265,17 +269,29 @@ fn a_javascript_hook_exports_only_the_points_it_serves_and_declares_them() {
         .find(|l| l.starts_with("error:"))
         .unwrap_or_else(|| panic!("{stderr}"));
     assert!(
-        error.contains(r#"(guest said: describe: app.js's export gates serves point "gate", which describe leaves out of its points"#),
+        error.contains(r#"(guest said: describe: app.js's afterBatch serves point "gate", which describe leaves out of its points"#),
         "{error}"
     );
 
-    let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
-        app.replace("export const metadata = anyConfig('site-policy-js');\n", "")
-    });
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        stderr.trim(),
-        "build.sh: app.js exports no metadata: every hook does (export const metadata = anyConfig('my-policy'), from './rollout_ext_hooks.js')"
-    );
+    for (edit, said) in [
+        (
+            ("export const name = 'site-policy-js';\n", ""),
+            "build.sh: app.js exports no name and no metadata: every hook has one (export const name = 'my-policy')",
+        ),
+        (
+            (
+                "export function afterBatch({ batch })",
+                "export function afterBatch(batch)",
+            ),
+            "build.sh: app.js's afterBatch takes batch: take those it reads from its one argument, afterBatch({ ctx, config, now, batch, summary }), any of them in any order",
+        ),
+    ] {
+        let out = rollout_ext_e2e::build_site_policy(dir.path(), "js", |app| {
+            assert!(app.contains(edit.0), "{app}");
+            app.replace(edit.0, edit.1)
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.trim(), said);
+    }
 }

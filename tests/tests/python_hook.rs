@@ -133,15 +133,17 @@ fn the_python_helpers_and_the_example_pass_their_tests_in_python() {
     }
 }
 
-/// A Python hook writes classes only for the points it serves: one that leaves out `Gates`
+/// A Python hook writes functions only for the points it serves: one that leaves out its gate
 /// builds, and describes itself as serving select and batch (the build's entry puts in the
 /// SDK's deferring class and declares the points served).
 #[test]
 fn a_python_hook_writes_only_the_points_it_serves() {
     let dir = tempfile::tempdir().unwrap();
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
-        let gates = app.find("class Gates:").expect("the example has Gates");
-        app[..gates].to_string()
+        let gate = app
+            .find("def after_batch(")
+            .expect("the example has a gate");
+        app[..gate].to_string()
     });
     assert!(out.status.success(), "{out:?}");
     let (code, stdout, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
@@ -149,18 +151,17 @@ fn a_python_hook_writes_only_the_points_it_serves() {
     assert!(stdout.contains("POINTS    select, batch\n"), "{stdout}");
 }
 
-/// A Python hook whose class serves a point its `describe` leaves out (here `gate`, which would
-/// never be asked) is refused at load, naming the class and the point in its own words.
+/// A Python hook whose function serves a point its `describe` leaves out (here `gate`, which
+/// would never be asked) is refused at load, naming the function and the point in its own words.
 #[test]
 fn a_python_hook_serving_a_point_it_does_not_declare_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
-        let named = "    NAME = \"site-policy-py\"\n";
+        let named = "NAME = \"site-policy-py\"\n";
         assert!(app.contains(named), "the example is named by NAME");
-        let declared =
-            "    def describe(self):\n        return describe(\"site\", [\"select\", \"batch\"])\n";
+        let declared = "class Metadata(AnyConfig):\n    def describe(self):\n        return describe(\"site\", [\"select\", \"batch\"])\n";
         let app = app.replace(named, declared);
-        format!("from rollout_ext_hooks import describe\n{app}")
+        format!("from rollout_ext_hooks import AnyConfig, describe\n{app}")
     });
     assert!(out.status.success(), "{out:?}");
     let (code, _, stderr) = rollout_ext_e2e::inspect_module(&dir.path().join("app.wasm"));
@@ -169,27 +170,34 @@ fn a_python_hook_serving_a_point_it_does_not_declare_is_refused_naming_it() {
         .find(|l| l.starts_with("error:"))
         .unwrap_or_else(|| panic!("{stderr}"));
     assert!(
-        error.contains("(guest said: ValueError: describe: app.py's class Gates serves point 'gate', which describe leaves out of its points"),
+        error.contains("(guest said: ValueError: describe: app.py's after_batch serves point 'gate', which describe leaves out of its points"),
         "{error}"
     );
 }
 
-/// A Python hook without a Metadata class does not build, and the build says what to write,
-/// not componentize-py's traceback and backtrace.
+/// A Python hook that cannot be called as written does not build, and the build says what to
+/// write, not componentize-py's traceback and backtrace: one without a NAME, and one whose
+/// point function takes an argument that no call offers.
 #[test]
-fn a_python_hook_without_metadata_is_told_what_to_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
-        app.replace(
-            "class Metadata(AnyConfig):\n    NAME = \"site-policy-py\"\n",
-            "",
-        )
-    });
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        stderr.trim(),
-        "build.sh: app.py defines no class Metadata: every hook has one (class Metadata(AnyConfig): NAME = \"my-policy\", from rollout_ext_hooks import AnyConfig)"
-    );
-    assert!(!dir.path().join("app.wasm").exists());
+fn a_python_hook_that_cannot_be_called_is_told_what_to_write() {
+    for (edit, said) in [
+        (
+            ("NAME = \"site-policy-py\"\n", ""),
+            "build.sh: app.py sets no NAME and defines no class Metadata: every hook has one (NAME = \"my-policy\")",
+        ),
+        (
+            ("def after_batch(batch):", "def after_batch(b):"),
+            "build.sh: app.py's after_batch takes 'b', which is none of its arguments (ctx, config, now, batch, summary): name those it reads, in any order",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = rollout_ext_e2e::build_site_policy(dir.path(), "py", |app| {
+            assert!(app.contains(edit.0), "{app}");
+            app.replace(edit.0, edit.1)
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.trim(), said);
+        assert!(!dir.path().join("app.wasm").exists());
+    }
 }

@@ -30,10 +30,7 @@ impl Policy for SitePolicy {
         Ok(BatchSize::size(size, "at most 2, one per rack"))
     }
 
-    fn check(phase: Phase, b: &Batch) -> Result<Verdict, String> {
-        if phase != Phase::AfterBatch {
-            return Ok(Verdict::Defer);
-        }
+    fn after_batch(b: &Batch) -> Result<Verdict, String> {
         let pods = host::pods(Some("payments"), None)?;
         let n = pods.iter().filter(|p| !p.is_ready()).count();
         let held = || hold(b, 3, 20, format!("{n} payments pod(s) not Ready"));

@@ -190,7 +190,68 @@ test('a point served but not declared is refused naming it', () => {
   const spread = { ...h.deferSelection };
   const quiet = h.hookExports({ metadata: h.anyConfig('site', []), selection: spread }, 'app.js');
   assert.deepEqual(quiet.metadata.describe().points, [], 'a spread deferral serves nothing');
-  assert.throws(() => h.hookExports({}, 'app.js'), /rollout-ext-build: app.js exports no metadata/);
+  assert.throws(() => h.hookExports({}, 'app.js'), /rollout-ext-build: app.js exports no name and no metadata/);
+});
+
+test('the short form gives each function the arguments it takes apart', () => {
+  const seen = [];
+  const app = {
+    name: 'site',
+    select({ candidates, config }) {
+      seen.push(['select', candidates.map((c) => c.name), config]);
+      return h.choose(candidates.map((c) => [c.name, 'any']));
+    },
+    nextBatch: ({ now, pending, progress: { maxBatch } }) => {
+      seen.push(['nextBatch', now, pending.map((c) => c.label('rack')), maxBatch]);
+      return h.size(1, 'one');
+    },
+    beforeBatch: function ({ batch = Object.assign({}, { index: -1 }) }) {
+      seen.push(['beforeBatch', batch.index]);
+      return h.PROCEED;
+    },
+  };
+  const hook = h.hookExports(app, 'app.js');
+  assert.deepEqual(hook.metadata.describe(), h.describe('site', ['select', 'batch', 'gate']));
+  const nodes = [t.node('a', { labels: { rack: 'r1' } }), t.node('b')];
+  const ctx = t.context({ now: 600, config: { max: 2 } });
+  hook.selection.select(ctx, t.group(nodes), new t.Instances(nodes));
+  hook.batching.nextBatch(ctx, t.progress(nodes, 2), new t.Instances(nodes));
+  for (const phase of ['before-group', 'before-batch', 'after-batch']) {
+    const answer = hook.gates.check(ctx, phase, t.batch(['a'], { index: 4 }), t.healthy());
+    assert.equal(t.answer(answer).answer, phase === 'before-batch' ? 'proceed' : 'defer');
+  }
+  assert.deepEqual(seen, [
+    ['select', ['a', 'b'], { max: 2 }],
+    ['nextBatch', 600, ['r1', undefined], 2],
+    ['beforeBatch', 4],
+  ]);
+});
+
+test('at most keeps to what the budget allows now, and says so', () => {
+  const p = t.progress([t.node('a'), t.node('b')], 2);
+  assert.deepEqual(t.answer(h.atMost(3, p, 'weekend')), { answer: 'size', count: 2, reason: 'weekend (2 allowed now)' });
+  assert.deepEqual(t.answer(h.atMost(2, p, 'weekend')), { answer: 'size', count: 2, reason: 'weekend' });
+});
+
+test('the short form refuses what it cannot call, naming it', () => {
+  const app = (points) => ({ name: 'site', ...points });
+  const refused = (points, said) => assert.throws(() => h.hookExports(app(points), 'app.js'), (e) => e.message.includes(said));
+  refused(
+    { afterBatch: ({ b }) => h.PROCEED },
+    "rollout-ext-build: app.js's afterBatch takes b, which is none of its arguments: take those it reads from its one argument, afterBatch({ ctx, config, now, batch, summary }), any of them in any order",
+  );
+  refused({ afterBatch: (batch) => h.PROCEED }, "app.js's afterBatch takes batch: take those it reads");
+  refused({ afterBatch: (batch) => batch }, "app.js's afterBatch takes batch:");
+  refused({ afterBatch: batch => batch }, "app.js's afterBatch takes its arguments otherwise");
+  refused({ check: () => h.DEFER, afterBatch: () => h.PROCEED }, "app.js has check and a phase's gate (afterBatch)");
+  refused({ check: () => h.DEFER, gates: h.deferGates }, 'app.js serves point "gate" twice, by export gates and by check');
+  const { gates } = h.hookExports(app({ afterBatch: () => undefined }), 'app.js');
+  assert.throws(
+    () => gates.check(t.context(), 'after-batch', t.batch(['a']), t.healthy()),
+    (e) => e === "app.js's afterBatch answered nothing (it returned undefined): return its answer",
+  );
+  const declared = h.hookExports({ metadata: h.anyConfig('site', []), afterBatch: () => h.PROCEED }, 'app.js');
+  assert.throws(() => declared.metadata.describe(), /app.js's afterBatch serves point "gate"/);
 });
 
 test('a batch ends at its cautious estimate; a call about no batch has none', () => {

@@ -2,7 +2,9 @@
 //! `impl Policy` implements, so a point cannot be implemented and left undeclared (the host
 //! never asks an undeclared point: a gate written but not declared would never hold a run); and
 //! a point's method may take only the parameters it reads (`fn check(phase: Phase, batch:
-//! &Batch)`), the others filled in, so that its signature stays one line.
+//! &Batch)`), the others filled in, so that its signature stays one line; and a gate asked in
+//! one phase only is written as that phase's method (`fn after_batch(batch: &Batch)`), the
+//! `check` that asks it made here.
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -20,9 +22,21 @@ const METHODS: &[(&str, Served)] = &[
     ("drain_order", Served::DrainOrder),
 ];
 
+/// The methods that are a gate asked in one phase only, each with its `Phase` variant.
+const PHASE_METHODS: &[(&str, &str)] = &[
+    ("before_group", "BeforeGroup"),
+    ("before_batch", "BeforeBatch"),
+    ("after_batch", "AfterBatch"),
+];
+
 /// The parameters of each point's method, in the trait's order (`None`: not a point's method).
 fn parameters(sdk: &Path, method: &str) -> Option<Vec<(&'static str, Type)>> {
     Some(match method {
+        "before_group" | "before_batch" | "after_batch" => vec![
+            ("ctx", parse_quote!(&#sdk::Context)),
+            ("batch", parse_quote!(&#sdk::Batch)),
+            ("summary", parse_quote!(&#sdk::ValidationSummary)),
+        ],
         "select" => vec![
             ("ctx", parse_quote!(&#sdk::Context)),
             ("group", parse_quote!(&#sdk::Group)),
@@ -155,6 +169,7 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
     let written =
         |name: &str| (imp.items.iter()).any(|i| matches!(i, ImplItem::Const(c) if c.ident == name));
     let (points_written, orders_written) = (written("POINTS"), written("ORDERS_DRAINS"));
+    move_phase_gates(&sdk, &mut imp)?;
     let mut served: Vec<(&str, Served)> = Vec::new();
     for item in &mut imp.items {
         if let ImplItem::Fn(f) = item {
@@ -215,7 +230,80 @@ fn expand(attr: Tokens, item: Tokens) -> syn::Result<Tokens> {
             checks.extend(quote! { const _: () = ::core::assert!(#check); });
         }
     }
-    Ok(quote! { #imp #checks })
+    let phase_gates = take_phase_gates(&mut imp);
+    Ok(quote! { #imp #phase_gates #checks })
+}
+
+/// The phase methods (`after_batch`, …) found in the impl, in the order written.
+fn phase_methods(imp: &ItemImpl) -> Vec<(String, &'static str)> {
+    (imp.items.iter())
+        .filter_map(|item| match item {
+            ImplItem::Fn(f) => PHASE_METHODS
+                .iter()
+                .find(|(m, _)| f.sig.ident == m)
+                .map(|(m, variant)| (m.to_string(), *variant)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// When the impl writes phase methods: the `check` that asks each in its phase (and defers in
+/// the others) joins the impl; a `check` written too is refused, since it is asked in every
+/// phase.
+fn move_phase_gates(sdk: &Path, imp: &mut ItemImpl) -> syn::Result<()> {
+    let phases = phase_methods(imp);
+    if phases.is_empty() {
+        return Ok(());
+    }
+    if let Some(check) =
+        (imp.items.iter()).find(|i| matches!(i, ImplItem::Fn(f) if f.sig.ident == "check"))
+    {
+        let names: Vec<&str> = phases.iter().map(|(m, _)| m.as_str()).collect();
+        return Err(syn::Error::new_spanned(
+            check,
+            format!(
+                "this impl writes `check`, asked in every phase, and {}, asked in one: keep `check` or the phase methods",
+                names.join(" and ")
+            ),
+        ));
+    }
+    let arms = phases.iter().map(|(method, variant)| {
+        let method = syn::Ident::new(method, proc_macro2::Span::call_site());
+        let variant = syn::Ident::new(variant, proc_macro2::Span::call_site());
+        quote! { #sdk::Phase::#variant => Self::#method(ctx, batch, summary), }
+    });
+    let others = (phases.len() < PHASE_METHODS.len())
+        .then(|| quote! { _ => ::core::result::Result::Ok(#sdk::Verdict::Defer), });
+    imp.items.push(parse_quote! {
+        fn check(
+            ctx: &#sdk::Context,
+            phase: #sdk::Phase,
+            batch: &#sdk::Batch,
+            summary: &#sdk::ValidationSummary,
+        ) -> ::core::result::Result<#sdk::Verdict, ::std::string::String> {
+            match phase {
+                #(#arms)*
+                #others
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The phase methods, taken out of the trait impl (they are not the trait's) into an inherent
+/// impl of the same type.
+fn take_phase_gates(imp: &mut ItemImpl) -> Tokens {
+    let (methods, rest): (Vec<ImplItem>, Vec<ImplItem>) =
+        imp.items.drain(..).partition(|item| {
+            matches!(item, ImplItem::Fn(f) if PHASE_METHODS.iter().any(|(m, _)| f.sig.ident == m))
+        });
+    imp.items = rest;
+    if methods.is_empty() {
+        return Tokens::new();
+    }
+    let (generics, self_ty) = (&imp.generics, &imp.self_ty);
+    let (params, _, where_clause) = generics.split_for_impl();
+    quote! { impl #params #self_ty #where_clause { #(#methods)* } }
 }
 
 /// The SDK's path: `rollout_ext_hooks`, or what `crate = …` names.
@@ -319,6 +407,43 @@ mod tests {
         assert!(
             out.contains("fn next_batch (_ : & Context , p : & Progress)"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn a_phase_method_is_asked_by_a_check_made_for_it() {
+        let out = expanded(
+            Tokens::new(),
+            quote! {
+                impl Policy for Site {
+                    fn after_batch(b: &Batch) -> Result<Verdict, String> {}
+                    fn before_group(_: &Context) -> Result<Verdict, String> {}
+                }
+            },
+        );
+        let arms = ":: rollout_ext_hooks :: Phase :: AfterBatch => Self :: after_batch (ctx , batch , summary) , :: rollout_ext_hooks :: Phase :: BeforeGroup => Self :: before_group (ctx , batch , summary) , _ => :: core :: result :: Result :: Ok (:: rollout_ext_hooks :: Verdict :: Defer) ,";
+        assert!(out.contains(arms), "{out}");
+        assert!(out.contains("HookPoint :: Gate]"), "{out}");
+        // The phase methods move to an inherent impl, their parameters filled in.
+        let inherent = "impl Site { fn after_batch (_ : & :: rollout_ext_hooks :: Context , b : & Batch , _ : & :: rollout_ext_hooks :: ValidationSummary)";
+        assert!(out.contains(inherent), "{out}");
+        let all = expanded(
+            Tokens::new(),
+            quote! { impl Policy for S { fn before_group() {} fn before_batch() {} fn after_batch() {} } },
+        );
+        assert!(!all.contains("_ =>"), "every phase served: {all}");
+    }
+
+    #[test]
+    fn check_and_a_phase_method_are_refused_together() {
+        let e = expand(
+            Tokens::new(),
+            quote! { impl Policy for S { fn after_batch() {} fn check() {} } },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "this impl writes `check`, asked in every phase, and after_batch, asked in one: keep `check` or the phase methods"
         );
     }
 

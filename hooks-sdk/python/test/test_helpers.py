@@ -170,8 +170,64 @@ class Helpers(unittest.TestCase):
         meta = h.hook_exports(app)[0]
         with self.assertRaisesRegex(ValueError, "app.py's class Batching serves point 'batch'"):
             meta().describe()
-        with self.assertRaisesRegex(AttributeError, "rollout-ext-build: app.py defines no class Metadata"):
+        with self.assertRaisesRegex(AttributeError, "rollout-ext-build: app.py sets no NAME and defines no class Metadata"):
             h.hook_exports(pytypes.SimpleNamespace(__name__="app"))
+
+    def test_the_short_form_passes_each_function_the_arguments_it_names(self):
+        seen = []
+
+        def select(candidates, config):
+            seen.append(("select", [c.name for c in candidates], config))
+            return h.choose((c.name, "any") for c in candidates)
+
+        def next_batch(now, pending, progress):
+            seen.append(("next_batch", now, [c.label("rack") for c in pending], progress.max_batch))
+            return h.size(1, "one")
+
+        def before_batch(batch):
+            seen.append(("before_batch", batch.index))
+            return h.PROCEED
+
+        app = pytypes.SimpleNamespace(__name__="app", NAME="site", select=select,
+                                      next_batch=next_batch, before_batch=before_batch)
+        meta, selection, batching, gates = h.hook_exports(app)
+        info = meta().describe()
+        self.assertEqual((info.kwargs["name"], info.kwargs["points"]),
+                         ("site", [h.POINTS[p] for p in ("select", "batch", "gate")]))
+        nodes = [t.node("a", labels={"rack": "r1"}), t.node("b")]
+        ctx = t.context(now=600, config={"max": 2})
+        selection().select(ctx, t.group(nodes), t.Instances(nodes))
+        batching().next_batch(ctx, t.progress(nodes, 2), t.Instances(nodes))
+        for phase in (h.BEFORE_GROUP, h.BEFORE_BATCH, h.AFTER_BATCH):
+            answer = gates().check(ctx, phase, t.batch(["a"], index=4), t.healthy())
+            self.assertEqual(t.answer(answer)["answer"], "proceed" if phase == h.BEFORE_BATCH else "defer")
+        self.assertEqual(seen, [("select", ["a", "b"], {"max": 2}), ("next_batch", 600, ["r1", None], 2),
+                                ("before_batch", 4)])
+
+    def test_at_most_keeps_to_what_the_budget_allows_now_and_says_so(self):
+        p = t.progress([t.node("a"), t.node("b")], 2)
+        self.assertEqual(t.answer(h.at_most(3, p, "weekend")),
+                         {"answer": "size", "count": 2, "reason": "weekend (2 allowed now)"})
+        self.assertEqual(t.answer(h.at_most(2, p, "weekend")),
+                         {"answer": "size", "count": 2, "reason": "weekend"})
+
+    def test_the_short_form_refuses_what_it_cannot_call_naming_it(self):
+        def after_batch(b):
+            return h.PROCEED
+
+        def check(phase):
+            return h.DEFER
+
+        app = lambda **points: pytypes.SimpleNamespace(__name__="app", NAME="site", **points)
+        with self.assertRaisesRegex(TypeError, "rollout-ext-build: app.py's after_batch takes 'b', which is none of its arguments \\(ctx, config, now, batch, summary\\)"):
+            h.hook_exports(app(after_batch=after_batch))
+        with self.assertRaisesRegex(TypeError, "app.py has check and a phase's gate \\(after_batch\\)"):
+            h.hook_exports(app(check=check, after_batch=lambda batch: h.PROCEED))
+        with self.assertRaisesRegex(TypeError, "app.py serves point 'gate' twice, by class Gates and by check"):
+            h.hook_exports(app(check=check, Gates=h.DeferGates))
+        gates = h.hook_exports(app(after_batch=lambda batch: None))[3]
+        with self.assertRaisesRegex(Err, "app.py's after_batch answered nothing \\(it returned None\\)"):
+            gates().check(t.context(), h.AFTER_BATCH, t.batch(["a"]), t.healthy())
 
     def test_a_schedule_holds_day_ranges_lists_and_spans_past_midnight(self):
         office = "mon-fri 09:00-17:00"

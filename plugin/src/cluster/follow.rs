@@ -45,6 +45,25 @@ pub enum Followed {
     },
 }
 
+/// The resources the view watches, as a `Failed` names them.
+pub const LEASES: &str = "leases.coordination.k8s.io";
+pub const NODES: &str = "nodes";
+pub const PODS: &str = "pods";
+pub const EVENTS: &str = "events";
+
+impl Followed {
+    /// The watch this news came from, which therefore works again (`None` for a failure).
+    pub fn watch(&self) -> Option<&'static str> {
+        match self {
+            Followed::Lease(_) => Some(LEASES),
+            Followed::Nodes(_) | Followed::Node(_) | Followed::NodeGone(_) => Some(NODES),
+            Followed::Event(_) | Followed::EventsListed => Some(EVENTS),
+            Followed::PodsLeft { .. } => Some(PODS),
+            Followed::Failed { .. } => None,
+        }
+    }
+}
+
 /// What the run marked a node with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeMarks {
@@ -152,7 +171,7 @@ impl Cluster {
         let config = watcher::Config::default().fields(&format!("reportingComponent={COMPONENT}"));
         let events_request = Request {
             verb: "watch",
-            resource: "events",
+            resource: EVENTS,
             namespace: Some(LOCK_NAMESPACE),
         };
         spawn_followed(
@@ -186,7 +205,7 @@ impl Cluster {
         let config = watcher::Config::default().fields(&format!("metadata.name={LOCK_NAME}"));
         let lease_request = Request {
             verb: "watch",
-            resource: "leases.coordination.k8s.io",
+            resource: LEASES,
             namespace: Some(LOCK_NAMESPACE),
         };
         spawn_followed(
@@ -272,7 +291,7 @@ async fn follow_nodes(cluster: Cluster, tx: Sender) {
     let (marks_tx, mut marks) = mpsc::unbounded_channel();
     let request = Request {
         verb: "watch",
-        resource: "nodes",
+        resource: NODES,
         namespace: None,
     };
     let watch = spawn_followed(
@@ -364,7 +383,7 @@ fn follow_pods_on(cluster: &Cluster, node: &str, tx: Sender) -> tokio::task::Joi
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let request = Request {
         verb: "watch",
-        resource: "pods",
+        resource: PODS,
         namespace: None,
     };
     let node = node.to_string();

@@ -380,6 +380,21 @@ impl LockGuard {
         Ok(())
     }
 
+    /// Records the state entry `key` without waiting for the write, for a record only onlookers
+    /// read (the run's progress, which `status --watch` shows): the run goes on meanwhile, the
+    /// next write waits for it (so writes stay in order), and its failure is not the run's: the
+    /// next record says the same again.
+    pub async fn record_soon(&self, key: &str, value: &str) -> Result<(), ClusterError> {
+        let mut pending = self.settled().await?;
+        let (cluster, lease) = (self.cluster.clone(), self.lease.clone());
+        let (key, value) = (key.to_string(), value.to_string());
+        *pending = Some(tokio::spawn(async move {
+            let _ = write_states(&cluster, &lease, &[(&key, Some(&value))]).await;
+            Ok(())
+        }));
+        Ok(())
+    }
+
     /// Waits for the write under way, if any; its error is this call's. The guard keeps the
     /// next write from starting before the caller's.
     async fn settled(

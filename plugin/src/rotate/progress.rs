@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Rotation;
+use crate::cluster::ClusterError;
 use crate::keys;
 
 /// Every group of the run, in the order the run takes them.
@@ -104,10 +105,11 @@ impl RunProgress {
 }
 
 impl Rotation<'_> {
-    /// Puts the run's progress on the Lease, for `status`.
-    pub(super) async fn record_progress(&self) {
+    /// Puts the run's progress on the Lease, for `status`, without waiting for the write; the
+    /// error is an earlier write's.
+    pub(super) async fn record_progress(&self) -> Result<(), ClusterError> {
         let record = self.estimates.progress.record();
-        let _ = self.lock.set_state(keys::PROGRESS, Some(&record)).await;
+        self.lock.record_soon(keys::PROGRESS, &record).await
     }
 }
 

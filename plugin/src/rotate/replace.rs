@@ -82,7 +82,7 @@ impl Rotation<'_> {
         });
         self.batch_begins(&group, &clock);
         (self.estimates.progress).batch_started(&group, batch.index, &batch.instances);
-        self.record_progress().await;
+        self.record_progress().await?;
         let move_pods = !self.settings.plan.cloud_only && run.role != Role::Bastion;
         if move_pods && self.judges_by_pods(&group) {
             self.record_owed(&group, &batch.instances).await?;

@@ -210,15 +210,16 @@ pub struct Scene {
 
 impl Scene {
     pub fn apply(&mut self, change: Followed) {
+        if let Some(watch) = change.watch() {
+            self.problems.remove(watch);
+        }
         match change {
             Followed::Lease(lease) => {
-                self.problems.remove("leases.coordination.k8s.io");
                 self.lease_known = true;
                 self.lease = lease;
                 self.seen_running |= self.records().running();
             }
             Followed::Nodes(all) => {
-                self.problems.remove("nodes");
                 self.nodes = all.into_iter().map(|m| (m.name.clone(), m)).collect();
                 self.pods_left
                     .retain(|n, _| self.nodes.get(n).is_some_and(NodeMarks::draining));
@@ -237,13 +238,11 @@ impl Scene {
                 self.pods_left.remove(&name);
             }
             Followed::PodsLeft { node, pods } => {
-                self.problems.remove("pods");
                 if self.nodes.get(&node).is_some_and(NodeMarks::draining) {
                     self.pods_left.insert(node, pods);
                 }
             }
             Followed::Event(event) => {
-                self.problems.remove("events");
                 let fresh = self.events_listed;
                 self.events.retain(|e| e.event.name != event.name);
                 self.events.push(SeenEvent { event, fresh });

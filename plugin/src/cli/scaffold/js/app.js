@@ -3,34 +3,26 @@
 // - batch: at most 2 nodes at a time;
 // - gate: after each batch, wait (3 checks, 30 s apart) while a pod of namespace default is not
 //   Ready, then abort.
-// Change them, and the tests (app.test.mjs) and fixtures (fixtures/) with them. An export for
-// each point served; the build declares them (and defers the points left out).
+// Change them, and the tests (app.test.mjs) and fixtures (fixtures/) with them. A function for
+// each point served, taking apart the arguments it reads; the build declares them (and defers the
+// points left out).
 
-import { DEFER, anyConfig, candidatesOf, choose, holdWhile, oldestFirst, pods, size } from './rollout_ext_hooks.js';
+import { atMost, choose, holdWhile, oldestFirst, pods } from './rollout_ext_hooks.js';
 
+export const name = '{{name}}';
 export const HOLD = 'example.com/hold';
 
-export const metadata = anyConfig('{{name}}');
+export function select({ candidates }) {
+  const chosen = candidates.filter((c) => c.reason !== undefined && c.label(HOLD) !== 'true');
+  return choose(oldestFirst(chosen).map((c) => [c.name, 'oldest first']));
+}
 
-export const selection = {
-  select(ctx, group, candidates) {
-    const chosen = candidatesOf(candidates).filter((c) => c.reason !== undefined && c.label(HOLD) !== 'true');
-    return choose(oldestFirst(chosen).map((c) => [c.name, 'oldest first']));
-  },
-};
+export function nextBatch({ progress }) {
+  return atMost(2, progress, 'at most 2 at a time');
+}
 
-export const batching = {
-  nextBatch(ctx, progress, pending) {
-    return size(Math.min(2, progress.maxBatch), 'at most 2 at a time');
-  },
-};
-
-export const gates = {
-  check(ctx, phase, batch, summary) {
-    if (phase !== 'after-batch') {
-      return DEFER;
-    }
-    const notReady = pods('default').filter((p) => !p.ready).map((p) => p.key);
-    return holdWhile(batch, 3, 30, 'pods of default not Ready', notReady);
-  },
-};
+// A gate asked after each batch only (check({ phase, batch }) is asked in every phase).
+export function afterBatch({ batch }) {
+  const notReady = pods('default').filter((p) => !p.ready).map((p) => p.key);
+  return holdWhile(batch, 3, 30, 'pods of default not Ready', notReady);
+}

@@ -13,20 +13,19 @@ test('oldest first and never a held node', () => {
     t.node('old', { created: 200n }),
     t.node('fresh', { created: 50n, upToDate: true, reason: undefined }),
   ];
-  const chosen = app.selection.select(t.context(), t.group(nodes), new t.Instances(nodes));
+  const chosen = app.select({ candidates: t.candidates(nodes) });
   assert.deepEqual(t.answer(chosen).order.map((c) => c.name), ['old', 'young']);
 });
 
 test('at most two at a time', () => {
   const pending = [t.node('a'), t.node('b'), t.node('c')];
-  const sized = app.batching.nextBatch(t.context(), t.progress(pending, 3), new t.Instances(pending));
+  const sized = app.nextBatch({ progress: t.progress(pending, 3) });
   assert.equal(t.answer(sized).count, 2);
 });
 
 test('after a batch it waits three checks, then aborts', () => {
   t.cluster.reset(t.pod('default', 'web-0', { ready: false }));
-  const check = (attempt) =>
-    t.answer(app.gates.check(t.context(), 'after-batch', t.batch(['n1'], { attempt }), t.healthy()));
+  const check = (attempt) => t.answer(app.afterBatch({ batch: t.batch(['n1'], { attempt }) }));
   assert.deepEqual(check(0), { answer: 'wait', seconds: 30, reason: 'pods of default not Ready: default/web-0 (check 1 of 3)' });
   assert.deepEqual(check(2), { answer: 'abort', reason: 'pods of default not Ready: default/web-0 after 3 checks' });
 });

@@ -3,35 +3,27 @@
 - batch: at most 2 nodes at a time;
 - gate: after each batch, wait (3 checks, 30 s apart) while a pod of namespace default is not
   Ready, then abort.
-Change them, and the tests (test_app.py) and fixtures (fixtures/) with them. A class for each
-point served; the build declares them (and defers the points left out).
+Change them, and the tests (test_app.py) and fixtures (fixtures/) with them. A function for each
+point served, taking the arguments it names; the build declares them (and defers the points left
+out).
 """
 
-from rollout_ext_hooks import (AFTER_BATCH, DEFER, AnyConfig, candidates_of, choose, hold_while,
-                               oldest_first, pods, size)
+from rollout_ext_hooks import at_most, choose, hold_while, oldest_first, pods
 
+NAME = "{{name}}"
 HOLD = "example.com/hold"
 
 
-class Metadata(AnyConfig):
-    NAME = "{{name}}"
+def select(candidates):
+    chosen = [c for c in candidates if c.reason is not None and c.label(HOLD) != "true"]
+    return choose((c.name, "oldest first") for c in oldest_first(chosen))
 
 
-class Selection:
-    def select(self, ctx, group, candidates):
-        everyone = candidates_of(candidates)
-        chosen = [c for c in everyone if c.reason is not None and c.label(HOLD) != "true"]
-        return choose((c.name, "oldest first") for c in oldest_first(chosen))
+def next_batch(progress):
+    return at_most(2, progress, "at most 2 at a time")
 
 
-class Batching:
-    def next_batch(self, ctx, progress, pending):
-        return size(min(2, progress.max_batch), "at most 2 at a time")
-
-
-class Gates:
-    def check(self, ctx, phase, batch, summary):
-        if phase != AFTER_BATCH:
-            return DEFER
-        not_ready = [p.key for p in pods("default") if not p.ready]
-        return hold_while(batch, 3, 30, "pods of default not Ready", not_ready)
+# A gate asked after each batch only (check(phase, batch) is asked in every phase).
+def after_batch(batch):
+    not_ready = [p.key for p in pods("default") if not p.ready]
+    return hold_while(batch, 3, 30, "pods of default not Ready", not_ready)

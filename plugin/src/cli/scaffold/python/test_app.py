@@ -16,18 +16,17 @@ class Hook(unittest.TestCase):
     def test_oldest_first_and_never_a_held_node(self):
         nodes = [t.node("young", created=300), t.node("held", created=100, labels={app.HOLD: "true"}),
                  t.node("old", created=200), t.node("fresh", created=50, up_to_date=True, reason=None)]
-        chosen = app.Selection().select(t.context(), t.group(nodes), t.Instances(nodes))
+        chosen = app.select(t.candidates(nodes))
         self.assertEqual([c["name"] for c in t.answer(chosen)["order"]], ["old", "young"])
 
     def test_at_most_two_at_a_time(self):
         pending = [t.node("a"), t.node("b"), t.node("c")]
-        sized = app.Batching().next_batch(t.context(), t.progress(pending, 3), t.Instances(pending))
+        sized = app.next_batch(t.progress(pending, 3))
         self.assertEqual(t.answer(sized)["count"], 2)
 
     def test_after_a_batch_it_waits_three_checks_then_aborts(self):
         t.cluster.reset(t.pod("default", "web-0", ready=False))
-        check = lambda attempt: t.answer(app.Gates().check(
-            t.context(), t.types.Phase.AFTER_BATCH, t.batch(["n1"], attempt=attempt), t.healthy()))
+        check = lambda attempt: t.answer(app.after_batch(t.batch(["n1"], attempt=attempt)))
         self.assertEqual(check(0), {"answer": "wait", "seconds": 30,
                                     "reason": "pods of default not Ready: default/web-0 (check 1 of 3)"})
         self.assertEqual(check(2), {"answer": "abort",

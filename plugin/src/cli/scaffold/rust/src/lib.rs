@@ -29,13 +29,11 @@ impl Policy for Hook {
     }
 
     fn next_batch(p: &Progress) -> Result<BatchSize, String> {
-        Ok(BatchSize::size(p.max_batch.min(2), "at most 2 at a time"))
+        Ok(BatchSize::at_most(2, p, "at most 2 at a time"))
     }
 
-    fn check(phase: Phase, b: &Batch) -> Result<Verdict, String> {
-        if phase != Phase::AfterBatch {
-            return Ok(Verdict::Defer);
-        }
+    // A gate asked after each batch only (`check` is asked in every phase).
+    fn after_batch(b: &Batch) -> Result<Verdict, String> {
         let pods = host::pods(Some("default"), None)?;
         let not_ready = pods.iter().filter(|p| !p.is_ready()).map(|p| p.key());
         Ok(hold_while(b, 3, 30, "pods of default not Ready", not_ready.collect()))
