@@ -98,7 +98,7 @@ const PHASE_FUNCTIONS = { 'before-group': 'beforeGroup', 'before-batch': 'before
 
 // What each call offers a short-form function, by name.
 const OFFERED = {
-  select: ['ctx', 'config', 'now', 'group', 'candidates'],
+  select: ['ctx', 'config', 'now', 'group', 'candidates', 'chosen'],
   nextBatch: ['ctx', 'config', 'now', 'group', 'progress', 'pending'],
   check: ['ctx', 'config', 'now', 'phase', 'batch', 'summary'],
 };
@@ -184,7 +184,12 @@ function shortFormExports(app, file) {
   if (calls.select) {
     made.selection = {
       select: (ctx, group, candidates) =>
-        calls.select(ctx, { group: () => group, candidates: () => candidatesOf(candidates) }),
+        calls.select(ctx, {
+          group: () => group,
+          candidates: () => candidatesOf(candidates),
+          // The current choice: the candidates with a reason.
+          chosen: () => candidatesOf(candidates).filter((c) => c.reason !== undefined),
+        }),
     };
   }
   if (calls.nextBatch) {
@@ -293,6 +298,8 @@ export function choose(pairs) {
 export function candidatesOf(instances) {
   return instances.get(0, instances.len()).map((instance, index) => ({
     ...instance,
+    // '' when it has none, as the Rust SDK's zone().
+    zone: instance.zone ?? '',
     index,
     label: (key) => instances.label(index, key),
     annotation: (key) => instances.annotation(index, key),
@@ -527,11 +534,36 @@ export function estimates() {
 }
 
 /**
- * When the batch at hand ends if it starts at `now` (Unix seconds, a BigInt as `ctx.now`),
- * cautiously (at its 90th percentile); undefined when the call is about no batch.
+ * When the batch at hand ends if it starts at `now` (Unix seconds, a Number or a BigInt,
+ * and the answer the same), cautiously (at its 90th percentile); undefined when the call is about no batch.
  */
 export function batchEnds(now, timing = hostEstimates()) {
-  return timing.batch === undefined ? undefined : BigInt(now) + BigInt(timing.batch.p90Seconds);
+  return timing.batch === undefined ? undefined : later(now, timing.batch.p90Seconds);
+}
+
+/**
+ * When the rest of the run ends if it goes on from `now` (Unix seconds, a Number or a BigInt,
+ * and the answer the same), cautiously (at its 90th percentile; the batch at hand included);
+ * undefined when the host has no estimate, which a plan or a run always has for select, batch
+ * and gate calls.
+ */
+export function runEnds(now, timing = hostEstimates()) {
+  return timing.remaining === undefined ? undefined : later(now, timing.remaining.p90Seconds);
+}
+
+/** `now` plus `seconds` (a BigInt), in `now`'s own type. */
+function later(now, seconds) {
+  return typeof now === 'bigint' ? now + BigInt(seconds) : now + Number(seconds);
+}
+
+/**
+ * An instant as a reason says it: its weekday and time of day, as seen at the offset
+ * ('fri 18:05'), which no other instant of the week shares.
+ */
+export function dayAndTime(unixSeconds, utcOffsetMinutes = 0) {
+  const at = minuteOfWeek(unixSeconds, utcOffsetMinutes);
+  const two = (n) => String(n).padStart(2, '0');
+  return `${WEEKDAYS[Math.floor(at / 1440)]} ${two(Math.floor((at % 1440) / 60))}:${two(at % 60)}`;
 }
 
 /**

@@ -103,6 +103,14 @@ export function candidates(nodes) {
 }
 
 /**
+ * Those of `nodes` in the current choice (with a reason), as a short-form `select` is given its
+ * `chosen`.
+ */
+export function chosen(nodes) {
+  return candidates(nodes).filter((c) => c.reason !== undefined);
+}
+
+/**
  * What the component exports for the hook module `app` (its namespace), as the build makes
  * them: `{ metadata, selection, batching, gates }`, the SDK's deferring ones for the points it
  * does not serve, for a call as the plugin makes it:

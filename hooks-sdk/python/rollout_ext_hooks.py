@@ -111,7 +111,7 @@ _FUNCTIONS = {
 # What each call offers a short-form function, by parameter name; a function names those it
 # reads, in any order.
 _OFFERED = {
-    "select": ("ctx", "config", "now", "group", "candidates"),
+    "select": ("ctx", "config", "now", "group", "candidates", "chosen"),
     "next_batch": ("ctx", "config", "now", "group", "progress", "pending"),
     "check": ("ctx", "config", "now", "phase", "batch", "summary"),
 }
@@ -164,8 +164,10 @@ def _short_form_classes(app, file):
     if "select" in calls:
         class Selection(exports.Selection):
             def select(self, ctx, group, candidates):
-                return calls["select"](ctx, group=lambda: group,
-                                       candidates=lambda: candidates_of(candidates))
+                everyone = lambda: candidates_of(candidates)
+                # The current choice: the candidates with a reason.
+                chosen = lambda: [c for c in everyone() if c.reason is not None]
+                return calls["select"](ctx, group=lambda: group, candidates=everyone, chosen=chosen)
         classes["Selection"] = Selection
     if "next_batch" in calls:
         class Batching(exports.Batching):
@@ -258,7 +260,14 @@ def choose_by(items, key, reason):
     `reason(item)` gives: several rules are one tuple key, the first deciding (False before
     True; negate a count for largest first); ties keep the order they came in. `key` is called
     once per item, so a label read in it is one host call each."""
-    return choose((i.name, reason(i)) for i in sorted(items, key=key))
+    return choose((i.name, reason(i)) for i in sorted(items, key=lambda i: _none_first(key(i))))
+
+
+def _none_first(key):
+    """A sort key in which None comes first and compares with anything, as in the Rust and
+    JavaScript SDKs (Python compares None with nothing): each part of a tuple key, or the key."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple((p is not None, p) for p in parts)
 
 
 def choose_by_rules(items, rules):
@@ -271,7 +280,7 @@ def choose_by_rules(items, rules):
     every rule say so, and a lone one is "the only candidate"."""
     items = list(items)
     keys = [tuple(rule[1](i) for rule in rules) for i in items]
-    order = sorted(range(len(items)), key=lambda n: keys[n])
+    order = sorted(range(len(items)), key=lambda n: _none_first(keys[n]))
 
     def reason(at):
         n = order[at]
@@ -302,6 +311,11 @@ class Candidate:
 
     def __repr__(self):
         return f"Candidate({self._instance.name!r})"
+
+    @property
+    def zone(self):
+        """The instance's zone, "" when it has none (as the Rust SDK's `zone`)."""
+        return self._instance.zone or ""
 
     def label(self, key):
         return self._instances.label(self.index, key)
@@ -472,6 +486,21 @@ def batch_ends(now, timing=None):
     90th percentile); None when the call is about no batch. `timing`: `estimates()`."""
     batch = (timing if timing is not None else host.estimates()).batch
     return None if batch is None else now + batch.p90_seconds
+
+
+def run_ends(now, timing=None):
+    """When the rest of the run ends if it goes on from `now` (Unix seconds), cautiously (at its
+    90th percentile; the batch at hand included); None when the host has no estimate, which a
+    plan or a run always has for select, batch and gate calls. `timing`: `estimates()`."""
+    remaining = (timing if timing is not None else host.estimates()).remaining
+    return None if remaining is None else now + remaining.p90_seconds
+
+
+def day_and_time(unix_seconds, utc_offset_minutes=0):
+    """An instant as a reason says it: its weekday and time of day, as seen at the offset
+    ("fri 18:05"), which no other instant of the week shares."""
+    at = minute_of_week(unix_seconds, utc_offset_minutes)
+    return f"{WEEKDAYS[at // 1440]} {at % 1440 // 60:02}:{at % 60:02}"
 
 
 def others_disrupting():

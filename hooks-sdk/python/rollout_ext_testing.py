@@ -212,6 +212,12 @@ def candidates(nodes):
     return rollout_ext_hooks.candidates_of(Instances(nodes))
 
 
+def chosen(nodes):
+    """Those of `nodes` in the current choice (with a reason), as a short-form `select` is
+    given its `chosen`."""
+    return [c for c in candidates(nodes) if c.reason is not None]
+
+
 def exports(app):
     """What the component exports for the hook module `app`, as the build makes them: its
     `Metadata`, `Selection`, `Batching` and `Gates` classes (the SDK's deferring ones for the

@@ -234,11 +234,28 @@ impl WeekTime {
     }
 }
 
+/// The weekdays as schedules and [`day_and_time`] write them, Monday first.
+const WEEKDAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+
+/// An instant as a reason says it: its weekday and time of day, as seen at
+/// `utc_offset_minutes` ("fri 18:05"), which no other instant of the week shares.
+///
+/// ```
+/// // 2026-11-27T12:00:00Z is a Friday.
+/// assert_eq!(rollout_ext_hooks::day_and_time(1_795_780_800, 0), "fri 12:00");
+/// assert_eq!(rollout_ext_hooks::day_and_time(1_795_780_800, 13 * 60), "sat 01:00");
+/// ```
+pub fn day_and_time(unix_seconds: i64, utc_offset_minutes: i32) -> String {
+    let at = WeekTime::at(unix_seconds, utc_offset_minutes);
+    let day = WEEKDAYS[at.weekday as usize];
+    format!("{day} {:02}:{:02}", at.minute / 60, at.minute % 60)
+}
+
 /// Parses a weekday name (`mon`, `Monday`, …) into 0 = Monday … 6 = Sunday.
 pub fn parse_weekday(text: &str) -> Result<u32, String> {
     let lower = text.trim().to_ascii_lowercase();
-    let days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
-    days.iter()
+    WEEKDAYS
+        .iter()
         .position(|d| lower.starts_with(d))
         .map(|i| i as u32)
         .ok_or_else(|| format!("invalid weekday {text:?}"))

@@ -253,6 +253,14 @@ impl Timing {
         let batch = self.batch.as_ref()?;
         Some(now.saturating_add(i64::try_from(batch.p90_seconds).unwrap_or(i64::MAX)))
     }
+
+    /// When the rest of the run ends if it goes on from `now`, cautiously (at its 90th
+    /// percentile; the batch at hand included); none when the host has no estimate, which a
+    /// plan or a run always has for select, batch and gate calls.
+    pub fn run_ends(&self, now: i64) -> Option<i64> {
+        let remaining = self.remaining.as_ref()?;
+        Some(now.saturating_add(i64::try_from(remaining.p90_seconds).unwrap_or(i64::MAX)))
+    }
 }
 
 impl MetricsError {
@@ -283,5 +291,25 @@ mod tests {
         assert!(nodes(None).is_err());
         assert!(config_maps(Some("ops"), None).is_err());
         assert!(pod_disruption_budgets(None, None).is_err());
+    }
+
+    #[test]
+    fn the_batch_and_the_run_end_cautiously_and_not_without_an_estimate() {
+        let estimate = |p90_seconds| DurationEstimate {
+            seconds: 1,
+            p90_seconds,
+            basis: "test".into(),
+        };
+        let timing = Timing {
+            batch: Some(estimate(300)),
+            remaining: Some(estimate(3600)),
+        };
+        assert_eq!(timing.batch_ends(1000), Some(1300));
+        assert_eq!(timing.run_ends(1000), Some(4600));
+        let none = Timing {
+            batch: None,
+            remaining: None,
+        };
+        assert_eq!((none.batch_ends(1000), none.run_ends(1000)), (None, None));
     }
 }

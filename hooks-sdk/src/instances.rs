@@ -272,6 +272,12 @@ impl<'a> Instances<'a> {
         })
     }
 
+    /// The instances of the current choice (those with a reason: the built-in rules', or an
+    /// earlier hook's), in order: the ones a selection keeps to without replacing healthy nodes.
+    pub fn chosen(&self) -> impl Iterator<Item = Candidate<'_>> + '_ {
+        self.iter().filter(|c| c.reason.is_some())
+    }
+
     /// The local instance at `index`, when held in memory.
     fn local_at(&self, index: usize) -> Option<&LocalInstance> {
         match &self.0 {
@@ -444,6 +450,17 @@ mod tests {
         let p = list(CHUNK * 4);
         assert_eq!(p.iter().take(CHUNK + 1).count(), CHUNK + 1);
         assert_eq!(reads(&p), 2);
+    }
+
+    #[test]
+    fn the_chosen_are_those_with_a_reason_in_order() {
+        let p = candidates(vec![
+            node("a", "z"),
+            node("b", "z").up_to_date().with_reason(None),
+            node("c", "z"),
+        ]);
+        let chosen: Vec<String> = p.chosen().map(|c| c.name.clone()).collect();
+        assert_eq!(chosen, ["a", "c"]);
     }
 
     #[test]

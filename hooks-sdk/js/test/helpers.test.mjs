@@ -197,8 +197,8 @@ test('the short form gives each function the arguments it takes apart', () => {
   const seen = [];
   const app = {
     name: 'site',
-    select({ candidates, config }) {
-      seen.push(['select', candidates.map((c) => c.name), config]);
+    select({ candidates, config, chosen }) {
+      seen.push(['select', candidates.map((c) => c.name), config, chosen.map((c) => c.name)]);
       return h.choose(candidates.map((c) => [c.name, 'any']));
     },
     nextBatch: ({ now, pending, progress: { maxBatch } }) => {
@@ -212,7 +212,7 @@ test('the short form gives each function the arguments it takes apart', () => {
   };
   const hook = h.hookExports(app, 'app.js');
   assert.deepEqual(hook.metadata.describe(), h.describe('site', ['select', 'batch', 'gate']));
-  const nodes = [t.node('a', { labels: { rack: 'r1' } }), t.node('b')];
+  const nodes = [t.node('a', { labels: { rack: 'r1' } }), t.node('b', { reason: undefined })];
   const ctx = t.context({ now: 600, config: { max: 2 } });
   hook.selection.select(ctx, t.group(nodes), new t.Instances(nodes));
   hook.batching.nextBatch(ctx, t.progress(nodes, 2), new t.Instances(nodes));
@@ -221,10 +221,21 @@ test('the short form gives each function the arguments it takes apart', () => {
     assert.equal(t.answer(answer).answer, phase === 'before-batch' ? 'proceed' : 'defer');
   }
   assert.deepEqual(seen, [
-    ['select', ['a', 'b'], { max: 2 }],
+    ['select', ['a', 'b'], { max: 2 }, ['a']],
     ['nextBatch', 600, ['r1', undefined], 2],
     ['beforeBatch', 4],
   ]);
+});
+
+test('an instant is said as its weekday and time', () => {
+  assert.equal(h.dayAndTime(1795780800), 'fri 12:00');
+  assert.equal(h.dayAndTime(1795780800n + 12n * 3600n + 28n * 60n), 'sat 00:28');
+  assert.equal(h.dayAndTime(1795780800, -13 * 60), 'thu 23:00');
+});
+
+test('a candidate without a zone has the zone ""', () => {
+  const [a, b] = t.candidates([t.node('a', { zone: 'z1' }), t.node('b')]);
+  assert.deepEqual([a.zone, b.zone], ['z1', '']);
 });
 
 test('at most keeps to what the budget allows now, and says so', () => {
@@ -261,7 +272,11 @@ test('a batch ends at its cautious estimate; a call about no batch has none', ()
   };
   assert.equal(h.estimates().remaining.seconds, 900n);
   assert.equal(h.batchEnds(1000n), 1420n);
+  assert.equal(h.batchEnds(1000), 1420, 'a Number in, a Number out');
+  assert.equal(h.runEnds(1000), 2200);
+  assert.equal(h.runEnds(1000n), 2200n);
   assert.equal(h.batchEnds(1000n, { batch: undefined, remaining: undefined }), undefined);
+  assert.equal(h.runEnds(1000, { batch: undefined, remaining: undefined }), undefined);
 });
 
 test('who else disrupts a node is found among the others the plugin tells', () => {

@@ -124,6 +124,7 @@ class Helpers(unittest.TestCase):
                                                           remaining=estimate(900, 1200)))
         self.assertEqual(h.estimates().remaining.seconds, 900)
         self.assertEqual(h.batch_ends(1000), 1420)
+        self.assertEqual(h.run_ends(1000), 2200)
         none = pytypes.SimpleNamespace(batch=None, remaining=None)
         self.assertIsNone(h.batch_ends(1000, none))
 
@@ -176,8 +177,8 @@ class Helpers(unittest.TestCase):
     def test_the_short_form_passes_each_function_the_arguments_it_names(self):
         seen = []
 
-        def select(candidates, config):
-            seen.append(("select", [c.name for c in candidates], config))
+        def select(candidates, config, chosen):
+            seen.append(("select", [c.name for c in candidates], config, [c.name for c in chosen]))
             return h.choose((c.name, "any") for c in candidates)
 
         def next_batch(now, pending, progress):
@@ -194,15 +195,29 @@ class Helpers(unittest.TestCase):
         info = meta().describe()
         self.assertEqual((info.kwargs["name"], info.kwargs["points"]),
                          ("site", [h.POINTS[p] for p in ("select", "batch", "gate")]))
-        nodes = [t.node("a", labels={"rack": "r1"}), t.node("b")]
+        nodes = [t.node("a", labels={"rack": "r1"}), t.node("b", reason=None)]
         ctx = t.context(now=600, config={"max": 2})
         selection().select(ctx, t.group(nodes), t.Instances(nodes))
         batching().next_batch(ctx, t.progress(nodes, 2), t.Instances(nodes))
         for phase in (h.BEFORE_GROUP, h.BEFORE_BATCH, h.AFTER_BATCH):
             answer = gates().check(ctx, phase, t.batch(["a"], index=4), t.healthy())
             self.assertEqual(t.answer(answer)["answer"], "proceed" if phase == h.BEFORE_BATCH else "defer")
-        self.assertEqual(seen, [("select", ["a", "b"], {"max": 2}), ("next_batch", 600, ["r1", None], 2),
+        self.assertEqual(seen, [("select", ["a", "b"], {"max": 2}, ["a"]), ("next_batch", 600, ["r1", None], 2),
                                 ("before_batch", 4)])
+
+    def test_an_instant_is_said_as_its_weekday_and_time(self):
+        self.assertEqual(h.day_and_time(FRIDAY_NOON), "fri 12:00")
+        self.assertEqual(h.day_and_time(FRIDAY_NOON + 12 * 3600 + 28 * 60), "sat 00:28")
+        self.assertEqual(h.day_and_time(FRIDAY_NOON, -13 * 60), "thu 23:00")
+
+    def test_a_candidate_without_a_zone_and_keys_with_none_sort_first(self):
+        nodes = [t.node("a", "z1", created=5), t.node("b", created=None), t.node("c", created=3)]
+        everyone = t.candidates(nodes)
+        self.assertEqual([c.zone for c in everyone], ["z1", "", ""])
+        by_age = h.choose_by(everyone, lambda c: (c.created, c.name), lambda c: "old")
+        self.assertEqual([c["name"] for c in t.answer(by_age)["order"]], ["b", "c", "a"])
+        rules = h.choose_by_rules(everyone, [("oldest first", lambda c: c.created)])
+        self.assertEqual([c["name"] for c in t.answer(rules)["order"]], ["b", "c", "a"])
 
     def test_at_most_keeps_to_what_the_budget_allows_now_and_says_so(self):
         p = t.progress([t.node("a"), t.node("b")], 2)

@@ -12,9 +12,9 @@ import { atMost, choose, holdWhile, oldestFirst, pods } from './rollout_ext_hook
 export const name = '{{name}}';
 export const HOLD = 'example.com/hold';
 
-export function select({ candidates }) {
-  const chosen = candidates.filter((c) => c.reason !== undefined && c.label(HOLD) !== 'true');
-  return choose(oldestFirst(chosen).map((c) => [c.name, 'oldest first']));
+export function select({ chosen }) {
+  const kept = chosen.filter((c) => c.label(HOLD) !== 'true');
+  return choose(oldestFirst(kept).map((c) => [c.name, 'oldest first']));
 }
 
 export function nextBatch({ progress }) {

@@ -13,7 +13,7 @@ test('oldest first and never a held node', () => {
     t.node('old', { created: 200n }),
     t.node('fresh', { created: 50n, upToDate: true, reason: undefined }),
   ];
-  const chosen = app.select({ candidates: t.candidates(nodes) });
+  const chosen = app.select({ chosen: t.chosen(nodes) });
   assert.deepEqual(t.answer(chosen).order.map((c) => c.name), ['old', 'young']);
 });
 

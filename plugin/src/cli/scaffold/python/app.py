@@ -14,9 +14,9 @@ NAME = "{{name}}"
 HOLD = "example.com/hold"
 
 
-def select(candidates):
-    chosen = [c for c in candidates if c.reason is not None and c.label(HOLD) != "true"]
-    return choose((c.name, "oldest first") for c in oldest_first(chosen))
+def select(chosen):
+    kept = [c for c in chosen if c.label(HOLD) != "true"]
+    return choose((c.name, "oldest first") for c in oldest_first(kept))
 
 
 def next_batch(progress):

@@ -16,7 +16,7 @@ class Hook(unittest.TestCase):
     def test_oldest_first_and_never_a_held_node(self):
         nodes = [t.node("young", created=300), t.node("held", created=100, labels={app.HOLD: "true"}),
                  t.node("old", created=200), t.node("fresh", created=50, up_to_date=True, reason=None)]
-        chosen = app.select(t.candidates(nodes))
+        chosen = app.select(t.chosen(nodes))
         self.assertEqual([c["name"] for c in t.answer(chosen)["order"]], ["old", "young"])
 
     def test_at_most_two_at_a_time(self):

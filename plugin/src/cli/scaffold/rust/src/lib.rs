@@ -19,9 +19,7 @@ impl Policy for Hook {
 
     fn select(candidates: &Instances) -> Result<Selection, String> {
         let held = |c: &Candidate| c.label(HOLD).as_deref() == Some("true");
-        let mut chosen: Vec<Candidate> = (candidates.iter())
-            .filter(|c| c.reason.is_some() && !held(c))
-            .collect();
+        let mut chosen: Vec<Candidate> = candidates.chosen().filter(|c| !held(c)).collect();
         // An unknown creation time first, as the oldest; names break ties.
         chosen.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
         let choice = |c: &Candidate| Choice::new(&c.name, "oldest first");
