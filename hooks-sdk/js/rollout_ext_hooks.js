@@ -306,6 +306,7 @@ export function candidatesOf(instances) {
     labels: () => Object.fromEntries(instances.labels(index).map((kv) => [kv.key, kv.value])),
     annotations: () => Object.fromEntries(instances.annotations(index).map((kv) => [kv.key, kv.value])),
     taints: () => instances.taints(index),
+    hasTaint: (key) => instances.taints(index).some((t) => t.key === key),
   }));
 }
 

@@ -145,7 +145,9 @@ export function node(name, options = {}) {
     kind: 'node', name, group, role: 'node', zone, ready, unschedulable, created,
     kubeletVersion, pods, podsNotReady, upToDate, reason,
   };
-  Object.defineProperty(record, 'aside', { value: { labels, annotations, taints } });
+  // A taint as [key, value, effect], as the Python stand-in takes it, or as the record.
+  const asTaint = (t) => (Array.isArray(t) ? { key: t[0], value: t[1], effect: t[2] } : t);
+  Object.defineProperty(record, 'aside', { value: { labels, annotations, taints: taints.map(asTaint) } });
   return record;
 }
 

@@ -330,7 +330,12 @@ class Candidate:
         return {kv.key: kv.value for kv in self._instances.annotations(self.index)}
 
     def taints(self):
+        """The instance's taints, each with `key`, `value` and `effect`."""
         return self._instances.taints(self.index)
+
+    def has_taint(self, key):
+        """Whether the instance carries a taint `key` (any value and effect)."""
+        return any(t.key == key for t in self.taints())
 
 
 def candidates_of(instances):

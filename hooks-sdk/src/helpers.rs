@@ -135,6 +135,12 @@ pub fn hold_while(
     }
 }
 
+/// A gate's answer that stops the run at once, for `reason` (as the Python and JavaScript
+/// SDKs' `abort`).
+pub fn abort(reason: impl Into<String>) -> Verdict {
+    Verdict::Abort(reason.into())
+}
+
 /// The gate's answer when anything listed must stop the run: proceed when `blockers` is empty,
 /// else abort naming them (`what: a, b`).
 pub fn abort_if_any(what: &str, blockers: Vec<String>) -> Verdict {

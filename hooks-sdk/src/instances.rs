@@ -383,6 +383,11 @@ impl Candidate<'_> {
         self.list.taints(self.index)
     }
 
+    /// Whether it carries a taint `key` (any value and effect): one host call.
+    pub fn has_taint(&self, key: &str) -> bool {
+        self.taints().iter().any(|t| t.key == key)
+    }
+
     /// The instance, without the way back to its labels.
     pub fn into_instance(self) -> Instance {
         self.instance
@@ -461,6 +466,13 @@ mod tests {
         ]);
         let chosen: Vec<String> = p.chosen().map(|c| c.name.clone()).collect();
         assert_eq!(chosen, ["a", "c"]);
+        let tainted = candidates(vec![node("t", "z").with_taint(
+            "retiring",
+            "",
+            "NoSchedule",
+        )]);
+        let first = tainted.iter().next().unwrap();
+        assert!(first.has_taint("retiring") && !first.has_taint("other"));
     }
 
     #[test]

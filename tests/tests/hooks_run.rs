@@ -194,13 +194,19 @@ fn bad_input_and_answers_a_plan_would_refuse_are_said() {
         "error: module zone-spread does not serve gate: it declares select, batch"
     );
 
-    // Two pending of different racks, but a budget of one: the answer of 2 is refused.
+    // Two pending of different racks, but a budget of one: the hook is offered the first only,
+    // as a plan offers it, and sizes one.
     let mut one_at_a_time = racks();
     one_at_a_time["group"]["maxUnavailable"] = json!(1);
-    let out = hooks_run("site-policy", "batch", &one_at_a_time, &[]);
+    let sized = answer(&hooks_run("site-policy", "batch", &one_at_a_time, &[]));
+    assert_eq!(sized["count"], 1, "{sized}");
+
+    // A size over the budget is refused as a plan refuses it.
+    let over = ["--config", r#"{"batch": "over-budget"}"#];
+    let out = hooks_run("hostile-hook", "batch", &one_at_a_time, &over);
     assert_eq!(out.status.code(), Some(1), "{}", error(&out));
     assert!(
-        error(&out).starts_with("error: hook site-policy failed at batch: "),
+        error(&out).starts_with("error: hook hostile failed at batch: "),
         "{}",
         error(&out)
     );

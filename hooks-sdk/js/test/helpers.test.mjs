@@ -233,9 +233,13 @@ test('an instant is said as its weekday and time', () => {
   assert.equal(h.dayAndTime(1795780800, -13 * 60), 'thu 23:00');
 });
 
-test('a candidate without a zone has the zone ""', () => {
+test('a candidate without a zone has the zone "", and a taint given as an array is the record', () => {
   const [a, b] = t.candidates([t.node('a', { zone: 'z1' }), t.node('b')]);
   assert.deepEqual([a.zone, b.zone], ['z1', '']);
+  // A taint given as [key, value, effect], as in Python, is the record the host gives.
+  const [tainted] = t.candidates([t.node('t', { taints: [['retiring', '', 'NoSchedule']] })]);
+  assert.deepEqual(tainted.taints(), [{ key: 'retiring', value: '', effect: 'NoSchedule' }]);
+  assert.ok(tainted.hasTaint('retiring') && !tainted.hasTaint('other'));
 });
 
 test('at most keeps to what the budget allows now, and says so', () => {

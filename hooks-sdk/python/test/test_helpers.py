@@ -214,6 +214,8 @@ class Helpers(unittest.TestCase):
         nodes = [t.node("a", "z1", created=5), t.node("b", created=None), t.node("c", created=3)]
         everyone = t.candidates(nodes)
         self.assertEqual([c.zone for c in everyone], ["z1", "", ""])
+        tainted = t.candidates([t.node("t", taints=[("retiring", "", "NoSchedule")])])[0]
+        self.assertTrue(tainted.has_taint("retiring") and not tainted.has_taint("other"))
         by_age = h.choose_by(everyone, lambda c: (c.created, c.name), lambda c: "old")
         self.assertEqual([c["name"] for c in t.answer(by_age)["order"]], ["b", "c", "a"])
         rules = h.choose_by_rules(everyone, [("oldest first", lambda c: c.created)])

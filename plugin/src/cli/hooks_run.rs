@@ -13,15 +13,14 @@ use super::hooks_entry::EntryArgs;
 use crate::hooks::{HookRuntime, LoadError, ObjectSource, SnapshotObjects};
 use crate::plan::decide::{self, Chosen, Verdict};
 use crate::plan::hook::{
-    BatchAnswer, CallContext, DecidedBy, DrainOrderAnswer, GroupInfo, Hook, HookFault, Instances,
-    Progress,
+    BatchAnswer, CallContext, DecidedBy, DrainOrderAnswer, Hook, HookFault, Instances, Progress,
 };
 use crate::policy::HookPoint;
 use crate::snapshot::Snapshot;
 
 mod input;
 
-use input::{Input, candidate, context, group_info, stage_outcome};
+use input::{Input, candidate, context, stage_outcome};
 
 /// What `hooks run` is asked.
 #[derive(Debug, clap::Args)]
@@ -136,7 +135,7 @@ fn ask(
     ctx: &CallContext,
     file: &str,
 ) -> Result<Result<Value, HookFault>, Failure> {
-    let group = group_info(&input.group, input.candidates.len());
+    let group = input.group_info(matches!(point, RunPointArg::Batch));
     Ok(match point {
         RunPointArg::Select => {
             let mut candidates = Vec::new();
@@ -153,10 +152,6 @@ fn ask(
                     })
                 })
                 .collect();
-            let group = GroupInfo {
-                selected: chosen.len() as u32,
-                ..group
-            };
             decide::ask_select(hook, ctx, &group, &candidates, &chosen).map(|order| match order {
                 None => json!({"answer": "defer"}),
                 Some(order) => {
@@ -175,6 +170,8 @@ fn ask(
             let max_batch = (input.progress.max_batch)
                 .unwrap_or(group.max_unavailable.max(1))
                 .min(pending.len().max(1) as u32);
+            // As a plan offers them: the next batch's worth.
+            pending.truncate(max_batch as usize);
             let progress = Progress {
                 group: &group,
                 batches_done: input.progress.batches_done,

@@ -68,6 +68,9 @@ pub(super) struct GroupIn {
     size: Option<u32>,
     #[serde(default)]
     up_to_date: u32,
+    /// The instances chosen for update; when left out, those the input implies (see
+    /// [`Input::group_info`]).
+    selected: Option<u32>,
     #[serde(default)]
     max_surge: u32,
     #[serde(default = "one")]
@@ -81,6 +84,7 @@ impl Default for GroupIn {
             role: RoleIn::Node,
             size: None,
             up_to_date: 0,
+            selected: None,
             max_surge: 0,
             max_unavailable: 1,
         }
@@ -250,7 +254,29 @@ pub(super) fn context(c: ContextIn, file: &str) -> Result<CallContext, Failure> 
     })
 }
 
-pub(super) fn group_info(g: &GroupIn, instances: usize) -> GroupInfo {
+impl Input {
+    /// The group a call is told of: unless the input says, its size is the instances given (a
+    /// selection's candidates; for a batch, those up to date and those pending) and `selected`
+    /// those chosen (a selection's candidates with a reason; for a batch, those updated and
+    /// those pending).
+    pub(super) fn group_info(&self, batch: bool) -> GroupInfo {
+        let (instances, chosen) = match batch {
+            true => (
+                self.group.up_to_date as usize + self.pending.len(),
+                self.progress.updated as usize + self.pending.len(),
+            ),
+            false => (
+                self.candidates.len(),
+                (self.candidates.iter())
+                    .filter(|c| c.reason.is_some())
+                    .count(),
+            ),
+        };
+        group_info(&self.group, instances, chosen)
+    }
+}
+
+fn group_info(g: &GroupIn, instances: usize, chosen: usize) -> GroupInfo {
     GroupInfo {
         name: g.name.clone(),
         role: match g.role {
@@ -260,7 +286,7 @@ pub(super) fn group_info(g: &GroupIn, instances: usize) -> GroupInfo {
         },
         size: g.size.unwrap_or(instances as u32),
         up_to_date: g.up_to_date,
-        selected: 0,
+        selected: g.selected.unwrap_or(chosen as u32),
         max_surge: g.max_surge,
         max_unavailable: g.max_unavailable,
     }
@@ -321,4 +347,31 @@ pub(super) fn stage_outcome(p: StageOutcomeIn, file: &str) -> Result<StageOutcom
         clusters,
         soaked_seconds: p.soaked_seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(json: &str) -> Input {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_group_counts_what_the_input_gives_unless_it_says() {
+        let select = input(
+            r#"{"candidates": [{"name": "a", "reason": "outdated"}, {"name": "b"}, {"name": "c", "reason": "outdated"}]}"#,
+        )
+        .group_info(false);
+        assert_eq!((select.size, select.selected), (3, 2));
+        let pending: Vec<String> = (0..25).map(|i| format!(r#"{{"name": "n{i}"}}"#)).collect();
+        let batch = input(&format!(
+            r#"{{"group": {{"upToDate": 4}}, "progress": {{"updated": 4}}, "pending": [{}]}}"#,
+            pending.join(",")
+        ))
+        .group_info(true);
+        assert_eq!((batch.size, batch.selected), (29, 29));
+        let said = input(r#"{"group": {"size": 40, "selected": 30}}"#).group_info(true);
+        assert_eq!((said.size, said.selected), (40, 30));
+    }
 }

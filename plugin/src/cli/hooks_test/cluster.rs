@@ -47,6 +47,25 @@ struct NodeIn {
     ready: bool,
     #[serde(default)]
     unschedulable: bool,
+    #[serde(default)]
+    taints: Vec<TaintIn>,
+}
+
+/// A node's taint, as the API writes it.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TaintIn {
+    key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    value: String,
+    effect: TaintEffect,
+}
+
+#[derive(Debug, Deserialize, serde::Serialize)]
+enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,7 +146,7 @@ impl InlineCluster {
             json!({"apiVersion": "v1", "kind": "Node",
                    "metadata": {"name": n.name, "labels": labels, "annotations": n.annotations,
                                 "creationTimestamp": n.created},
-                   "spec": {"unschedulable": n.unschedulable},
+                   "spec": {"unschedulable": n.unschedulable, "taints": n.taints},
                    "status": {"conditions": condition(n.ready),
                               "nodeInfo": {"kubeletVersion": n.kubelet_version}}})
         });
@@ -185,7 +204,8 @@ mod tests {
     fn an_inline_cluster_is_the_list_a_snapshot_holds() {
         let cluster: InlineCluster = serde_json::from_value(json!({
             "nodes": [{"name": "n1", "zone": "a", "created": "2026-01-01T00:00:00Z",
-                       "kubeletVersion": "v1.20.1", "labels": {"tier": "web"}}],
+                       "kubeletVersion": "v1.20.1", "labels": {"tier": "web"},
+                       "taints": [{"key": "retiring", "effect": "NoSchedule"}]}],
             "pods": [{"namespace": "shop", "name": "web-0", "node": "n1", "ready": false,
                       "owner": "ReplicaSet/web-6b9c", "labels": {"app": "web"}}],
             "podDisruptionBudgets": [{"namespace": "shop", "name": "web",
@@ -203,6 +223,10 @@ mod tests {
         );
         assert_eq!(node.kubelet_version.as_deref(), Some("v1.20.1"));
         assert!(node.created.is_some() && node.ready);
+        let taints: Vec<(&str, &str)> = (node.taints.iter())
+            .map(|t| (t.key.as_str(), t.effect.as_str()))
+            .collect();
+        assert_eq!(taints, [("retiring", "NoSchedule")]);
         let pod = &snapshot.pods[0];
         assert_eq!((pod.namespace.as_str(), pod.ready), ("shop", false));
         assert_eq!(snapshot.pdbs.len(), 1);
