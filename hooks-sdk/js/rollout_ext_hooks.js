@@ -183,13 +183,17 @@ function shortFormExports(app, file) {
   const made = {};
   if (calls.select) {
     made.selection = {
-      select: (ctx, group, candidates) =>
-        calls.select(ctx, {
+      select(ctx, group, candidates) {
+        // Read from the host once, whether the function takes both or one.
+        let listed;
+        const everyone = () => (listed ??= candidatesOf(candidates));
+        return calls.select(ctx, {
           group: () => group,
-          candidates: () => candidatesOf(candidates),
+          candidates: everyone,
           // The current choice: the candidates with a reason.
-          chosen: () => candidatesOf(candidates).filter((c) => c.reason !== undefined),
-        }),
+          chosen: () => everyone().filter((c) => c.reason !== undefined),
+        });
+      },
     };
   }
   if (calls.nextBatch) {

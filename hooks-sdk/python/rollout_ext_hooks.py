@@ -12,6 +12,7 @@ out (`others_disrupting`, `disrupted_by`), and typed views of the objects hooks 
 the API's defaults.
 """
 
+import functools
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -108,6 +109,9 @@ _FUNCTIONS = {
     "after_batch": "gate",
 }
 
+# The gates asked in one phase only.
+_PHASE_FUNCTIONS = ("before_group", "before_batch", "after_batch")
+
 # What each call offers a short-form function, by parameter name; a function names those it
 # reads, in any order.
 _OFFERED = {
@@ -153,18 +157,19 @@ def _short_form_classes(app, file):
                 f"rollout-ext-build: {file} serves point {point!r} twice, by class {name} and by "
                 f"{mine[0]}: keep one"
             )
-    if "check" in found and len([f for f in found if _FUNCTIONS[f] == "gate"]) > 1:
+    phase_gates = [f for f in found if f in _PHASE_FUNCTIONS]
+    if "check" in found and phase_gates:
         raise TypeError(
-            f"rollout-ext-build: {file} has check and a phase's gate ("
-            + ", ".join(f for f in found if f in ("before_group", "before_batch", "after_batch"))
-            + "): check is asked in every phase; keep it or the phase functions"
+            f"rollout-ext-build: {file} has check and a phase's gate ({', '.join(phase_gates)}): "
+            "check is asked in every phase; keep it or the phase functions"
         )
     calls = {f: _short_form(app, file, f) for f in found}
     classes = {}
     if "select" in calls:
         class Selection(exports.Selection):
             def select(self, ctx, group, candidates):
-                everyone = lambda: candidates_of(candidates)
+                # Read from the host once, whether the function takes both or one.
+                everyone = functools.cache(lambda: candidates_of(candidates))
                 # The current choice: the candidates with a reason.
                 chosen = lambda: [c for c in everyone() if c.reason is not None]
                 return calls["select"](ctx, group=lambda: group, candidates=everyone, chosen=chosen)
@@ -176,7 +181,7 @@ def _short_form_classes(app, file):
                                            progress=lambda: progress,
                                            pending=lambda: candidates_of(pending))
         classes["Batching"] = Batching
-    phases = {BEFORE_GROUP: "before_group", BEFORE_BATCH: "before_batch", AFTER_BATCH: "after_batch"}
+    phases = dict(zip((BEFORE_GROUP, BEFORE_BATCH, AFTER_BATCH), _PHASE_FUNCTIONS))
     if any(_FUNCTIONS[f] == "gate" for f in calls):
         class Gates(exports.Gates):
             def check(self, ctx, phase, batch, summary):

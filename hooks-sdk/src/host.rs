@@ -250,17 +250,21 @@ impl Timing {
     /// When the batch at hand ends if it starts at `now`, cautiously (at its 90th percentile);
     /// none when the call is about no batch.
     pub fn batch_ends(&self, now: i64) -> Option<i64> {
-        let batch = self.batch.as_ref()?;
-        Some(now.saturating_add(i64::try_from(batch.p90_seconds).unwrap_or(i64::MAX)))
+        cautious_end(now, self.batch.as_ref())
     }
 
     /// When the rest of the run ends if it goes on from `now`, cautiously (at its 90th
     /// percentile; the batch at hand included); none when the host has no estimate, which a
     /// plan or a run always has for select, batch and gate calls.
     pub fn run_ends(&self, now: i64) -> Option<i64> {
-        let remaining = self.remaining.as_ref()?;
-        Some(now.saturating_add(i64::try_from(remaining.p90_seconds).unwrap_or(i64::MAX)))
+        cautious_end(now, self.remaining.as_ref())
     }
+}
+
+/// `now` plus the estimate's 90th percentile; none without an estimate.
+fn cautious_end(now: i64, estimate: Option<&DurationEstimate>) -> Option<i64> {
+    let p90 = i64::try_from(estimate?.p90_seconds).unwrap_or(i64::MAX);
+    Some(now.saturating_add(p90))
 }
 
 impl MetricsError {

@@ -372,12 +372,7 @@ impl LockGuard {
     /// The next read or write of the run's state, and the lock's release, wait for it first
     /// (so writes stay in order) and fail with its error.
     pub async fn clear_soon(&self, key: &str) -> Result<(), ClusterError> {
-        let mut pending = self.settled().await?;
-        let (cluster, lease, key) = (self.cluster.clone(), self.lease.clone(), key.to_string());
-        *pending = Some(tokio::spawn(async move {
-            write_states(&cluster, &lease, &[(&key, None)]).await
-        }));
-        Ok(())
+        self.write_soon(key, None, true).await
     }
 
     /// Records the state entry `key` without waiting for the write, for a record only onlookers
@@ -385,12 +380,23 @@ impl LockGuard {
     /// next write waits for it (so writes stay in order), and its failure is not the run's: the
     /// next record says the same again.
     pub async fn record_soon(&self, key: &str, value: &str) -> Result<(), ClusterError> {
+        self.write_soon(key, Some(value), false).await
+    }
+
+    /// Starts writing `key` once the write under way is done; the next write waits for it and
+    /// fails with its error when `fails_run`.
+    async fn write_soon(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        fails_run: bool,
+    ) -> Result<(), ClusterError> {
         let mut pending = self.settled().await?;
         let (cluster, lease) = (self.cluster.clone(), self.lease.clone());
-        let (key, value) = (key.to_string(), value.to_string());
+        let (key, value) = (key.to_string(), value.map(String::from));
         *pending = Some(tokio::spawn(async move {
-            let _ = write_states(&cluster, &lease, &[(&key, Some(&value))]).await;
-            Ok(())
+            let written = write_states(&cluster, &lease, &[(&key, value.as_deref())]).await;
+            if fails_run { written } else { Ok(()) }
         }));
         Ok(())
     }
